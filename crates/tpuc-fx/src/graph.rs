@@ -1,0 +1,319 @@
+//! tpuc's model of an exported program: an ATen-level graph with typed values, its signature,
+//! and its weights. Readers (`.pt2`, `.fx`) produce it; the lowering consumes it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::dtype::DType;
+
+/// One dimension of a tensor: a number, or a symbol from torch.export's dynamic shapes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Dim {
+    Static(i64),
+    /// A sympy expression (`s77`, `2*s77`) and the example value it had when exported.
+    Symbolic {
+        expr: String,
+        hint: Option<i64>,
+    },
+}
+
+impl Dim {
+    pub fn as_static(&self) -> Option<i64> {
+        match self {
+            Dim::Static(n) => Some(*n),
+            Dim::Symbolic { .. } => None,
+        }
+    }
+}
+
+/// A symbolic integer argument: a named SymInt value of the graph, or a plain number.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SymIntArg {
+    Name(String),
+    Int(i64),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorMeta {
+    pub dtype: DType,
+    pub sizes: Vec<Dim>,
+    pub strides: Vec<Dim>,
+    pub storage_offset: i64,
+}
+
+impl TensorMeta {
+    /// The sizes when every dimension is static.
+    pub fn static_sizes(&self) -> Option<Vec<i64>> {
+        self.sizes.iter().map(Dim::as_static).collect()
+    }
+
+    pub fn describe(&self) -> String {
+        let dims: Vec<String> = self
+            .sizes
+            .iter()
+            .map(|d| match d {
+                Dim::Static(n) => n.to_string(),
+                Dim::Symbolic { expr, .. } => expr.clone(),
+            })
+            .collect();
+        format!("{}[{}]", self.dtype, dims.join(", "))
+    }
+}
+
+/// A call argument, mirroring the argument kinds of torch.export's schema.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arg {
+    None,
+    Tensor(String),
+    Tensors(Vec<String>),
+    OptionalTensors(Vec<Option<String>>),
+    Int(i64),
+    Ints(Vec<i64>),
+    Float(f64),
+    Floats(Vec<f64>),
+    Bool(bool),
+    Bools(Vec<bool>),
+    Str(String),
+    Strs(Vec<String>),
+    SymInt(SymIntArg),
+    SymInts(Vec<SymIntArg>),
+    ScalarType(DType),
+    /// torch.export's MemoryFormat code.
+    MemoryFormat(i64),
+    /// torch.export's Layout code.
+    Layout(i64),
+    Device {
+        kind: String,
+        index: Option<i64>,
+    },
+}
+
+impl Arg {
+    /// Short name of the kind, for error messages.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Arg::None => "None",
+            Arg::Tensor(_) => "tensor",
+            Arg::Tensors(_) => "tensor list",
+            Arg::OptionalTensors(_) => "optional tensor list",
+            Arg::Int(_) => "int",
+            Arg::Ints(_) => "int list",
+            Arg::Float(_) => "float",
+            Arg::Floats(_) => "float list",
+            Arg::Bool(_) => "bool",
+            Arg::Bools(_) => "bool list",
+            Arg::Str(_) => "string",
+            Arg::Strs(_) => "string list",
+            Arg::SymInt(_) => "SymInt",
+            Arg::SymInts(_) => "SymInt list",
+            Arg::ScalarType(_) => "dtype",
+            Arg::MemoryFormat(_) => "memory format",
+            Arg::Layout(_) => "layout",
+            Arg::Device { .. } => "device",
+        }
+    }
+
+    /// Names of every tensor this argument refers to.
+    pub fn tensor_refs(&self) -> Vec<&str> {
+        match self {
+            Arg::Tensor(t) => vec![t.as_str()],
+            Arg::Tensors(ts) => ts.iter().map(String::as_str).collect(),
+            Arg::OptionalTensors(ts) => ts.iter().flatten().map(String::as_str).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedArg {
+    /// The parameter's name in the operator schema (`self`, `dim`, ...).
+    pub name: String,
+    pub arg: Arg,
+    pub keyword: bool,
+}
+
+/// What a node produces: a tensor, a list of tensors, or nothing in that output slot.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeOutput {
+    Tensor(String),
+    Tensors(Vec<String>),
+    SymInt(String),
+    None,
+}
+
+/// A Python source position taken from a node's stack trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceLoc {
+    pub file: String,
+    pub line: u32,
+}
+
+impl std::fmt::Display for SourceLoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub name: String,
+    /// The operator without the `torch.ops.` prefix, e.g. `aten.addmm.default`.
+    pub target: String,
+    pub inputs: Vec<NamedArg>,
+    pub outputs: Vec<NodeOutput>,
+    pub stack_trace: Option<String>,
+}
+
+impl Node {
+    pub fn arg(&self, name: &str) -> Option<&Arg> {
+        self.inputs.iter().find(|a| a.name == name).map(|a| &a.arg)
+    }
+
+    /// The user's source line: the innermost frame of the stack trace outside installed packages.
+    pub fn source(&self) -> Option<SourceLoc> {
+        self.stack_trace
+            .as_deref()
+            .and_then(crate::source::user_frame)
+    }
+
+    /// Names of the tensors this node defines, in output order.
+    pub fn defined_tensors(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        for o in &self.outputs {
+            match o {
+                NodeOutput::Tensor(t) => out.push(t.as_str()),
+                NodeOutput::Tensors(ts) => out.extend(ts.iter().map(String::as_str)),
+                NodeOutput::SymInt(_) | NodeOutput::None => {}
+            }
+        }
+        out
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum InputKind {
+    /// A model parameter; `target` is its fully qualified name (`fc1.weight`).
+    Parameter {
+        target: String,
+    },
+    Buffer {
+        target: String,
+        persistent: bool,
+    },
+    /// A lifted tensor constant.
+    Constant {
+        target: String,
+    },
+    UserInput,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct GraphInput {
+    /// The placeholder name in the graph.
+    pub name: String,
+    pub kind: InputKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputKind {
+    User,
+    Loss,
+    BufferMutation { target: String },
+    ParameterMutation { target: String },
+    UserInputMutation { target: String },
+    GradientToParameter { target: String },
+    GradientToUserInput { target: String },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputValue {
+    Tensor(String),
+    /// A user output that is a constant (None, an int, ...), kept for the signature.
+    Constant(Arg),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct GraphOutput {
+    pub value: OutputValue,
+    pub kind: OutputKind,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Graph {
+    pub inputs: Vec<GraphInput>,
+    pub nodes: Vec<Node>,
+    pub outputs: Vec<GraphOutput>,
+    pub tensors: HashMap<String, TensorMeta>,
+    /// SymInt values of the graph: expression and example value.
+    pub sym_ints: HashMap<String, Dim>,
+}
+
+impl Graph {
+    pub fn tensor(&self, name: &str) -> Option<&TensorMeta> {
+        self.tensors.get(name)
+    }
+}
+
+/// The bytes of a weight: a view into a memory-mapped archive, or owned memory.
+#[derive(Clone)]
+pub enum WeightBytes {
+    Mapped {
+        map: Arc<memmap2::Mmap>,
+        offset: usize,
+        len: usize,
+    },
+    Owned(Arc<Vec<u8>>),
+}
+
+impl WeightBytes {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            WeightBytes::Mapped { map, offset, len } => &map[*offset..*offset + *len],
+            WeightBytes::Owned(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Debug for WeightBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self {
+            WeightBytes::Mapped { .. } => "mapped",
+            WeightBytes::Owned(_) => "owned",
+        };
+        write!(f, "WeightBytes({kind}, {} bytes)", self.as_slice().len())
+    }
+}
+
+impl PartialEq for WeightBytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+/// A parameter, buffer or constant with its data (dense, row-major, little-endian).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Weight {
+    pub dtype: DType,
+    pub sizes: Vec<i64>,
+    pub bytes: WeightBytes,
+}
+
+/// An exported program: the graph plus the data of its parameters, buffers and constants,
+/// keyed by fully qualified name (the `target` of the graph inputs).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Program {
+    pub graph: Graph,
+    pub weights: HashMap<String, Weight>,
+}
+
+impl Program {
+    /// The weight bound to a graph input, if it is a parameter, buffer or constant.
+    pub fn weight_for(&self, input: &GraphInput) -> Option<&Weight> {
+        match &input.kind {
+            InputKind::Parameter { target }
+            | InputKind::Buffer { target, .. }
+            | InputKind::Constant { target } => self.weights.get(target),
+            InputKind::UserInput => None,
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! tpuc's front end: the FX graph model of an exported PyTorch program, the reader of
+//! torch.export `.pt2` archives, and tpuc's own `.fx` interchange format.
+
+pub mod dtype;
+pub mod error;
+pub mod fxfile;
+pub mod graph;
+mod pt2;
+mod schema;
+pub mod source;
+pub mod validate;
+
+pub use dtype::DType;
+pub use error::{FxError, Result};
+pub use graph::*;
+pub use pt2::{check_weight_size, read_pt2, SUPPORTED_SCHEMA_MAJOR};
+
+use std::path::Path;
+
+/// Reads a program from a `.pt2` archive or a `.fx` file, chosen by the file's content.
+pub fn read_program(path: &Path) -> Result<Program> {
+    let mut head = [0u8; 8];
+    let n = {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).map_err(|source| FxError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut n = 0;
+        while n < head.len() {
+            match f.read(&mut head[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(source) => {
+                    return Err(FxError::Io {
+                        path: path.to_path_buf(),
+                        source,
+                    })
+                }
+            }
+        }
+        n
+    };
+    if head[..n] == fxfile::MAGIC[..n.min(fxfile::MAGIC.len())] && n == fxfile::MAGIC.len() {
+        fxfile::read_fx(path)
+    } else if head[..n.min(2)] == *b"PK" {
+        read_pt2(path)
+    } else {
+        Err(FxError::Archive {
+            path: path.to_path_buf(),
+            message: "neither a torch.export .pt2 archive (zip) nor a tpuc .fx file".into(),
+        })
+    }
+}

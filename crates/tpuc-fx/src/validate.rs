@@ -1,0 +1,81 @@
+//! Structural checks of a program: every reference resolves to a value defined before it,
+//! nothing is defined twice, every value has a type, and weights match their placeholders.
+
+use std::collections::HashSet;
+
+use crate::graph::*;
+
+/// On failure: (where, what), e.g. ("node add_1 (aten.add.Tensor)", "uses undefined value x").
+pub fn validate(program: &Program) -> Result<(), (String, String)> {
+    let g = &program.graph;
+    let mut defined: HashSet<&str> = HashSet::with_capacity(g.tensors.len());
+    let all_defs: HashSet<&str> = g
+        .inputs
+        .iter()
+        .map(|i| i.name.as_str())
+        .chain(g.nodes.iter().flat_map(|n| n.defined_tensors()))
+        .collect();
+
+    for input in &g.inputs {
+        let context = format!("graph input {}", input.name);
+        if !defined.insert(&input.name) {
+            return Err((context, "is defined twice".into()));
+        }
+        let meta = g
+            .tensor(&input.name)
+            .ok_or_else(|| (context.clone(), "has no tensor metadata".to_string()))?;
+        if input.kind != InputKind::UserInput {
+            let weight = program
+                .weight_for(input)
+                .ok_or_else(|| (context.clone(), "has no data in the archive".to_string()))?;
+            if Some(&weight.sizes) != meta.static_sizes().as_ref() || weight.dtype != meta.dtype {
+                return Err((
+                    context,
+                    format!(
+                        "type mismatch: the graph expects {} but the stored weight is {}{:?}",
+                        meta.describe(),
+                        weight.dtype,
+                        weight.sizes
+                    ),
+                ));
+            }
+        }
+    }
+    for node in &g.nodes {
+        let context = || format!("node {} ({})", node.name, node.target);
+        for input in &node.inputs {
+            for r in input.arg.tensor_refs() {
+                if !defined.contains(r) {
+                    let why = if all_defs.contains(r) {
+                        format!("argument {} uses {r} before it is defined (the graph is out of order or has a cycle)", input.name)
+                    } else {
+                        format!("argument {} refers to undefined value {r}", input.name)
+                    };
+                    return Err((context(), why));
+                }
+            }
+        }
+        for out in node.defined_tensors() {
+            if !defined.insert(out) {
+                return Err((
+                    context(),
+                    format!("defines {out}, which is already defined"),
+                ));
+            }
+            if g.tensor(out).is_none() {
+                return Err((context(), format!("output {out} has no tensor metadata")));
+            }
+        }
+    }
+    for (i, out) in g.outputs.iter().enumerate() {
+        if let OutputValue::Tensor(t) = &out.value {
+            if !defined.contains(t.as_str()) {
+                return Err((
+                    format!("graph output {i}"),
+                    format!("refers to undefined value {t}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

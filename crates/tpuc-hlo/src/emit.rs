@@ -1,0 +1,773 @@
+//! The only module that touches MLIR (melior): turns the IR into an MLIR module in generic op
+//! form, with opaque StableHLO attributes spelled as the XLA plugin expects, and prints it as
+//! text or writes bytecode. Nothing here decides types: the IR already holds them.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use melior::dialect::DialectHandle;
+use melior::ir::attribute::{StringAttribute, TypeAttribute};
+use melior::ir::block::BlockLike;
+use melior::ir::operation::{
+    OperationBuilder, OperationLike, OperationMutLike, OperationPrintingFlags,
+};
+use melior::ir::r#type::FunctionType;
+use melior::ir::RegionLike;
+use melior::ir::{
+    Attribute, Block, BlockRef, Identifier, Location, Module as MlirModule, Region, Type,
+    Value as MlirValue,
+};
+use melior::Context;
+
+use crate::ir::*;
+use crate::types::{ElemType, TensorType};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmitFormat {
+    /// MLIR text (generic form for StableHLO ops), with locations.
+    Text,
+    /// MLIR bytecode.
+    Bytecode,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmitError {
+    #[error("internal error: MLIR rejected {what} `{text}` (op at {node})")]
+    Parse {
+        what: &'static str,
+        text: String,
+        node: String,
+    },
+    #[error("internal error: MLIR could not build {op} (at {node}): {message}")]
+    Build {
+        op: String,
+        node: String,
+        message: String,
+    },
+    #[error("internal error: printing the module failed: {0}")]
+    Print(String),
+}
+
+/// Emits `module` as text or bytecode.
+pub fn emit(module: &Module, format: EmitFormat) -> Result<Vec<u8>, EmitError> {
+    let context = Context::new();
+    context.set_allow_unregistered_dialects(true);
+    DialectHandle::func().load_dialect(&context);
+    let mut e = Emitter {
+        ctx: &context,
+        types: HashMap::new(),
+        locs: HashMap::new(),
+    };
+    let mlir = e.module(module)?;
+    match format {
+        EmitFormat::Text => {
+            let flags = OperationPrintingFlags::new().enable_debug_info(true, false);
+            let text = mlir
+                .as_operation()
+                .to_string_with_flags(flags)
+                .map_err(|err| EmitError::Print(err.to_string()))?;
+            Ok(text.into_bytes())
+        }
+        EmitFormat::Bytecode => Ok(mlir.as_operation().write_bytecode()),
+    }
+}
+
+/// Text of `module` (convenience for tests and tools).
+pub fn emit_text(module: &Module) -> Result<String, EmitError> {
+    emit(module, EmitFormat::Text).map(|b| String::from_utf8(b).expect("MLIR prints UTF-8"))
+}
+
+struct Emitter<'c> {
+    ctx: &'c Context,
+    types: HashMap<TensorType, Type<'c>>,
+    locs: HashMap<*const Loc, Location<'c>>,
+}
+
+fn dims_list(v: &[i64]) -> String {
+    let parts: Vec<String> = v.iter().map(i64::to_string).collect();
+    parts.join(", ")
+}
+
+fn array_i64(v: &[i64]) -> String {
+    if v.is_empty() {
+        "array<i64>".into()
+    } else {
+        format!("array<i64: {}>", dims_list(v))
+    }
+}
+
+fn padding_attr(p: &[(i64, i64)]) -> String {
+    let rows: Vec<String> = p.iter().map(|(l, h)| format!("[{l}, {h}]")).collect();
+    format!("dense<[{}]> : tensor<{}x2xi64>", rows.join(", "), p.len())
+}
+
+fn precision_attr(p: Precision) -> String {
+    let one = format!("#stablehlo<precision {}>", p.mnemonic());
+    format!("[{one}, {one}]")
+}
+
+impl<'c> Emitter<'c> {
+    fn ty(&mut self, t: &TensorType) -> Result<Type<'c>, EmitError> {
+        if let Some(ty) = self.types.get(t) {
+            return Ok(*ty);
+        }
+        let text = t.to_string();
+        let ty = Type::parse(self.ctx, &text).ok_or_else(|| EmitError::Parse {
+            what: "type",
+            text,
+            node: String::new(),
+        })?;
+        self.types.insert(t.clone(), ty);
+        Ok(ty)
+    }
+
+    fn loc(&mut self, loc: &Arc<Loc>) -> Location<'c> {
+        let key = Arc::as_ptr(loc);
+        if let Some(l) = self.locs.get(&key) {
+            return *l;
+        }
+        let child = match &loc.file {
+            Some((file, line)) => Location::new(self.ctx, file, *line as usize, 0),
+            None => Location::unknown(self.ctx),
+        };
+        let l = if loc.node.is_empty() {
+            child
+        } else {
+            Location::name(self.ctx, &loc.node, child)
+        };
+        self.locs.insert(key, l);
+        l
+    }
+
+    fn attr(&self, text: &str, node: &str) -> Result<Attribute<'c>, EmitError> {
+        Attribute::parse(self.ctx, text).ok_or_else(|| EmitError::Parse {
+            what: "attribute",
+            text: if text.len() > 200 {
+                format!("{}...", &text[..200])
+            } else {
+                text.to_string()
+            },
+            node: node.to_string(),
+        })
+    }
+
+    fn module(&mut self, m: &Module) -> Result<MlirModule<'c>, EmitError> {
+        let unknown = Location::unknown(self.ctx);
+        let mut module = MlirModule::new(unknown);
+        let f = &m.main;
+        let arg_types = f
+            .args
+            .iter()
+            .map(|&a| self.ty(f.ty(a)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let result_types = f
+            .results
+            .iter()
+            .map(|&r| self.ty(f.ty(r)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let block = Block::new(&arg_types.iter().map(|&t| (t, unknown)).collect::<Vec<_>>());
+        let region = Region::new();
+        let block_ref = region.append_block(block);
+        let mut values: Vec<Option<MlirValue<'c, '_>>> = vec![None; f.value_count()];
+        for (i, &a) in f.args.iter().enumerate() {
+            values[a.index()] = Some(block_ref.argument(i).expect("argument exists").into());
+        }
+        for op in &f.ops {
+            let built = self.op(op, f, &values)?;
+            let op_ref = block_ref.append_operation(built);
+            for (i, &r) in op.results.iter().enumerate() {
+                values[r.index()] = Some(op_ref.result(i).expect("result exists").into());
+            }
+        }
+        let returned: Vec<MlirValue> = f
+            .results
+            .iter()
+            .map(|r| values[r.index()].expect("defined"))
+            .collect();
+        block_ref.append_operation(
+            OperationBuilder::new("func.return", unknown)
+                .add_operands(&returned)
+                .build()
+                .map_err(|e| EmitError::Build {
+                    op: "func.return".into(),
+                    node: String::new(),
+                    message: e.to_string(),
+                })?,
+        );
+        let fn_type = FunctionType::new(self.ctx, &arg_types, &result_types);
+        let mut attrs = vec![
+            (
+                Identifier::new(self.ctx, "sym_name"),
+                StringAttribute::new(self.ctx, "main").into(),
+            ),
+            (
+                Identifier::new(self.ctx, "function_type"),
+                TypeAttribute::new(fn_type.into()).into(),
+            ),
+        ];
+        for (name, list) in [("arg_attrs", &f.arg_attrs), ("res_attrs", &f.result_attrs)] {
+            if list.iter().any(|a| !a.attrs.is_empty()) {
+                let dicts: Vec<String> = list
+                    .iter()
+                    .map(|a| {
+                        let entries: Vec<String> =
+                            a.attrs.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+                        format!("{{{}}}", entries.join(", "))
+                    })
+                    .collect();
+                attrs.push((
+                    Identifier::new(self.ctx, name),
+                    self.attr(&format!("[{}]", dicts.join(", ")), "main")?,
+                ));
+            }
+        }
+        let func = OperationBuilder::new("func.func", unknown)
+            .add_attributes(&attrs)
+            .add_regions([region])
+            .build()
+            .map_err(|e| EmitError::Build {
+                op: "func.func".into(),
+                node: String::new(),
+                message: e.to_string(),
+            })?;
+        module.body().append_operation(func);
+        if !m.attrs.is_empty() {
+            let mut op = module.as_operation_mut();
+            for (k, v) in &m.attrs {
+                let a = self.attr(v, "module")?;
+                op.set_attribute(k, a);
+            }
+        }
+        Ok(module)
+    }
+
+    fn op<'a>(
+        &mut self,
+        op: &Op,
+        f: &Func,
+        values: &[Option<MlirValue<'c, 'a>>],
+    ) -> Result<melior::ir::Operation<'c>, EmitError> {
+        let loc = self.loc(&op.loc);
+        let node = op.loc.node.as_str();
+        let operands: Vec<MlirValue> = op
+            .operands
+            .iter()
+            .map(|v| values[v.index()].expect("operands are defined first"))
+            .collect();
+        let result_types = op
+            .results
+            .iter()
+            .map(|&r| self.ty(f.ty(r)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (name, attrs, regions) = self.describe(op, f)?;
+        let attrs = attrs
+            .into_iter()
+            .map(|(k, v)| Ok((Identifier::new(self.ctx, k), self.attr(&v, node)?)))
+            .collect::<Result<Vec<_>, EmitError>>()?;
+        OperationBuilder::new(name, loc)
+            .add_operands(&operands)
+            .add_results(&result_types)
+            .add_attributes(&attrs)
+            .add_regions_vec(regions)
+            .build()
+            .map_err(|e| EmitError::Build {
+                op: name.to_string(),
+                node: node.to_string(),
+                message: e.to_string(),
+            })
+    }
+
+    /// The op's name, attributes (as MLIR text) and regions.
+    #[allow(clippy::type_complexity)]
+    fn describe(
+        &mut self,
+        op: &Op,
+        f: &Func,
+    ) -> Result<(&'static str, Vec<(&'static str, String)>, Vec<Region<'c>>), EmitError> {
+        let operand_elem = |i: usize| f.ty(op.operands[i]).elem;
+        Ok(match &op.kind {
+            OpKind::Constant(lit) => (
+                "stablehlo.constant",
+                vec![("value", literal_attr(lit))],
+                vec![],
+            ),
+            OpKind::Iota { dim } => (
+                "stablehlo.iota",
+                vec![("iota_dimension", format!("{dim} : i64"))],
+                vec![],
+            ),
+            OpKind::Unary(u) => (u.op_name(), vec![], vec![]),
+            OpKind::Binary(b) => (b.op_name(), vec![], vec![]),
+            OpKind::Compare { dir, cmp } => (
+                "stablehlo.compare",
+                vec![
+                    (
+                        "comparison_direction",
+                        format!("#stablehlo<comparison_direction {}>", dir.mnemonic()),
+                    ),
+                    ("compare_type", format!("#stablehlo<comparison_type {cmp}>")),
+                ],
+                vec![],
+            ),
+            OpKind::Select => ("stablehlo.select", vec![], vec![]),
+            OpKind::Clamp => ("stablehlo.clamp", vec![], vec![]),
+            OpKind::Convert => ("stablehlo.convert", vec![], vec![]),
+            OpKind::IsFinite => ("stablehlo.is_finite", vec![], vec![]),
+            OpKind::BroadcastInDim { dims } => (
+                "stablehlo.broadcast_in_dim",
+                vec![("broadcast_dimensions", array_i64(dims))],
+                vec![],
+            ),
+            OpKind::Reshape => ("stablehlo.reshape", vec![], vec![]),
+            OpKind::Transpose { perm } => (
+                "stablehlo.transpose",
+                vec![("permutation", array_i64(perm))],
+                vec![],
+            ),
+            OpKind::Slice {
+                start,
+                limit,
+                strides,
+            } => (
+                "stablehlo.slice",
+                vec![
+                    ("start_indices", array_i64(start)),
+                    ("limit_indices", array_i64(limit)),
+                    ("strides", array_i64(strides)),
+                ],
+                vec![],
+            ),
+            OpKind::Concatenate { dim } => (
+                "stablehlo.concatenate",
+                vec![("dimension", format!("{dim} : i64"))],
+                vec![],
+            ),
+            OpKind::Pad {
+                low,
+                high,
+                interior,
+            } => (
+                "stablehlo.pad",
+                vec![
+                    ("edge_padding_low", array_i64(low)),
+                    ("edge_padding_high", array_i64(high)),
+                    ("interior_padding", array_i64(interior)),
+                ],
+                vec![],
+            ),
+            OpKind::Reverse { dims } => (
+                "stablehlo.reverse",
+                vec![("dimensions", array_i64(dims))],
+                vec![],
+            ),
+            OpKind::DotGeneral { dims, precision } => {
+                let mut parts = Vec::new();
+                for (k, v) in [
+                    ("lhs_batching_dimensions", &dims.lhs_batch),
+                    ("rhs_batching_dimensions", &dims.rhs_batch),
+                    ("lhs_contracting_dimensions", &dims.lhs_contracting),
+                    ("rhs_contracting_dimensions", &dims.rhs_contracting),
+                ] {
+                    if !v.is_empty() {
+                        parts.push(format!("{k} = [{}]", dims_list(v)));
+                    }
+                }
+                (
+                    "stablehlo.dot_general",
+                    vec![
+                        (
+                            "dot_dimension_numbers",
+                            format!("#stablehlo.dot<{}>", parts.join(", ")),
+                        ),
+                        ("precision_config", precision_attr(*precision)),
+                    ],
+                    vec![],
+                )
+            }
+            OpKind::Convolution(c) => {
+                let spatial: Vec<String> = (0..c.strides.len()).map(|i| i.to_string()).collect();
+                let s = spatial.join(", ");
+                (
+                    "stablehlo.convolution",
+                    vec![
+                        ("window_strides", array_i64(&c.strides)),
+                        ("padding", padding_attr(&c.padding)),
+                        ("lhs_dilation", array_i64(&c.lhs_dilation)),
+                        ("rhs_dilation", array_i64(&c.rhs_dilation)),
+                        (
+                            "dimension_numbers",
+                            format!("#stablehlo.conv<[b, f, {s}]x[o, i, {s}]->[b, f, {s}]>"),
+                        ),
+                        ("feature_group_count", format!("{} : i64", c.groups)),
+                        ("batch_group_count", "1 : i64".into()),
+                        ("precision_config", precision_attr(c.precision)),
+                    ],
+                    vec![],
+                )
+            }
+            OpKind::Reduce { dims, body } => {
+                let elems: Vec<ElemType> = op.results.iter().map(|&r| f.ty(r).elem).collect();
+                (
+                    "stablehlo.reduce",
+                    vec![("dimensions", array_i64(dims))],
+                    vec![self.reduce_body(*body, &elems, &op.loc)?],
+                )
+            }
+            OpKind::ReduceWindow {
+                window,
+                strides,
+                padding,
+                body,
+            } => (
+                "stablehlo.reduce_window",
+                vec![
+                    ("window_dimensions", array_i64(window)),
+                    ("window_strides", array_i64(strides)),
+                    ("padding", padding_attr(padding)),
+                ],
+                vec![self.reduce_body(*body, &[operand_elem(0)], &op.loc)?],
+            ),
+            OpKind::Gather(g) => {
+                let mut parts = vec![format!("offset_dims = [{}]", dims_list(&g.offset_dims))];
+                for (k, v) in [
+                    ("collapsed_slice_dims", &g.collapsed_slice_dims),
+                    ("operand_batching_dims", &g.operand_batching_dims),
+                    (
+                        "start_indices_batching_dims",
+                        &g.start_indices_batching_dims,
+                    ),
+                ] {
+                    if !v.is_empty() {
+                        parts.push(format!("{k} = [{}]", dims_list(v)));
+                    }
+                }
+                parts.push(format!(
+                    "start_index_map = [{}]",
+                    dims_list(&g.start_index_map)
+                ));
+                parts.push(format!("index_vector_dim = {}", g.index_vector_dim));
+                (
+                    "stablehlo.gather",
+                    vec![
+                        (
+                            "dimension_numbers",
+                            format!("#stablehlo.gather<{}>", parts.join(", ")),
+                        ),
+                        ("slice_sizes", array_i64(&g.slice_sizes)),
+                        ("indices_are_sorted", "false".into()),
+                    ],
+                    vec![],
+                )
+            }
+            OpKind::Scatter { dims, mode } => {
+                let mut parts = vec![format!(
+                    "update_window_dims = [{}]",
+                    dims_list(&dims.update_window_dims)
+                )];
+                for (k, v) in [
+                    ("inserted_window_dims", &dims.inserted_window_dims),
+                    ("input_batching_dims", &dims.input_batching_dims),
+                    (
+                        "scatter_indices_batching_dims",
+                        &dims.scatter_indices_batching_dims,
+                    ),
+                ] {
+                    if !v.is_empty() {
+                        parts.push(format!("{k} = [{}]", dims_list(v)));
+                    }
+                }
+                parts.push(format!(
+                    "scatter_dims_to_operand_dims = [{}]",
+                    dims_list(&dims.scatter_dims_to_operand_dims)
+                ));
+                parts.push(format!("index_vector_dim = {}", dims.index_vector_dim));
+                let region = self.scatter_body(*mode, operand_elem(0), &op.loc)?;
+                (
+                    "stablehlo.scatter",
+                    vec![
+                        (
+                            "scatter_dimension_numbers",
+                            format!("#stablehlo.scatter<{}>", parts.join(", ")),
+                        ),
+                        ("indices_are_sorted", "false".into()),
+                        ("unique_indices", "false".into()),
+                    ],
+                    vec![region],
+                )
+            }
+            OpKind::Sort { dim, order } => {
+                let elems: Vec<ElemType> = op.operands.iter().map(|&v| f.ty(v).elem).collect();
+                (
+                    "stablehlo.sort",
+                    vec![
+                        ("dimension", format!("{dim} : i64")),
+                        ("is_stable", "true".into()),
+                    ],
+                    vec![self.sort_body(*order, &elems, &op.loc)?],
+                )
+            }
+        })
+    }
+
+    /// A region with one block of scalar arguments; `build` appends ops and returns results.
+    fn scalar_region<F>(
+        &mut self,
+        arg_elems: &[ElemType],
+        loc: &Arc<Loc>,
+        build: F,
+    ) -> Result<Region<'c>, EmitError>
+    where
+        F: for<'b> FnOnce(
+            &mut BodyBuilder<'c, 'b, '_>,
+            Vec<MlirValue<'c, 'b>>,
+        ) -> Result<Vec<MlirValue<'c, 'b>>, EmitError>,
+    {
+        let l = self.loc(loc);
+        let types = arg_elems
+            .iter()
+            .map(|&e| self.ty(&TensorType::scalar(e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let region = Region::new();
+        let block = region.append_block(Block::new(
+            &types.iter().map(|&t| (t, l)).collect::<Vec<_>>(),
+        ));
+        let args: Vec<MlirValue> = (0..types.len())
+            .map(|i| block.argument(i).expect("exists").into())
+            .collect();
+        let mut b = BodyBuilder {
+            e: self,
+            block,
+            loc: l,
+        };
+        let results = build(&mut b, args)?;
+        b.op("stablehlo.return", &results, &[], vec![])?;
+        Ok(region)
+    }
+
+    fn reduce_body(
+        &mut self,
+        body: ReduceBody,
+        elems: &[ElemType],
+        loc: &Arc<Loc>,
+    ) -> Result<Region<'c>, EmitError> {
+        match body {
+            ReduceBody::Binary(op) => {
+                let e = elems[0];
+                self.scalar_region(&[e, e], loc, |b, a| {
+                    Ok(vec![b.op(op.op_name(), &[a[0], a[1]], &[], vec![e])?])
+                })
+            }
+            ReduceBody::ArgMax | ReduceBody::ArgMin => {
+                let (v, i) = (elems[0], elems[1]);
+                let dir = if body == ReduceBody::ArgMax {
+                    CompareDir::Gt
+                } else {
+                    CompareDir::Lt
+                };
+                self.scalar_region(&[v, i, v, i], loc, |b, a| {
+                    let (acc_v, acc_i, x_v, x_i) = (a[0], a[1], a[2], a[3]);
+                    let better = b.compare(dir, x_v, acc_v, v)?;
+                    let equal = b.compare(CompareDir::Eq, x_v, acc_v, v)?;
+                    let earlier = b.compare(CompareDir::Lt, x_i, acc_i, i)?;
+                    let (better, equal) = if v.is_float() {
+                        // torch: NaN beats every number; among NaNs the first index wins.
+                        let x_nan = b.compare(CompareDir::Ne, x_v, x_v, v)?;
+                        let acc_nan = b.compare(CompareDir::Ne, acc_v, acc_v, v)?;
+                        let acc_num = b.op("stablehlo.not", &[acc_nan], &[], vec![ElemType::I1])?;
+                        let nan_over_num =
+                            b.op("stablehlo.and", &[x_nan, acc_num], &[], vec![ElemType::I1])?;
+                        let both_nan =
+                            b.op("stablehlo.and", &[x_nan, acc_nan], &[], vec![ElemType::I1])?;
+                        (
+                            b.op(
+                                "stablehlo.or",
+                                &[better, nan_over_num],
+                                &[],
+                                vec![ElemType::I1],
+                            )?,
+                            b.op("stablehlo.or", &[equal, both_nan], &[], vec![ElemType::I1])?,
+                        )
+                    } else {
+                        (better, equal)
+                    };
+                    let tie = b.op("stablehlo.and", &[equal, earlier], &[], vec![ElemType::I1])?;
+                    let take = b.op("stablehlo.or", &[better, tie], &[], vec![ElemType::I1])?;
+                    let rv = b.op("stablehlo.select", &[take, x_v, acc_v], &[], vec![v])?;
+                    let ri = b.op("stablehlo.select", &[take, x_i, acc_i], &[], vec![i])?;
+                    Ok(vec![rv, ri])
+                })
+            }
+        }
+    }
+
+    fn scatter_body(
+        &mut self,
+        mode: ScatterMode,
+        e: ElemType,
+        loc: &Arc<Loc>,
+    ) -> Result<Region<'c>, EmitError> {
+        self.scalar_region(&[e, e], loc, |b, a| match mode {
+            ScatterMode::Replace => Ok(vec![a[1]]),
+            ScatterMode::Combine(op) => {
+                Ok(vec![b.op(op.op_name(), &[a[0], a[1]], &[], vec![e])?])
+            }
+        })
+    }
+
+    fn sort_body(
+        &mut self,
+        order: SortOrder,
+        elems: &[ElemType],
+        loc: &Arc<Loc>,
+    ) -> Result<Region<'c>, EmitError> {
+        let args: Vec<ElemType> = elems.iter().flat_map(|&e| [e, e]).collect();
+        let key = elems[0];
+        self.scalar_region(&args, loc, |b, a| {
+            let dir = if order == SortOrder::Ascending {
+                "LT"
+            } else {
+                "GT"
+            };
+            // TOTALORDER puts NaN after every number, as torch does.
+            let cmp = if key.is_float() {
+                "TOTALORDER"
+            } else {
+                key.comparison_type()
+            };
+            let r = b.op(
+                "stablehlo.compare",
+                &[a[0], a[1]],
+                &[
+                    (
+                        "comparison_direction",
+                        format!("#stablehlo<comparison_direction {dir}>"),
+                    ),
+                    ("compare_type", format!("#stablehlo<comparison_type {cmp}>")),
+                ],
+                vec![ElemType::I1],
+            )?;
+            Ok(vec![r])
+        })
+    }
+}
+
+struct BodyBuilder<'c, 'b, 'e> {
+    e: &'e mut Emitter<'c>,
+    block: BlockRef<'c, 'b>,
+    loc: Location<'c>,
+}
+
+impl<'c, 'b> BodyBuilder<'c, 'b, '_> {
+    fn op(
+        &mut self,
+        name: &str,
+        operands: &[MlirValue<'c, 'b>],
+        attrs: &[(&str, String)],
+        results: Vec<ElemType>,
+    ) -> Result<MlirValue<'c, 'b>, EmitError> {
+        let types = results
+            .iter()
+            .map(|&e| self.e.ty(&TensorType::scalar(e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let attrs = attrs
+            .iter()
+            .map(|(k, v)| Ok((Identifier::new(self.e.ctx, k), self.e.attr(v, "region")?)))
+            .collect::<Result<Vec<_>, EmitError>>()?;
+        let op = OperationBuilder::new(name, self.loc)
+            .add_operands(operands)
+            .add_results(&types)
+            .add_attributes(&attrs)
+            .build()
+            .map_err(|e| EmitError::Build {
+                op: name.to_string(),
+                node: String::new(),
+                message: e.to_string(),
+            })?;
+        let r = self.block.append_operation(op);
+        if types.is_empty() {
+            // `stablehlo.return` has no result; hand back an operand so the signature stays simple.
+            return Ok(operands.first().copied().expect("return has operands"));
+        }
+        Ok(r.result(0).expect("result exists").into())
+    }
+
+    fn compare(
+        &mut self,
+        dir: CompareDir,
+        a: MlirValue<'c, 'b>,
+        b: MlirValue<'c, 'b>,
+        elem: ElemType,
+    ) -> Result<MlirValue<'c, 'b>, EmitError> {
+        self.op(
+            "stablehlo.compare",
+            &[a, b],
+            &[
+                (
+                    "comparison_direction",
+                    format!("#stablehlo<comparison_direction {}>", dir.mnemonic()),
+                ),
+                (
+                    "compare_type",
+                    format!("#stablehlo<comparison_type {}>", elem.comparison_type()),
+                ),
+            ],
+            vec![ElemType::I1],
+        )
+    }
+}
+
+/// `dense<...> : tensor<...>` for a literal. Splats print one value; other tensors print their
+/// raw bytes in hex (booleans as a nested list, since MLIR packs i1 differently).
+pub fn literal_attr(lit: &Literal) -> String {
+    let ty = &lit.ty;
+    if lit.splat {
+        return format!("dense<{}> : {ty}", scalar_text(ty.elem, &lit.bytes));
+    }
+    if ty.elem == ElemType::I1 {
+        let mut s = String::new();
+        nested_bools(&mut s, &ty.shape, &lit.bytes);
+        return format!("dense<{s}> : {ty}");
+    }
+    let mut hex = String::with_capacity(lit.bytes.len() * 2 + 2);
+    hex.push_str("0x");
+    for b in lit.bytes.iter() {
+        let _ = write!(hex, "{b:02X}");
+    }
+    format!("dense<\"{hex}\"> : {ty}")
+}
+
+fn nested_bools(out: &mut String, shape: &[i64], bytes: &[u8]) {
+    if shape.is_empty() {
+        out.push_str(if bytes[0] != 0 { "true" } else { "false" });
+        return;
+    }
+    let inner: i64 = shape[1..].iter().product();
+    out.push('[');
+    for i in 0..shape[0] {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let start = (i * inner) as usize;
+        nested_bools(out, &shape[1..], &bytes[start..start + inner as usize]);
+    }
+    out.push(']');
+}
+
+fn scalar_text(elem: ElemType, b: &[u8]) -> String {
+    match elem {
+        ElemType::I1 => (if b[0] != 0 { "true" } else { "false" }).into(),
+        ElemType::I8 => (b[0] as i8).to_string(),
+        ElemType::U8 => b[0].to_string(),
+        ElemType::I16 => i16::from_le_bytes([b[0], b[1]]).to_string(),
+        ElemType::U16 => u16::from_le_bytes([b[0], b[1]]).to_string(),
+        ElemType::I32 => i32::from_le_bytes(b[..4].try_into().unwrap()).to_string(),
+        ElemType::U32 => u32::from_le_bytes(b[..4].try_into().unwrap()).to_string(),
+        ElemType::I64 => i64::from_le_bytes(b[..8].try_into().unwrap()).to_string(),
+        ElemType::U64 => u64::from_le_bytes(b[..8].try_into().unwrap()).to_string(),
+        // Floats as their exact bit pattern: no rounding through decimal text.
+        ElemType::F16 | ElemType::BF16 => format!("0x{:04X}", u16::from_le_bytes([b[0], b[1]])),
+        ElemType::F32 => format!("0x{:08X}", u32::from_le_bytes(b[..4].try_into().unwrap())),
+        ElemType::F64 => format!("0x{:016X}", u64::from_le_bytes(b[..8].try_into().unwrap())),
+    }
+}

@@ -1,0 +1,383 @@
+//! tpuc's StableHLO IR: one function of ops in SSA form. Builders (see `builder.rs`) compute and
+//! check every result type, so a module that exists is well typed.
+
+use std::sync::Arc;
+
+use crate::types::{ElemType, TensorType};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Value(pub(crate) u32);
+
+impl Value {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Abs,
+    Neg,
+    Exp,
+    Expm1,
+    Log,
+    Log1p,
+    Sqrt,
+    Rsqrt,
+    Cbrt,
+    Tanh,
+    Logistic,
+    Sin,
+    Cos,
+    Tan,
+    Floor,
+    Ceil,
+    RoundEven,
+    RoundAwayFromZero,
+    Sign,
+    Not,
+    /// CHLO: the plugin accepts chlo ops and decomposes them.
+    Erf,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+}
+
+impl UnaryOp {
+    pub fn op_name(self) -> &'static str {
+        use UnaryOp::*;
+        match self {
+            Abs => "stablehlo.abs",
+            Neg => "stablehlo.negate",
+            Exp => "stablehlo.exponential",
+            Expm1 => "stablehlo.exponential_minus_one",
+            Log => "stablehlo.log",
+            Log1p => "stablehlo.log_plus_one",
+            Sqrt => "stablehlo.sqrt",
+            Rsqrt => "stablehlo.rsqrt",
+            Cbrt => "stablehlo.cbrt",
+            Tanh => "stablehlo.tanh",
+            Logistic => "stablehlo.logistic",
+            Sin => "stablehlo.sine",
+            Cos => "stablehlo.cosine",
+            Tan => "stablehlo.tan",
+            Floor => "stablehlo.floor",
+            Ceil => "stablehlo.ceil",
+            RoundEven => "stablehlo.round_nearest_even",
+            RoundAwayFromZero => "stablehlo.round_nearest_afz",
+            Sign => "stablehlo.sign",
+            Not => "stablehlo.not",
+            Erf => "chlo.erf",
+            Asin => "chlo.asin",
+            Acos => "chlo.acos",
+            Atan => "chlo.atan",
+            Sinh => "chlo.sinh",
+            Cosh => "chlo.cosh",
+            Asinh => "chlo.asinh",
+            Acosh => "chlo.acosh",
+            Atanh => "chlo.atanh",
+        }
+    }
+
+    /// Whether the op is defined only on floating-point tensors.
+    pub fn float_only(self) -> bool {
+        !matches!(
+            self,
+            UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Sign | UnaryOp::Not
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    Pow,
+    Max,
+    Min,
+    And,
+    Or,
+    Xor,
+    Atan2,
+    ShiftLeft,
+    ShiftRightArithmetic,
+    ShiftRightLogical,
+}
+
+impl BinaryOp {
+    pub fn op_name(self) -> &'static str {
+        use BinaryOp::*;
+        match self {
+            Add => "stablehlo.add",
+            Sub => "stablehlo.subtract",
+            Mul => "stablehlo.multiply",
+            Div => "stablehlo.divide",
+            Rem => "stablehlo.remainder",
+            Pow => "stablehlo.power",
+            Max => "stablehlo.maximum",
+            Min => "stablehlo.minimum",
+            And => "stablehlo.and",
+            Or => "stablehlo.or",
+            Xor => "stablehlo.xor",
+            Atan2 => "stablehlo.atan2",
+            ShiftLeft => "stablehlo.shift_left",
+            ShiftRightArithmetic => "stablehlo.shift_right_arithmetic",
+            ShiftRightLogical => "stablehlo.shift_right_logical",
+        }
+    }
+
+    pub fn is_logical(self) -> bool {
+        matches!(self, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CompareDir {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CompareDir {
+    pub fn mnemonic(self) -> &'static str {
+        match self {
+            CompareDir::Eq => "EQ",
+            CompareDir::Ne => "NE",
+            CompareDir::Lt => "LT",
+            CompareDir::Le => "LE",
+            CompareDir::Gt => "GT",
+            CompareDir::Ge => "GE",
+        }
+    }
+}
+
+/// The computation inside a reduce or reduce_window region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceBody {
+    /// `acc = op(acc, x)` over one operand.
+    Binary(BinaryOp),
+    /// Over (values, indices): keep the larger value, the smaller index on ties; NaN wins.
+    ArgMax,
+    ArgMin,
+}
+
+/// The comparator of a sort: compares operand 0 of the two elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SortOrder {
+    Ascending,
+    Descending,
+}
+
+/// How a scatter combines an update with the element already there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScatterMode {
+    Replace,
+    Combine(BinaryOp),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DotDims {
+    pub lhs_batch: Vec<i64>,
+    pub rhs_batch: Vec<i64>,
+    pub lhs_contracting: Vec<i64>,
+    pub rhs_contracting: Vec<i64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Precision {
+    Default,
+    High,
+    Highest,
+}
+
+impl Precision {
+    pub fn mnemonic(self) -> &'static str {
+        match self {
+            Precision::Default => "DEFAULT",
+            Precision::High => "HIGH",
+            Precision::Highest => "HIGHEST",
+        }
+    }
+}
+
+/// Convolution in the layout torch uses: input [N, C, spatial...], kernel [O, I/groups,
+/// spatial...], output [N, O, spatial...].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConvAttrs {
+    pub strides: Vec<i64>,
+    pub padding: Vec<(i64, i64)>,
+    pub lhs_dilation: Vec<i64>,
+    pub rhs_dilation: Vec<i64>,
+    pub groups: i64,
+    pub precision: Precision,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GatherDims {
+    pub offset_dims: Vec<i64>,
+    pub collapsed_slice_dims: Vec<i64>,
+    pub operand_batching_dims: Vec<i64>,
+    pub start_indices_batching_dims: Vec<i64>,
+    pub start_index_map: Vec<i64>,
+    pub index_vector_dim: i64,
+    pub slice_sizes: Vec<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ScatterDims {
+    pub update_window_dims: Vec<i64>,
+    pub inserted_window_dims: Vec<i64>,
+    pub input_batching_dims: Vec<i64>,
+    pub scatter_indices_batching_dims: Vec<i64>,
+    pub scatter_dims_to_operand_dims: Vec<i64>,
+    pub index_vector_dim: i64,
+}
+
+/// A dense constant: little-endian element bytes, one element when `splat`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Literal {
+    pub ty: TensorType,
+    pub bytes: Arc<[u8]>,
+    pub splat: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Constant(Literal),
+    Iota {
+        dim: i64,
+    },
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Compare {
+        dir: CompareDir,
+        cmp: &'static str,
+    },
+    Select,
+    Clamp,
+    Convert,
+    IsFinite,
+    BroadcastInDim {
+        dims: Vec<i64>,
+    },
+    Reshape,
+    Transpose {
+        perm: Vec<i64>,
+    },
+    Slice {
+        start: Vec<i64>,
+        limit: Vec<i64>,
+        strides: Vec<i64>,
+    },
+    Concatenate {
+        dim: i64,
+    },
+    Pad {
+        low: Vec<i64>,
+        high: Vec<i64>,
+        interior: Vec<i64>,
+    },
+    Reverse {
+        dims: Vec<i64>,
+    },
+    DotGeneral {
+        dims: DotDims,
+        precision: Precision,
+    },
+    Convolution(ConvAttrs),
+    Reduce {
+        dims: Vec<i64>,
+        body: ReduceBody,
+    },
+    ReduceWindow {
+        window: Vec<i64>,
+        strides: Vec<i64>,
+        padding: Vec<(i64, i64)>,
+        body: ReduceBody,
+    },
+    Gather(GatherDims),
+    Scatter {
+        dims: ScatterDims,
+        mode: ScatterMode,
+    },
+    Sort {
+        dim: i64,
+        order: SortOrder,
+    },
+}
+
+/// Where an op came from: the FX node and, when known, the Python source line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loc {
+    pub node: String,
+    pub file: Option<(String, u32)>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Op {
+    pub kind: OpKind,
+    pub operands: Vec<Value>,
+    pub results: Vec<Value>,
+    pub loc: Arc<Loc>,
+}
+
+/// Attributes of a function argument or result beyond its type.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ArgAttrs {
+    /// Extra attributes spelled as MLIR (`mhlo.sharding = "{replicated}"`), in order.
+    pub attrs: Vec<(String, String)>,
+}
+
+/// The `main` function of a module.
+#[derive(Clone, Debug, Default)]
+pub struct Func {
+    pub args: Vec<Value>,
+    pub arg_attrs: Vec<ArgAttrs>,
+    pub ops: Vec<Op>,
+    pub results: Vec<Value>,
+    pub result_attrs: Vec<ArgAttrs>,
+    pub(crate) types: Vec<TensorType>,
+}
+
+impl Func {
+    pub fn ty(&self, v: Value) -> &TensorType {
+        &self.types[v.index()]
+    }
+
+    pub fn value_count(&self) -> usize {
+        self.types.len()
+    }
+
+    pub fn arg_types(&self) -> Vec<TensorType> {
+        self.args.iter().map(|&a| self.ty(a).clone()).collect()
+    }
+
+    pub fn result_types(&self) -> Vec<TensorType> {
+        self.results.iter().map(|&r| self.ty(r).clone()).collect()
+    }
+}
+
+/// A module: its `main` function plus module-level attributes (e.g. a Shardy mesh).
+#[derive(Clone, Debug, Default)]
+pub struct Module {
+    pub main: Func,
+    /// Extra module-body ops or attributes spelled as MLIR (e.g. `sdy.mesh`), in order.
+    pub attrs: Vec<(String, String)>,
+}
+
+impl Literal {
+    pub fn elem(&self) -> ElemType {
+        self.ty.elem
+    }
+}

@@ -1,0 +1,712 @@
+//! Element-wise arithmetic, comparisons, logic, activations, conversions and tensor factories.
+
+use tpuc_fx::{DType, Node};
+
+use super::*;
+
+fn out_elem(cx: &Ctx, n: &Node) -> OpResult<ElemType> {
+    Ok(cx.out_type(n, 0)?.elem)
+}
+
+/// The promoted element type of operands, as torch computes it.
+fn promoted(cx: &Ctx, ops: &[Operand]) -> OpResult<ElemType> {
+    let parts: Vec<Participant> = ops.iter().map(|&o| cx.participant(o)).collect();
+    let d = result_type(&parts).ok_or_else(|| OpError("no operands to promote".into()))?;
+    Ok(ElemType::from_dtype(d))
+}
+
+/// Materializes operands as tensors of `elem`, broadcast to a common shape.
+fn prepare(cx: &mut Ctx, ops: &[Operand], elem: ElemType) -> OpResult<Vec<Value>> {
+    let vs: Vec<Value> = ops.iter().map(|&o| cx.materialize(o, elem)).collect();
+    cx.broadcast_all(&vs)
+}
+
+pub fn arith(cx: &mut Ctx, a: Operand, b: Operand, op: BinaryOp) -> OpResult<Value> {
+    let elem = promoted(cx, &[a, b])?;
+    let v = prepare(cx, &[a, b], elem)?;
+    Ok(cx.b.binary(op, v[0], v[1])?)
+}
+
+/// `self op (alpha * other)`, as add/sub take it.
+fn add_sub(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
+    let a = cx.operand(n, "self")?;
+    let mut b = cx.operand(n, "other")?;
+    if let Some(alpha) = cx.opt_float(n, "alpha")? {
+        if alpha != 1.0 {
+            b = match b {
+                Operand::Number(x, d) => Operand::Number(x * alpha, d),
+                Operand::Tensor(_) => {
+                    let alpha_dt = if alpha.fract() == 0.0 {
+                        DType::I64
+                    } else {
+                        DType::F64
+                    };
+                    Operand::Tensor(arith(
+                        cx,
+                        b,
+                        Operand::Number(alpha, alpha_dt),
+                        BinaryOp::Mul,
+                    )?)
+                }
+            };
+        }
+    }
+    Ok(vec![Some(arith(cx, a, b, op)?)])
+}
+
+fn true_div(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
+    let mut elem = promoted(cx, &[a, b])?;
+    if !elem.is_float() {
+        elem = ElemType::F32;
+    }
+    let v = prepare(cx, &[a, b], elem)?;
+    Ok(cx.b.binary(BinaryOp::Div, v[0], v[1])?)
+}
+
+fn floor_div(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
+    let elem = promoted(cx, &[a, b])?;
+    let v = prepare(cx, &[a, b], elem)?;
+    let (x, y) = (v[0], v[1]);
+    if elem.is_float() {
+        let q = cx.b.binary(BinaryOp::Div, x, y)?;
+        return Ok(cx.b.unary(UnaryOp::Floor, q)?);
+    }
+    // Integer division truncates; step down when the signs differ and there is a remainder.
+    let q = cx.b.binary(BinaryOp::Div, x, y)?;
+    if elem.is_unsigned() || elem.is_bool() {
+        return Ok(q);
+    }
+    let r = cx.b.binary(BinaryOp::Rem, x, y)?;
+    let zero = cx.full_like(x, 0.0, None);
+    let one = cx.full_like(x, 1.0, None);
+    let has_rem = cx.b.compare(CompareDir::Ne, r, zero)?;
+    let r_neg = cx.b.compare(CompareDir::Lt, r, zero)?;
+    let y_neg = cx.b.compare(CompareDir::Lt, y, zero)?;
+    let signs_differ = cx.b.compare(CompareDir::Ne, r_neg, y_neg)?;
+    let adjust = cx.b.binary(BinaryOp::And, has_rem, signs_differ)?;
+    let q1 = cx.b.binary(BinaryOp::Sub, q, one)?;
+    Ok(cx.b.select(adjust, q1, q)?)
+}
+
+fn trunc_div(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
+    let elem = promoted(cx, &[a, b])?;
+    let v = prepare(cx, &[a, b], elem)?;
+    let q = cx.b.binary(BinaryOp::Div, v[0], v[1])?;
+    if !elem.is_float() {
+        return Ok(q);
+    }
+    trunc(cx, q)
+}
+
+fn trunc(cx: &mut Ctx, q: Value) -> OpResult<Value> {
+    let zero = cx.full_like(q, 0.0, None);
+    let neg = cx.b.compare(CompareDir::Lt, q, zero)?;
+    let up = cx.b.unary(UnaryOp::Ceil, q)?;
+    let down = cx.b.unary(UnaryOp::Floor, q)?;
+    Ok(cx.b.select(neg, up, down)?)
+}
+
+/// Python's modulo: the result takes the sign of the divisor.
+fn remainder(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
+    let elem = promoted(cx, &[a, b])?;
+    let v = prepare(cx, &[a, b], elem)?;
+    let (x, y) = (v[0], v[1]);
+    let r = cx.b.binary(BinaryOp::Rem, x, y)?;
+    if elem.is_unsigned() {
+        return Ok(r);
+    }
+    let zero = cx.full_like(x, 0.0, None);
+    let nonzero = cx.b.compare(CompareDir::Ne, r, zero)?;
+    let r_neg = cx.b.compare(CompareDir::Lt, r, zero)?;
+    let y_neg = cx.b.compare(CompareDir::Lt, y, zero)?;
+    let differ = cx.b.compare(CompareDir::Ne, r_neg, y_neg)?;
+    let fix = cx.b.binary(BinaryOp::And, nonzero, differ)?;
+    let shifted = cx.b.binary(BinaryOp::Add, r, y)?;
+    Ok(cx.b.select(fix, shifted, r)?)
+}
+
+fn pow(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let base = cx.operand(n, "self")?;
+    let exp = cx.operand(n, "exponent")?;
+    let elem = out_elem(cx, n)?;
+    if let (Operand::Tensor(x), Operand::Number(e, _)) = (base, exp) {
+        let x = cx.b.convert(x, elem);
+        if e == 2.0 {
+            return Ok(vec![Some(cx.b.binary(BinaryOp::Mul, x, x)?)]);
+        }
+        if e == 0.5 && elem.is_float() {
+            return Ok(vec![Some(cx.b.unary(UnaryOp::Sqrt, x)?)]);
+        }
+    }
+    let v = prepare(cx, &[base, exp], elem)?;
+    Ok(vec![Some(cx.b.binary(BinaryOp::Pow, v[0], v[1])?)])
+}
+
+fn compare(cx: &mut Ctx, n: &Node, dir: CompareDir) -> OpResult<Vec<Option<Value>>> {
+    let a = cx.operand(n, "self")?;
+    let b = cx.operand(n, "other")?;
+    let elem = promoted(cx, &[a, b])?;
+    let v = prepare(cx, &[a, b], elem)?;
+    Ok(vec![Some(cx.b.compare(dir, v[0], v[1])?)])
+}
+
+fn to_bool(cx: &mut Ctx, v: Value) -> OpResult<Value> {
+    if cx.b.elem(v).is_bool() {
+        return Ok(v);
+    }
+    let zero = cx.full_like(v, 0.0, None);
+    Ok(cx.b.compare(CompareDir::Ne, v, zero)?)
+}
+
+fn logical(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
+    let a = cx.tensor(n, "self")?;
+    let b = cx.tensor(n, "other")?;
+    let (a, b) = (to_bool(cx, a)?, to_bool(cx, b)?);
+    let v = cx.broadcast_all(&[a, b])?;
+    let r = cx.b.binary(op, v[0], v[1])?;
+    let elem = out_elem(cx, n)?;
+    Ok(vec![Some(cx.b.convert(r, elem))])
+}
+
+fn bitwise(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
+    let a = cx.operand(n, "self")?;
+    let b = cx.operand(n, "other")?;
+    if promoted(cx, &[a, b])?.is_float() {
+        return err("bitwise operations are not defined on floating-point tensors");
+    }
+    Ok(vec![Some(arith(cx, a, b, op)?)])
+}
+
+/// Unary op computed in the output's element type (ints become floats for exp, sin, ...).
+fn unary_in_out_type(cx: &mut Ctx, n: &Node, op: UnaryOp) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let elem = out_elem(cx, n)?;
+    let x = cx.b.convert(x, elem);
+    Ok(vec![Some(cx.b.unary(op, x)?)])
+}
+
+fn relu(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let zero = cx.full_like(x, 0.0, None);
+    Ok(vec![Some(cx.b.binary(BinaryOp::Max, x, zero)?)])
+}
+
+fn silu(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let s = cx.b.unary(UnaryOp::Logistic, x)?;
+    Ok(vec![Some(cx.b.binary(BinaryOp::Mul, x, s)?)])
+}
+
+fn gelu(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let half = cx.full_like(x, 0.5, None);
+    let one = cx.full_like(x, 1.0, None);
+    let inner = match cx.opt_str(n, "approximate")?.unwrap_or("none") {
+        "none" => {
+            let c = cx.full_like(x, std::f64::consts::FRAC_1_SQRT_2, None);
+            let t = cx.b.binary(BinaryOp::Mul, x, c)?;
+            cx.b.unary(UnaryOp::Erf, t)?
+        }
+        "tanh" => {
+            let c = cx.full_like(x, (2.0 / std::f64::consts::PI).sqrt(), None);
+            let k = cx.full_like(x, 0.044715, None);
+            let x2 = cx.b.binary(BinaryOp::Mul, x, x)?;
+            let x3 = cx.b.binary(BinaryOp::Mul, x2, x)?;
+            let kx3 = cx.b.binary(BinaryOp::Mul, k, x3)?;
+            let s = cx.b.binary(BinaryOp::Add, x, kx3)?;
+            let t = cx.b.binary(BinaryOp::Mul, c, s)?;
+            cx.b.unary(UnaryOp::Tanh, t)?
+        }
+        other => {
+            return err(format!(
+                "not supported: approximate={other:?} (expected \"none\" or \"tanh\")"
+            ))
+        }
+    };
+    let p = cx.b.binary(BinaryOp::Add, one, inner)?;
+    let hx = cx.b.binary(BinaryOp::Mul, half, x)?;
+    Ok(vec![Some(cx.b.binary(BinaryOp::Mul, hx, p)?)])
+}
+
+fn where_self(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let c = cx.tensor(n, "condition")?;
+    let c = to_bool(cx, c)?;
+    let a = cx.operand(n, "self")?;
+    let b = cx.operand(n, "other")?;
+    let elem = promoted(cx, &[a, b])?;
+    let a = cx.materialize(a, elem);
+    let b = cx.materialize(b, elem);
+    let v = cx.broadcast_all(&[c, a, b])?;
+    Ok(vec![Some(cx.b.select(v[0], v[1], v[2])?)])
+}
+
+fn clamp(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let lo = match cx.opt_tensor(n, "min") {
+        Ok(Some(t)) => Some(Operand::Tensor(t)),
+        _ => cx
+            .opt_float(n, "min")
+            .ok()
+            .flatten()
+            .map(|f| Operand::Number(f, number_dtype(n, "min"))),
+    };
+    let hi = match cx.opt_tensor(n, "max") {
+        Ok(Some(t)) => Some(Operand::Tensor(t)),
+        _ => cx
+            .opt_float(n, "max")
+            .ok()
+            .flatten()
+            .map(|f| Operand::Number(f, number_dtype(n, "max"))),
+    };
+    if lo.is_none() && hi.is_none() {
+        return err("clamp needs min or max");
+    }
+    let elem = out_elem(cx, n)?;
+    let mut v = cx.b.convert(x, elem);
+    // max then min, as torch does (min wins when min > max).
+    if let Some(lo) = lo {
+        let l = prepare(cx, &[Operand::Tensor(v), lo], elem)?;
+        v = cx.b.binary(BinaryOp::Max, l[0], l[1])?;
+    }
+    if let Some(hi) = hi {
+        let h = prepare(cx, &[Operand::Tensor(v), hi], elem)?;
+        v = cx.b.binary(BinaryOp::Min, h[0], h[1])?;
+    }
+    Ok(vec![Some(v)])
+}
+
+fn number_dtype(n: &Node, name: &str) -> DType {
+    match n.arg(name) {
+        Some(tpuc_fx::Arg::Float(_)) => DType::F64,
+        Some(tpuc_fx::Arg::Bool(_)) => DType::Bool,
+        _ => DType::I64,
+    }
+}
+
+/// Copies, casts and no-ops in inference: the input converted to the recorded output type.
+fn convert_to_out(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let name = if n.arg("self").is_some() {
+        "self"
+    } else {
+        "input"
+    };
+    let x = cx.tensor(n, name)?;
+    let elem = out_elem(cx, n)?;
+    Ok(vec![Some(cx.b.convert(x, elem))])
+}
+
+fn dropout(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    if cx.bool(n, "train", false)? && cx.float(n, "p", Some(0.5))? > 0.0 {
+        return err("not supported: dropout with train=True (tpuc compiles inference graphs; call model.eval())");
+    }
+    let x = cx.tensor(n, "input")?;
+    Ok(vec![Some(x)])
+}
+
+fn full(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let ty = cx.out_type(n, 0)?;
+    let name = if n.arg("fill_value").is_some() {
+        "fill_value"
+    } else {
+        "s"
+    };
+    let value = cx.float(n, name, None)?;
+    Ok(vec![Some(cx.b.splat(&ty, value))])
+}
+
+fn filled(value: f64) -> impl Fn(&mut Ctx, &Node) -> OpResult<Vec<Option<Value>>> {
+    move |cx, n| {
+        let ty = cx.out_type(n, 0)?;
+        Ok(vec![Some(cx.b.splat(&ty, value))])
+    }
+}
+
+fn zeros(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    filled(0.0)(cx, n)
+}
+
+fn ones(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    filled(1.0)(cx, n)
+}
+
+fn arange(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let ty = cx.out_type(n, 0)?;
+    let start = cx.float(n, "start", Some(0.0))?;
+    let step = cx.float(n, "step", Some(1.0))?;
+    // Compute in f64 (or i64) and convert, so large ranges stay exact.
+    let wide = if ty.elem.is_float() {
+        ElemType::F64
+    } else {
+        ElemType::I64
+    };
+    let iota = cx.b.iota(ty.with_elem(wide), 0)?;
+    let s = cx.full_like(iota, step, None);
+    let o = cx.full_like(iota, start, None);
+    let scaled = cx.b.binary(BinaryOp::Mul, iota, s)?;
+    let r = cx.b.binary(BinaryOp::Add, scaled, o)?;
+    Ok(vec![Some(cx.b.convert(r, ty.elem))])
+}
+
+macro_rules! lowering {
+    ($name:ident, |$cx:ident, $n:ident| $body:expr) => {
+        fn $name($cx: &mut Ctx, $n: &Node) -> OpResult<Vec<Option<Value>>> {
+            Ok(vec![Some($body)])
+        }
+    };
+}
+
+lowering!(add, |cx, n| add_sub(cx, n, BinaryOp::Add)?[0]
+    .expect("computed"));
+lowering!(sub, |cx, n| add_sub(cx, n, BinaryOp::Sub)?[0]
+    .expect("computed"));
+lowering!(rsub, |cx, n| {
+    let a = cx.operand(n, "self")?;
+    let b = cx.operand(n, "other")?;
+    let alpha = cx.float(n, "alpha", Some(1.0))?;
+    let a = if alpha != 1.0 {
+        Operand::Tensor(arith(
+            cx,
+            a,
+            Operand::Number(alpha, DType::F64),
+            BinaryOp::Mul,
+        )?)
+    } else {
+        a
+    };
+    arith(cx, b, a, BinaryOp::Sub)?
+});
+lowering!(mul, |cx, n| {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    arith(cx, a, b, BinaryOp::Mul)?
+});
+lowering!(div, |cx, n| {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    match cx.opt_str(n, "rounding_mode")? {
+        None => true_div(cx, a, b)?,
+        Some("trunc") => trunc_div(cx, a, b)?,
+        Some("floor") => floor_div(cx, a, b)?,
+        Some(other) => return err(format!("not supported: rounding_mode={other:?}")),
+    }
+});
+lowering!(floor_divide, |cx, n| {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    floor_div(cx, a, b)?
+});
+lowering!(remainder_op, |cx, n| {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    remainder(cx, a, b)?
+});
+lowering!(fmod, |cx, n| {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    arith(cx, a, b, BinaryOp::Rem)?
+});
+lowering!(maximum, |cx, n| {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    arith(cx, a, b, BinaryOp::Max)?
+});
+lowering!(minimum, |cx, n| {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    arith(cx, a, b, BinaryOp::Min)?
+});
+lowering!(atan2, |cx, n| {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    let elem = out_elem(cx, n)?;
+    let v = prepare(cx, &[a, b], elem)?;
+    cx.b.binary(BinaryOp::Atan2, v[0], v[1])?
+});
+lowering!(neg, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    cx.b.unary(UnaryOp::Neg, x)?
+});
+lowering!(abs, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    if cx.b.elem(x).is_unsigned() {
+        x
+    } else {
+        cx.b.unary(UnaryOp::Abs, x)?
+    }
+});
+lowering!(sign, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    if cx.b.elem(x).is_bool() {
+        x
+    } else {
+        cx.b.unary(UnaryOp::Sign, x)?
+    }
+});
+lowering!(reciprocal, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    let elem = out_elem(cx, n)?;
+    let x = cx.b.convert(x, elem);
+    let one = cx.full_like(x, 1.0, None);
+    cx.b.binary(BinaryOp::Div, one, x)?
+});
+lowering!(logical_not, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    let b = to_bool(cx, x)?;
+    let r = cx.b.unary(UnaryOp::Not, b)?;
+    let elem = out_elem(cx, n)?;
+    cx.b.convert(r, elem)
+});
+lowering!(bitwise_not, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    cx.b.unary(UnaryOp::Not, x)?
+});
+lowering!(round_op, |cx, n| {
+    if cx.opt_int(n, "decimals")?.unwrap_or(0) != 0 {
+        return err("not supported: round with decimals != 0");
+    }
+    let x = cx.tensor(n, "self")?;
+    if cx.b.elem(x).is_float() {
+        cx.b.unary(UnaryOp::RoundEven, x)?
+    } else {
+        x
+    }
+});
+lowering!(trunc_op, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    if cx.b.elem(x).is_float() {
+        trunc(cx, x)?
+    } else {
+        x
+    }
+});
+lowering!(isnan, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    if cx.b.elem(x).is_float() {
+        cx.b.compare(CompareDir::Ne, x, x)?
+    } else {
+        cx.full_like(x, 0.0, Some(ElemType::I1))
+    }
+});
+lowering!(isinf, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    if !cx.b.elem(x).is_float() {
+        cx.full_like(x, 0.0, Some(ElemType::I1))
+    } else {
+        let a = cx.b.unary(UnaryOp::Abs, x)?;
+        let inf = cx.full_like(x, f64::INFINITY, None);
+        cx.b.compare(CompareDir::Eq, a, inf)?
+    }
+});
+lowering!(leaky_relu, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    let slope = cx.float(n, "negative_slope", Some(0.01))?;
+    let zero = cx.full_like(x, 0.0, None);
+    let s = cx.full_like(x, slope, None);
+    let pos = cx.b.compare(CompareDir::Gt, x, zero)?;
+    let scaled = cx.b.binary(BinaryOp::Mul, x, s)?;
+    cx.b.select(pos, x, scaled)?
+});
+lowering!(hardtanh, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    let lo = cx.float(n, "min_val", Some(-1.0))?;
+    let hi = cx.float(n, "max_val", Some(1.0))?;
+    let l = cx.b.scalar(cx.b.elem(x), lo);
+    let h = cx.b.scalar(cx.b.elem(x), hi);
+    cx.b.clamp(l, x, h)?
+});
+
+fn unary(op: UnaryOp) -> LowerFn {
+    macro_rules! u {
+        ($($variant:ident),*) => {
+            match op {
+                $(UnaryOp::$variant => |cx: &mut Ctx, n: &Node| unary_in_out_type(cx, n, UnaryOp::$variant),)*
+                _ => unreachable!("no float unary lowering for {op:?}"),
+            }
+        };
+    }
+    u!(
+        Exp, Expm1, Log, Log1p, Sqrt, Rsqrt, Tanh, Logistic, Sin, Cos, Tan, Floor, Ceil, Erf, Asin,
+        Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh
+    )
+}
+
+fn cmp(dir: CompareDir) -> LowerFn {
+    match dir {
+        CompareDir::Eq => |cx, n| compare(cx, n, CompareDir::Eq),
+        CompareDir::Ne => |cx, n| compare(cx, n, CompareDir::Ne),
+        CompareDir::Lt => |cx, n| compare(cx, n, CompareDir::Lt),
+        CompareDir::Le => |cx, n| compare(cx, n, CompareDir::Le),
+        CompareDir::Gt => |cx, n| compare(cx, n, CompareDir::Gt),
+        CompareDir::Ge => |cx, n| compare(cx, n, CompareDir::Ge),
+    }
+}
+
+fn assert_metadata(_: &mut Ctx, _: &Node) -> OpResult<Vec<Option<Value>>> {
+    Ok(vec![])
+}
+
+pub fn register(r: &mut Registry) {
+    r.add(&["aten.add.Tensor", "aten.add.Scalar"], add);
+    r.add(&["aten.sub.Tensor", "aten.sub.Scalar"], sub);
+    r.add(&["aten.rsub.Scalar", "aten.rsub.Tensor"], rsub);
+    r.add(&["aten.mul.Tensor", "aten.mul.Scalar"], mul);
+    r.add(
+        &[
+            "aten.div.Tensor",
+            "aten.div.Scalar",
+            "aten.div.Tensor_mode",
+            "aten.div.Scalar_mode",
+        ],
+        div,
+    );
+    r.add(
+        &["aten.floor_divide.default", "aten.floor_divide.Scalar"],
+        floor_divide,
+    );
+    r.add(
+        &["aten.remainder.Tensor", "aten.remainder.Scalar"],
+        remainder_op,
+    );
+    r.add(&["aten.fmod.Tensor", "aten.fmod.Scalar"], fmod);
+    r.add(&["aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor"], pow);
+    r.add(&["aten.maximum.default"], maximum);
+    r.add(&["aten.minimum.default"], minimum);
+    r.add(&["aten.atan2.default"], atan2);
+    for (dir, names) in [
+        (CompareDir::Eq, ["aten.eq.Tensor", "aten.eq.Scalar"]),
+        (CompareDir::Ne, ["aten.ne.Tensor", "aten.ne.Scalar"]),
+        (CompareDir::Lt, ["aten.lt.Tensor", "aten.lt.Scalar"]),
+        (CompareDir::Le, ["aten.le.Tensor", "aten.le.Scalar"]),
+        (CompareDir::Gt, ["aten.gt.Tensor", "aten.gt.Scalar"]),
+        (CompareDir::Ge, ["aten.ge.Tensor", "aten.ge.Scalar"]),
+    ] {
+        r.add(&names, cmp(dir));
+    }
+    r.add(&["aten.logical_and.default"], |cx, n| {
+        logical(cx, n, BinaryOp::And)
+    });
+    r.add(&["aten.logical_or.default"], |cx, n| {
+        logical(cx, n, BinaryOp::Or)
+    });
+    r.add(&["aten.logical_xor.default"], |cx, n| {
+        logical(cx, n, BinaryOp::Xor)
+    });
+    r.add(&["aten.logical_not.default"], logical_not);
+    r.add(
+        &[
+            "aten.bitwise_and.Tensor",
+            "aten.bitwise_and.Scalar",
+            "aten.__and__.Tensor",
+        ],
+        |cx, n| bitwise(cx, n, BinaryOp::And),
+    );
+    r.add(
+        &[
+            "aten.bitwise_or.Tensor",
+            "aten.bitwise_or.Scalar",
+            "aten.__or__.Tensor",
+        ],
+        |cx, n| bitwise(cx, n, BinaryOp::Or),
+    );
+    r.add(
+        &[
+            "aten.bitwise_xor.Tensor",
+            "aten.bitwise_xor.Scalar",
+            "aten.__xor__.Tensor",
+        ],
+        |cx, n| bitwise(cx, n, BinaryOp::Xor),
+    );
+    r.add(&["aten.bitwise_not.default"], bitwise_not);
+    r.add(&["aten.where.self"], where_self);
+    r.add(
+        &[
+            "aten.clamp.default",
+            "aten.clamp.Tensor",
+            "aten.clamp_min.default",
+            "aten.clamp_max.default",
+        ],
+        clamp,
+    );
+    r.add(&["aten.neg.default"], neg);
+    r.add(&["aten.abs.default"], abs);
+    r.add(&["aten.sign.default"], sign);
+    r.add(&["aten.reciprocal.default"], reciprocal);
+    r.add(&["aten.round.default", "aten.round.decimals"], round_op);
+    r.add(&["aten.trunc.default"], trunc_op);
+    r.add(&["aten.isnan.default"], isnan);
+    r.add(&["aten.isinf.default"], isinf);
+    for (op, name) in [
+        (UnaryOp::Exp, "aten.exp.default"),
+        (UnaryOp::Expm1, "aten.expm1.default"),
+        (UnaryOp::Log, "aten.log.default"),
+        (UnaryOp::Log1p, "aten.log1p.default"),
+        (UnaryOp::Sqrt, "aten.sqrt.default"),
+        (UnaryOp::Rsqrt, "aten.rsqrt.default"),
+        (UnaryOp::Tanh, "aten.tanh.default"),
+        (UnaryOp::Logistic, "aten.sigmoid.default"),
+        (UnaryOp::Sin, "aten.sin.default"),
+        (UnaryOp::Cos, "aten.cos.default"),
+        (UnaryOp::Tan, "aten.tan.default"),
+        (UnaryOp::Floor, "aten.floor.default"),
+        (UnaryOp::Ceil, "aten.ceil.default"),
+        (UnaryOp::Erf, "aten.erf.default"),
+        (UnaryOp::Asin, "aten.asin.default"),
+        (UnaryOp::Acos, "aten.acos.default"),
+        (UnaryOp::Atan, "aten.atan.default"),
+        (UnaryOp::Sinh, "aten.sinh.default"),
+        (UnaryOp::Cosh, "aten.cosh.default"),
+        (UnaryOp::Asinh, "aten.asinh.default"),
+        (UnaryOp::Acosh, "aten.acosh.default"),
+        (UnaryOp::Atanh, "aten.atanh.default"),
+    ] {
+        r.add(&[name], unary(op));
+    }
+    r.add(&["aten.relu.default"], relu);
+    r.add(&["aten.silu.default"], silu);
+    r.add(&["aten.gelu.default"], gelu);
+    r.add(&["aten.leaky_relu.default"], leaky_relu);
+    r.add(&["aten.hardtanh.default"], hardtanh);
+    r.add(
+        &[
+            "aten.to.dtype",
+            "aten.to.dtype_layout",
+            "aten._to_copy.default",
+            "aten.clone.default",
+            "aten.contiguous.default",
+            "aten.alias.default",
+            "aten.detach.default",
+            "aten.lift_fresh_copy.default",
+            "aten.type_as.default",
+        ],
+        convert_to_out,
+    );
+    r.add(&["aten.dropout.default"], dropout);
+    r.add(&["aten._assert_tensor_metadata.default"], assert_metadata);
+    r.add(
+        &[
+            "aten.full.default",
+            "aten.full_like.default",
+            "aten.scalar_tensor.default",
+            "aten.new_full.default",
+        ],
+        full,
+    );
+    r.add(
+        &[
+            "aten.zeros.default",
+            "aten.zeros_like.default",
+            "aten.new_zeros.default",
+            "aten.empty.memory_format",
+            "aten.empty_like.default",
+        ],
+        zeros,
+    );
+    r.add(
+        &[
+            "aten.ones.default",
+            "aten.ones_like.default",
+            "aten.new_ones.default",
+        ],
+        ones,
+    );
+    r.add(
+        &[
+            "aten.arange.start_step",
+            "aten.arange.default",
+            "aten.arange.start",
+        ],
+        arange,
+    );
+}

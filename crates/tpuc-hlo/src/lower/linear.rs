@@ -1,0 +1,242 @@
+//! Matrix products and attention.
+
+use tpuc_fx::Node;
+
+use super::elementwise::arith;
+use super::*;
+
+fn precision(cx: &Ctx, elem: ElemType) -> Precision {
+    if elem == ElemType::F32 || elem == ElemType::F64 {
+        cx.opts.precision
+    } else {
+        Precision::Default
+    }
+}
+
+/// `a @ b` for a [batch.., M, K] and b [batch.., K, N] with equal batch dimensions.
+pub fn batched_matmul(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
+    let ra = cx.b.ty(a).rank() as i64;
+    let rb = cx.b.ty(b).rank() as i64;
+    if ra != rb || ra < 2 {
+        return err(format!(
+            "matmul of {} and {} needs equal ranks of at least 2",
+            cx.b.ty(a),
+            cx.b.ty(b)
+        ));
+    }
+    let batch: Vec<i64> = (0..ra - 2).collect();
+    let dims = DotDims {
+        lhs_batch: batch.clone(),
+        rhs_batch: batch,
+        lhs_contracting: vec![ra - 1],
+        rhs_contracting: vec![rb - 2],
+    };
+    let p = precision(cx, cx.b.elem(a));
+    Ok(cx.b.dot_general(a, b, dims, p)?)
+}
+
+/// torch.matmul with its 1-d and broadcasting rules.
+fn matmul_general(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
+    let (sa, sb) = (cx.b.shape(a).to_vec(), cx.b.shape(b).to_vec());
+    let a2 = if sa.len() == 1 {
+        cx.b.reshape(a, &[1, sa[0]])?
+    } else {
+        a
+    };
+    let b2 = if sb.len() == 1 {
+        cx.b.reshape(b, &[sb[0], 1])?
+    } else {
+        b
+    };
+    let (sa2, sb2) = (cx.b.shape(a2).to_vec(), cx.b.shape(b2).to_vec());
+    let batch =
+        broadcast_shapes(&sa2[..sa2.len() - 2], &sb2[..sb2.len() - 2]).ok_or_else(|| {
+            OpError(format!(
+                "batch dimensions of {sa:?} and {sb:?} do not broadcast"
+            ))
+        })?;
+    let mut ta = batch.clone();
+    ta.extend_from_slice(&sa2[sa2.len() - 2..]);
+    let mut tb = batch.clone();
+    tb.extend_from_slice(&sb2[sb2.len() - 2..]);
+    let a3 = cx.b.broadcast_to(a2, &ta)?;
+    let b3 = cx.b.broadcast_to(b2, &tb)?;
+    let r = batched_matmul(cx, a3, b3)?;
+    let mut out = batch;
+    if sa.len() > 1 {
+        out.push(sa[sa.len() - 2]);
+    }
+    if sb.len() > 1 {
+        out.push(sb[sb.len() - 1]);
+    }
+    Ok(cx.b.reshape(r, &out)?)
+}
+
+fn linear(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "input")?;
+    let w = cx.tensor(n, "weight")?;
+    let rx = cx.b.ty(x).rank() as i64;
+    let dims = DotDims {
+        lhs_batch: vec![],
+        rhs_batch: vec![],
+        lhs_contracting: vec![rx - 1],
+        rhs_contracting: vec![cx.b.ty(w).rank() as i64 - 1],
+    };
+    let p = precision(cx, cx.b.elem(x));
+    let mut y = cx.b.dot_general(x, w, dims, p)?;
+    if let Some(bias) = cx.opt_tensor(n, "bias")? {
+        let shape = cx.b.shape(y).to_vec();
+        let bias = cx.b.broadcast_to(bias, &shape)?;
+        y = cx.b.binary(BinaryOp::Add, y, bias)?;
+    }
+    Ok(vec![Some(y)])
+}
+
+fn scaled(cx: &mut Ctx, v: Value, factor: f64) -> OpResult<Value> {
+    if factor == 1.0 {
+        return Ok(v);
+    }
+    let f = cx.full_like(v, factor, None);
+    Ok(cx.b.binary(BinaryOp::Mul, v, f)?)
+}
+
+fn addmm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let bias = cx.tensor(n, "self")?;
+    let a = cx.tensor(n, "mat1")?;
+    let b = cx.tensor(n, "mat2")?;
+    let beta = cx.float(n, "beta", Some(1.0))?;
+    let alpha = cx.float(n, "alpha", Some(1.0))?;
+    let prod = batched_matmul(cx, a, b)?;
+    let prod = scaled(cx, prod, alpha)?;
+    if beta == 0.0 {
+        return Ok(vec![Some(prod)]);
+    }
+    let shape = cx.b.shape(prod).to_vec();
+    let bias = cx.b.broadcast_to(bias, &shape)?;
+    let bias = scaled(cx, bias, beta)?;
+    Ok(vec![Some(cx.b.binary(BinaryOp::Add, prod, bias)?)])
+}
+
+fn mm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let a = cx.tensor(n, "self")?;
+    let b = cx.tensor(n, "mat2")?;
+    Ok(vec![Some(batched_matmul(cx, a, b)?)])
+}
+
+fn matmul(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let a = cx.tensor(n, "self")?;
+    let b = cx.tensor(n, "other")?;
+    Ok(vec![Some(matmul_general(cx, a, b)?)])
+}
+
+/// Softmax over the last dimension, stabilised by the row maximum.
+pub fn softmax_last(cx: &mut Ctx, x: Value, dim: usize) -> OpResult<Value> {
+    let shape = cx.b.shape(x).to_vec();
+    let elem = cx.b.elem(x);
+    let ninf = cx.b.scalar(elem, f64::NEG_INFINITY);
+    let m = cx.b.reduce(
+        &[x],
+        &[ninf],
+        &[dim as i64],
+        ReduceBody::Binary(BinaryOp::Max),
+    )?[0];
+    let dims: Vec<i64> = (0..shape.len() as i64)
+        .filter(|&d| d != dim as i64)
+        .collect();
+    let mb = cx.b.broadcast_in_dim(m, &shape, &dims)?;
+    let shifted = cx.b.binary(BinaryOp::Sub, x, mb)?;
+    let e = cx.b.unary(UnaryOp::Exp, shifted)?;
+    let zero = cx.b.scalar(elem, 0.0);
+    let s = cx.b.reduce(
+        &[e],
+        &[zero],
+        &[dim as i64],
+        ReduceBody::Binary(BinaryOp::Add),
+    )?[0];
+    let sb = cx.b.broadcast_in_dim(s, &shape, &dims)?;
+    Ok(cx.b.binary(BinaryOp::Div, e, sb)?)
+}
+
+fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let q = cx.tensor(n, "query")?;
+    let mut k = cx.tensor(n, "key")?;
+    let mut v = cx.tensor(n, "value")?;
+    if cx.float(n, "dropout_p", Some(0.0))? != 0.0 {
+        return err(
+            "not supported: scaled_dot_product_attention with dropout_p > 0 (inference only)",
+        );
+    }
+    let qs = cx.b.shape(q).to_vec();
+    let rank = qs.len();
+    if rank < 2 {
+        return err("query must have at least 2 dimensions");
+    }
+    let (l, e) = (qs[rank - 2], qs[rank - 1]);
+    if cx.bool(n, "enable_gqa", false)? && rank >= 3 {
+        // Grouped-query attention: each key/value head serves heads/kv_heads query heads.
+        let heads = qs[rank - 3];
+        for t in [&mut k, &mut v] {
+            let s = cx.b.shape(*t).to_vec();
+            let kv = s[rank - 3];
+            if kv != heads {
+                let mut unsq = s.clone();
+                unsq.insert(rank - 2, 1);
+                let mut wide = s.clone();
+                wide.insert(rank - 2, heads / kv);
+                let u = cx.b.reshape(*t, &unsq)?;
+                let dims: Vec<i64> = (0..unsq.len() as i64).collect();
+                let b = cx.b.broadcast_in_dim(u, &wide, &dims)?;
+                let mut out = s;
+                out[rank - 3] = heads;
+                *t = cx.b.reshape(b, &out)?;
+            }
+        }
+    }
+    let ks = cx.b.shape(k).to_vec();
+    let s_len = ks[rank - 2];
+    let scale = cx.opt_float(n, "scale")?.unwrap_or(1.0 / (e as f64).sqrt());
+    let mut perm: Vec<i64> = (0..rank as i64).collect();
+    perm.swap(rank - 1, rank - 2);
+    let kt = cx.b.transpose(k, &perm)?;
+    // Broadcast batch dims of q against k (e.g. a mask or a shared key).
+    let scores = matmul_general(cx, q, kt)?;
+    let mut scores = scaled(cx, scores, scale)?;
+    let shape = cx.b.shape(scores).to_vec();
+    let elem = cx.b.elem(scores);
+    if cx.bool(n, "is_causal", false)? {
+        let rows =
+            cx.b.iota(TensorType::new(vec![l, s_len], ElemType::I64), 0)?;
+        let cols =
+            cx.b.iota(TensorType::new(vec![l, s_len], ElemType::I64), 1)?;
+        let keep = cx.b.compare(CompareDir::Ge, rows, cols)?;
+        let keep = cx.b.broadcast_to(keep, &shape)?;
+        let ninf =
+            cx.b.splat(&TensorType::new(shape.clone(), elem), f64::NEG_INFINITY);
+        scores = cx.b.select(keep, scores, ninf)?;
+    }
+    if let Some(mask) = cx.opt_tensor(n, "attn_mask")? {
+        let mask = cx.b.broadcast_to(mask, &shape)?;
+        if cx.b.elem(mask).is_bool() {
+            let ninf =
+                cx.b.splat(&TensorType::new(shape.clone(), elem), f64::NEG_INFINITY);
+            scores = cx.b.select(mask, scores, ninf)?;
+        } else {
+            scores = arith(
+                cx,
+                Operand::Tensor(scores),
+                Operand::Tensor(mask),
+                BinaryOp::Add,
+            )?;
+        }
+    }
+    let p = softmax_last(cx, scores, rank - 1)?;
+    Ok(vec![Some(matmul_general(cx, p, v)?)])
+}
+
+pub fn register(r: &mut Registry) {
+    r.add(&["aten.linear.default"], linear);
+    r.add(&["aten.addmm.default"], addmm);
+    r.add(&["aten.mm.default", "aten.bmm.default"], mm);
+    r.add(&["aten.matmul.default"], matmul);
+    r.add(&["aten.scaled_dot_product_attention.default"], sdpa);
+}

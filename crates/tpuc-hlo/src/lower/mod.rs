@@ -1,0 +1,616 @@
+//! Lowering of an ATen-level FX graph into the StableHLO IR. One registry maps the full ATen
+//! overload name (`aten.addmm.default`) to its lowering; each op family has its own file.
+
+mod conv;
+mod elementwise;
+mod indexing;
+mod linear;
+mod norm;
+mod promote;
+mod reduction;
+mod view;
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use tpuc_fx::{Arg, DType, Dim, GraphInput, InputKind, Node, OutputValue, Program, SourceLoc};
+
+use crate::builder::{Builder, TypeError};
+use crate::ir::*;
+use crate::types::{ElemType, TensorType};
+
+pub use promote::{promote_types, result_type, Participant};
+
+/// How weights (parameters, buffers, constants) reach the compiled module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WeightsMode {
+    /// As leading function arguments, in signature order: the runtime passes them in.
+    #[default]
+    Args,
+    /// As inline `dense` constants: a self-contained module.
+    Inline,
+}
+
+#[derive(Clone, Debug)]
+pub struct LowerOptions {
+    pub weights: WeightsMode,
+    /// Precision of f32 matmuls and convolutions. HIGHEST matches torch on every backend
+    /// (XLA's default lets GPUs use TF32).
+    pub precision: Precision,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        LowerOptions {
+            weights: WeightsMode::Args,
+            precision: Precision::Highest,
+        }
+    }
+}
+
+/// What each argument and result of the lowered `main` stands for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ArgRole {
+    /// A parameter/buffer/constant with this fully qualified name.
+    Weight(String),
+    /// The n-th user input of the program, by its placeholder name.
+    UserInput(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Lowered {
+    pub module: Module,
+    pub args: Vec<ArgRole>,
+    /// Placeholder/tensor name of each result (user outputs and mutations, in signature order).
+    pub results: Vec<String>,
+}
+
+/// One node tpuc has no lowering for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unsupported {
+    pub target: String,
+    pub node: String,
+    pub source: Option<SourceLoc>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LowerError {
+    #[error("{}", describe_unsupported(.0))]
+    Unsupported(Vec<Unsupported>),
+    #[error("node {node} ({target}){}: {message}", source_suffix(.location))]
+    Node {
+        node: String,
+        target: String,
+        location: Option<SourceLoc>,
+        message: String,
+    },
+    #[error("{0}")]
+    Program(String),
+}
+
+fn source_suffix(s: &Option<SourceLoc>) -> String {
+    s.as_ref().map(|s| format!(" at {s}")).unwrap_or_default()
+}
+
+fn describe_unsupported(list: &[Unsupported]) -> String {
+    let mut ops: Vec<&str> = list.iter().map(|u| u.target.as_str()).collect();
+    ops.sort_unstable();
+    ops.dedup();
+    let mut s = format!(
+        "{} unsupported op{} ({} node{}): {}",
+        ops.len(),
+        if ops.len() == 1 { "" } else { "s" },
+        list.len(),
+        if list.len() == 1 { "" } else { "s" },
+        ops.join(", ")
+    );
+    for u in list {
+        s.push_str(&format!(
+            "\n  {} (node {}){}",
+            u.target,
+            u.node,
+            source_suffix(&u.source)
+        ));
+    }
+    s
+}
+
+/// An error inside one lowering, before the node is attached to it.
+#[derive(Debug)]
+pub struct OpError(pub String);
+
+impl From<TypeError> for OpError {
+    fn from(e: TypeError) -> Self {
+        OpError(e.to_string())
+    }
+}
+
+pub type OpResult<T> = Result<T, OpError>;
+
+pub fn err<T>(message: impl Into<String>) -> OpResult<T> {
+    Err(OpError(message.into()))
+}
+
+/// A lowering: returns one value per node output (`None` for an output it does not compute).
+pub type LowerFn = fn(&mut Ctx, &Node) -> OpResult<Vec<Option<Value>>>;
+
+static REGISTRY: LazyLock<HashMap<&'static str, LowerFn>> = LazyLock::new(|| {
+    let mut r = Registry(HashMap::new());
+    elementwise::register(&mut r);
+    view::register(&mut r);
+    linear::register(&mut r);
+    reduction::register(&mut r);
+    conv::register(&mut r);
+    norm::register(&mut r);
+    indexing::register(&mut r);
+    r.0
+});
+
+pub struct Registry(HashMap<&'static str, LowerFn>);
+
+impl Registry {
+    pub fn add(&mut self, names: &[&'static str], f: LowerFn) {
+        for n in names {
+            let previous = self.0.insert(n, f);
+            assert!(previous.is_none(), "{n} registered twice");
+        }
+    }
+}
+
+/// Every ATen overload tpuc lowers, sorted.
+pub fn supported_ops() -> Vec<&'static str> {
+    let mut v: Vec<&str> = REGISTRY.keys().copied().collect();
+    v.sort_unstable();
+    v
+}
+
+pub fn is_supported(target: &str) -> bool {
+    REGISTRY.contains_key(target)
+}
+
+/// A call operand that is either a tensor or a Python number.
+#[derive(Clone, Copy, Debug)]
+pub enum Operand {
+    Tensor(Value),
+    Number(f64, DType),
+}
+
+pub struct Ctx<'p> {
+    pub b: Builder,
+    pub opts: &'p LowerOptions,
+    program: &'p Program,
+    values: HashMap<&'p str, Option<Value>>,
+}
+
+impl<'p> Ctx<'p> {
+    fn named<'n>(&self, n: &'n Node, name: &str) -> Option<&'n Arg> {
+        n.arg(name)
+    }
+
+    pub fn value(&self, name: &str) -> OpResult<Value> {
+        match self.values.get(name) {
+            Some(Some(v)) => Ok(*v),
+            Some(None) => err(format!("uses {name}, an output tpuc does not compute")),
+            None => err(format!("uses unknown value {name}")),
+        }
+    }
+
+    pub fn tensor(&self, n: &Node, name: &str) -> OpResult<Value> {
+        match self.named(n, name) {
+            Some(Arg::Tensor(t)) => self.value(t),
+            Some(other) => err(format!(
+                "argument {name} should be a tensor, got {}",
+                other.kind_name()
+            )),
+            None => err(format!("missing argument {name}")),
+        }
+    }
+
+    pub fn opt_tensor(&self, n: &Node, name: &str) -> OpResult<Option<Value>> {
+        match self.named(n, name) {
+            Some(Arg::Tensor(t)) => Ok(Some(self.value(t)?)),
+            Some(Arg::None) | None => Ok(None),
+            Some(other) => err(format!(
+                "argument {name} should be a tensor or None, got {}",
+                other.kind_name()
+            )),
+        }
+    }
+
+    pub fn tensors(&self, n: &Node, name: &str) -> OpResult<Vec<Value>> {
+        match self.named(n, name) {
+            Some(Arg::Tensors(ts)) => ts.iter().map(|t| self.value(t)).collect(),
+            Some(other) => err(format!(
+                "argument {name} should be a tensor list, got {}",
+                other.kind_name()
+            )),
+            None => err(format!("missing argument {name}")),
+        }
+    }
+
+    pub fn opt_tensors(&self, n: &Node, name: &str) -> OpResult<Vec<Option<Value>>> {
+        match self.named(n, name) {
+            Some(Arg::OptionalTensors(ts)) => ts
+                .iter()
+                .map(|t| t.as_ref().map(|t| self.value(t)).transpose())
+                .collect(),
+            Some(Arg::Tensors(ts)) => ts.iter().map(|t| self.value(t).map(Some)).collect(),
+            Some(other) => err(format!(
+                "argument {name} should be a list of optional tensors, got {}",
+                other.kind_name()
+            )),
+            None => err(format!("missing argument {name}")),
+        }
+    }
+
+    fn sym_int(&self, s: &tpuc_fx::SymIntArg) -> OpResult<i64> {
+        match s {
+            tpuc_fx::SymIntArg::Int(v) => Ok(*v),
+            tpuc_fx::SymIntArg::Name(name) => match self.program.graph.sym_ints.get(name) {
+                Some(Dim::Static(v)) => Ok(*v),
+                _ => err(format!(
+                    "symbolic size {name} is not supported (export with static shapes)"
+                )),
+            },
+        }
+    }
+
+    pub fn opt_int(&self, n: &Node, name: &str) -> OpResult<Option<i64>> {
+        match self.named(n, name) {
+            Some(Arg::Int(v)) => Ok(Some(*v)),
+            Some(Arg::SymInt(s)) => Ok(Some(self.sym_int(s)?)),
+            Some(Arg::None) | None => Ok(None),
+            Some(other) => err(format!(
+                "argument {name} should be an int, got {}",
+                other.kind_name()
+            )),
+        }
+    }
+
+    pub fn int(&self, n: &Node, name: &str, default: Option<i64>) -> OpResult<i64> {
+        match (self.opt_int(n, name)?, default) {
+            (Some(v), _) | (None, Some(v)) => Ok(v),
+            (None, None) => err(format!("missing argument {name}")),
+        }
+    }
+
+    pub fn opt_ints(&self, n: &Node, name: &str) -> OpResult<Option<Vec<i64>>> {
+        match self.named(n, name) {
+            Some(Arg::Ints(v)) => Ok(Some(v.clone())),
+            Some(Arg::Int(v)) => Ok(Some(vec![*v])),
+            Some(Arg::SymInts(v)) => Ok(Some(
+                v.iter().map(|s| self.sym_int(s)).collect::<OpResult<_>>()?,
+            )),
+            Some(Arg::None) | None => Ok(None),
+            Some(other) => err(format!(
+                "argument {name} should be an int list, got {}",
+                other.kind_name()
+            )),
+        }
+    }
+
+    pub fn ints(&self, n: &Node, name: &str, default: Option<&[i64]>) -> OpResult<Vec<i64>> {
+        match (self.opt_ints(n, name)?, default) {
+            (Some(v), _) => Ok(v),
+            (None, Some(d)) => Ok(d.to_vec()),
+            (None, None) => err(format!("missing argument {name}")),
+        }
+    }
+
+    pub fn opt_float(&self, n: &Node, name: &str) -> OpResult<Option<f64>> {
+        match self.named(n, name) {
+            Some(Arg::Float(v)) => Ok(Some(*v)),
+            Some(Arg::Int(v)) => Ok(Some(*v as f64)),
+            Some(Arg::Bool(v)) => Ok(Some(f64::from(u8::from(*v)))),
+            Some(Arg::None) | None => Ok(None),
+            Some(other) => err(format!(
+                "argument {name} should be a number, got {}",
+                other.kind_name()
+            )),
+        }
+    }
+
+    pub fn float(&self, n: &Node, name: &str, default: Option<f64>) -> OpResult<f64> {
+        match (self.opt_float(n, name)?, default) {
+            (Some(v), _) | (None, Some(v)) => Ok(v),
+            (None, None) => err(format!("missing argument {name}")),
+        }
+    }
+
+    pub fn bool(&self, n: &Node, name: &str, default: bool) -> OpResult<bool> {
+        match self.named(n, name) {
+            Some(Arg::Bool(v)) => Ok(*v),
+            Some(Arg::None) | None => Ok(default),
+            Some(other) => err(format!(
+                "argument {name} should be a bool, got {}",
+                other.kind_name()
+            )),
+        }
+    }
+
+    pub fn opt_str<'n>(&self, n: &'n Node, name: &str) -> OpResult<Option<&'n str>> {
+        match self.named(n, name) {
+            Some(Arg::Str(s)) => Ok(Some(s.as_str())),
+            Some(Arg::None) | None => Ok(None),
+            Some(other) => err(format!(
+                "argument {name} should be a string, got {}",
+                other.kind_name()
+            )),
+        }
+    }
+
+    pub fn opt_dtype(&self, n: &Node, name: &str) -> OpResult<Option<DType>> {
+        match self.named(n, name) {
+            Some(Arg::ScalarType(d)) => Ok(Some(*d)),
+            Some(Arg::None) | None => Ok(None),
+            Some(other) => err(format!(
+                "argument {name} should be a dtype, got {}",
+                other.kind_name()
+            )),
+        }
+    }
+
+    /// A tensor or Python-number operand.
+    pub fn operand(&self, n: &Node, name: &str) -> OpResult<Operand> {
+        match self.named(n, name) {
+            Some(Arg::Tensor(t)) => Ok(Operand::Tensor(self.value(t)?)),
+            Some(Arg::Int(v)) => Ok(Operand::Number(*v as f64, DType::I64)),
+            Some(Arg::Float(v)) => Ok(Operand::Number(*v, DType::F64)),
+            Some(Arg::Bool(v)) => Ok(Operand::Number(f64::from(u8::from(*v)), DType::Bool)),
+            Some(other) => err(format!(
+                "argument {name} should be a tensor or number, got {}",
+                other.kind_name()
+            )),
+            None => err(format!("missing argument {name}")),
+        }
+    }
+
+    /// The type torch recorded for output `i` of the node.
+    pub fn out_type(&self, n: &Node, i: usize) -> OpResult<TensorType> {
+        let names = n.defined_tensors();
+        let name = names
+            .get(i)
+            .ok_or_else(|| OpError(format!("has no output {i}")))?;
+        let meta = self
+            .program
+            .graph
+            .tensor(name)
+            .ok_or_else(|| OpError(format!("output {name} has no type")))?;
+        meta_type(meta).map_err(OpError)
+    }
+
+    pub fn participant(&self, o: Operand) -> Participant {
+        match o {
+            Operand::Tensor(v) => {
+                let t = self.b.ty(v);
+                if t.rank() == 0 {
+                    Participant::ZeroDim(t.elem.to_dtype())
+                } else {
+                    Participant::Dim(t.elem.to_dtype())
+                }
+            }
+            Operand::Number(_, d) => Participant::Scalar(d),
+        }
+    }
+
+    /// The operand as a tensor of `elem`, broadcast to `shape` when given.
+    pub fn materialize(&mut self, o: Operand, elem: ElemType) -> Value {
+        match o {
+            Operand::Tensor(v) => self.b.convert(v, elem),
+            Operand::Number(x, _) => self.b.scalar(elem, x),
+        }
+    }
+
+    /// Broadcasts values to their common shape (numpy rules).
+    pub fn broadcast_all(&mut self, vs: &[Value]) -> OpResult<Vec<Value>> {
+        let mut shape: Vec<i64> = Vec::new();
+        for &v in vs {
+            shape = broadcast_shapes(&shape, self.b.shape(v)).ok_or_else(|| {
+                OpError(format!(
+                    "shapes {shape:?} and {:?} do not broadcast",
+                    self.b.shape(v)
+                ))
+            })?;
+        }
+        vs.iter()
+            .map(|&v| Ok(self.b.broadcast_to(v, &shape)?))
+            .collect()
+    }
+
+    /// A constant tensor shaped like `like` (its element type unless `elem` is given).
+    pub fn full_like(&mut self, like: Value, value: f64, elem: Option<ElemType>) -> Value {
+        let ty = self.b.ty(like).clone();
+        let ty = elem.map_or(ty.clone(), |e| ty.with_elem(e));
+        self.b.splat(&ty, value)
+    }
+}
+
+/// The common shape of two shapes under numpy broadcasting.
+pub fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for i in 0..rank {
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
+        out[i] = match (da, db) {
+            _ if da == db => da,
+            (1, d) | (d, 1) => d,
+            _ => return None,
+        };
+    }
+    Some(out)
+}
+
+/// Normalises a possibly negative dimension index.
+pub fn norm_dim(dim: i64, rank: usize) -> OpResult<usize> {
+    let r = rank.max(1) as i64;
+    let d = if dim < 0 { dim + r } else { dim };
+    if d < 0 || d >= r {
+        return err(format!(
+            "dimension {dim} is out of range for a tensor of rank {rank}"
+        ));
+    }
+    Ok(d as usize)
+}
+
+pub fn meta_type(meta: &tpuc_fx::TensorMeta) -> Result<TensorType, String> {
+    let shape = meta.static_sizes().ok_or_else(|| {
+        format!(
+            "has symbolic shape {} (tpuc compiles static shapes; use --specialize)",
+            meta.describe()
+        )
+    })?;
+    Ok(TensorType::new(shape, ElemType::from_dtype(meta.dtype)))
+}
+
+fn node_loc(n: &Node) -> Arc<Loc> {
+    Arc::new(Loc {
+        node: n.name.clone(),
+        file: n.source().map(|s| (s.file, s.line)),
+    })
+}
+
+/// Lowers a validated program to a StableHLO module. Reports every unsupported op at once.
+pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerError> {
+    let g = &program.graph;
+    let mut unsupported: Vec<Unsupported> = g
+        .nodes
+        .iter()
+        .filter(|n| !REGISTRY.contains_key(n.target.as_str()))
+        .map(|n| Unsupported {
+            target: n.target.clone(),
+            node: n.name.clone(),
+            source: n.source(),
+        })
+        .collect();
+    if !unsupported.is_empty() {
+        unsupported.sort_by(|a, b| a.target.cmp(&b.target).then(a.node.cmp(&b.node)));
+        return Err(LowerError::Unsupported(unsupported));
+    }
+    let mut cx = Ctx {
+        b: Builder::new(),
+        opts,
+        program,
+        values: HashMap::with_capacity(g.tensors.len()),
+    };
+    let mut args = Vec::new();
+    // Weights first (as arguments or constants), then user inputs, each in signature order.
+    let (weights, users): (Vec<&GraphInput>, Vec<&GraphInput>) = g
+        .inputs
+        .iter()
+        .partition(|i| i.kind != InputKind::UserInput);
+    for input in weights.into_iter().chain(users) {
+        let meta = g
+            .tensor(&input.name)
+            .ok_or_else(|| LowerError::Program(format!("input {} has no type", input.name)))?;
+        let ty = meta_type(meta)
+            .map_err(|m| LowerError::Program(format!("input {} {m}", input.name)))?;
+        let v = match (&input.kind, opts.weights, program.weight_for(input)) {
+            (InputKind::UserInput, _, _) => {
+                args.push(ArgRole::UserInput(input.name.clone()));
+                cx.b.arg(ty, ArgAttrs::default())
+            }
+            (_, WeightsMode::Inline, Some(w)) => {
+                let bytes = w.bytes.as_slice();
+                let esize = ty.elem.byte_size();
+                let splat = !bytes.is_empty() && bytes.chunks(esize).all(|c| c == &bytes[..esize]);
+                let lit = Literal {
+                    ty,
+                    bytes: if splat {
+                        bytes[..esize].into()
+                    } else {
+                        bytes.into()
+                    },
+                    splat,
+                };
+                cx.b.set_loc(Arc::new(Loc {
+                    node: input.name.clone(),
+                    file: None,
+                }));
+                cx.b.constant(lit)
+                    .map_err(|e| LowerError::Program(format!("weight {}: {e}", input.name)))?
+            }
+            (kind, _, _) => {
+                let target = match kind {
+                    InputKind::Parameter { target }
+                    | InputKind::Buffer { target, .. }
+                    | InputKind::Constant { target } => target.clone(),
+                    InputKind::UserInput => unreachable!("handled above"),
+                };
+                args.push(ArgRole::Weight(target));
+                cx.b.arg(ty, ArgAttrs::default())
+            }
+        };
+        cx.values.insert(input.name.as_str(), Some(v));
+    }
+    for n in &g.nodes {
+        cx.b.set_loc(node_loc(n));
+        let node_err = |message: String| LowerError::Node {
+            node: n.name.clone(),
+            target: n.target.clone(),
+            location: n.source(),
+            message,
+        };
+        let lower_fn = REGISTRY[n.target.as_str()];
+        let outs = lower_fn(&mut cx, n).map_err(|e| node_err(e.0))?;
+        let names = n.defined_tensors();
+        if outs.len() != names.len() {
+            return Err(node_err(format!(
+                "lowering produced {} outputs, the graph expects {}",
+                outs.len(),
+                names.len()
+            )));
+        }
+        for (i, (name, v)) in names.into_iter().zip(outs).enumerate() {
+            if let Some(v) = v {
+                // The result must have exactly the type torch recorded: a mismatch would mean
+                // silently wrong output, so it is an error.
+                let expected = cx.out_type(n, i).map_err(|e| node_err(e.0))?;
+                if *cx.b.ty(v) != expected {
+                    return Err(node_err(format!(
+                        "internal error: lowered output {name} has type {} but torch recorded {expected}",
+                        cx.b.ty(v)
+                    )));
+                }
+            }
+            cx.values.insert(name, v);
+        }
+    }
+    let mut results = Vec::new();
+    let mut names = Vec::new();
+    for (i, out) in g.outputs.iter().enumerate() {
+        match &out.value {
+            OutputValue::Tensor(t) => {
+                let v = cx
+                    .value(t)
+                    .map_err(|e| LowerError::Program(format!("graph output {i}: {}", e.0)))?;
+                results.push(v);
+                names.push(t.clone());
+            }
+            OutputValue::Constant(a) => {
+                return Err(LowerError::Program(format!(
+                    "graph output {i} is a constant {} (tpuc compiles tensor outputs only)",
+                    a.kind_name()
+                )))
+            }
+        }
+    }
+    let main = cx.b.finish(results, Vec::new());
+    let module = crate::passes::cleanup(Module {
+        main,
+        attrs: Vec::new(),
+    });
+    Ok(Lowered {
+        module,
+        args,
+        results: names,
+    })
+}

@@ -1,0 +1,317 @@
+//! Reductions, softmax and cumulative ops.
+
+use tpuc_fx::Node;
+
+use super::linear::softmax_last;
+use super::*;
+
+/// The reduction identity of `op` for `elem` (lowest value for max, and so on).
+pub fn identity(op: BinaryOp, elem: ElemType) -> f64 {
+    let (lowest, highest) = if elem.is_float() {
+        (f64::NEG_INFINITY, f64::INFINITY)
+    } else if elem.is_bool() {
+        (0.0, 1.0)
+    } else {
+        let bits = (elem.byte_size() * 8) as i32;
+        if elem.is_unsigned() {
+            (0.0, 2f64.powi(bits) - 1.0)
+        } else {
+            (-(2f64.powi(bits - 1)), 2f64.powi(bits - 1) - 1.0)
+        }
+    };
+    match op {
+        BinaryOp::Max => lowest,
+        BinaryOp::Min => highest,
+        BinaryOp::Mul | BinaryOp::And => 1.0,
+        _ => 0.0,
+    }
+}
+
+/// The dimensions a reduction covers: `dim` (int, list, or absent/empty = all).
+fn reduce_dims(cx: &Ctx, n: &Node, x: Value) -> OpResult<Vec<i64>> {
+    let rank = cx.b.ty(x).rank();
+    let dims = cx.opt_ints(n, "dim")?.unwrap_or_default();
+    if dims.is_empty() {
+        return Ok((0..rank as i64).collect());
+    }
+    dims.iter()
+        .map(|&d| norm_dim(d, rank).map(|d| d as i64))
+        .collect()
+}
+
+fn accumulation_type(elem: ElemType) -> ElemType {
+    // torch accumulates 16-bit floats in float32.
+    if matches!(elem, ElemType::F16 | ElemType::BF16) {
+        ElemType::F32
+    } else {
+        elem
+    }
+}
+
+pub fn reduce_to(
+    cx: &mut Ctx,
+    x: Value,
+    dims: &[i64],
+    op: BinaryOp,
+    out: &TensorType,
+) -> OpResult<Value> {
+    let acc = accumulation_type(out.elem);
+    let x = cx.b.convert(x, acc);
+    let init = cx.b.scalar(acc, identity(op, acc));
+    let r = cx.b.reduce(&[x], &[init], dims, ReduceBody::Binary(op))?[0];
+    let r = cx.b.convert(r, out.elem);
+    Ok(cx.b.reshape(r, &out.shape)?)
+}
+
+fn simple(op: BinaryOp) -> LowerFn {
+    match op {
+        BinaryOp::Add => |cx, n| simple_reduce(cx, n, BinaryOp::Add),
+        BinaryOp::Mul => |cx, n| simple_reduce(cx, n, BinaryOp::Mul),
+        BinaryOp::Max => |cx, n| simple_reduce(cx, n, BinaryOp::Max),
+        BinaryOp::Min => |cx, n| simple_reduce(cx, n, BinaryOp::Min),
+        BinaryOp::Or => |cx, n| simple_reduce(cx, n, BinaryOp::Or),
+        BinaryOp::And => |cx, n| simple_reduce(cx, n, BinaryOp::And),
+        _ => unreachable!("no reduction for {op:?}"),
+    }
+}
+
+fn simple_reduce(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let dims = reduce_dims(cx, n, x)?;
+    let out = cx.out_type(n, 0)?;
+    let x = if matches!(op, BinaryOp::Or | BinaryOp::And) {
+        let zero = cx.full_like(x, 0.0, None);
+        cx.b.compare(CompareDir::Ne, x, zero)?
+    } else {
+        x
+    };
+    Ok(vec![Some(reduce_to(cx, x, &dims, op, &out)?)])
+}
+
+fn mean(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let dims = reduce_dims(cx, n, x)?;
+    let out = cx.out_type(n, 0)?;
+    let count: i64 = dims.iter().map(|&d| cx.b.shape(x)[d as usize]).product();
+    let acc_ty = out.with_elem(accumulation_type(out.elem));
+    let s = reduce_to(cx, x, &dims, BinaryOp::Add, &acc_ty)?;
+    let c = cx.full_like(s, count as f64, None);
+    let m = cx.b.binary(BinaryOp::Div, s, c)?;
+    Ok(vec![Some(cx.b.convert(m, out.elem))])
+}
+
+fn variance(cx: &mut Ctx, n: &Node, x: Value, out: &TensorType) -> OpResult<Value> {
+    let dims = reduce_dims(cx, n, x)?;
+    let correction = if n.target.ends_with(".correction") {
+        cx.float(n, "correction", Some(1.0))?
+    } else if cx.bool(n, "unbiased", true)? {
+        1.0
+    } else {
+        0.0
+    };
+    let shape = cx.b.shape(x).to_vec();
+    let count: i64 = dims.iter().map(|&d| shape[d as usize]).product();
+    let acc = accumulation_type(out.elem);
+    let x = cx.b.convert(x, acc);
+    let kept: Vec<i64> = (0..shape.len() as i64)
+        .filter(|d| !dims.contains(d))
+        .collect();
+    let kept_shape: Vec<i64> = kept.iter().map(|&d| shape[d as usize]).collect();
+    let sum = reduce_to(
+        cx,
+        x,
+        &dims,
+        BinaryOp::Add,
+        &TensorType::new(kept_shape.clone(), acc),
+    )?;
+    let c = cx.full_like(sum, count as f64, None);
+    let m = cx.b.binary(BinaryOp::Div, sum, c)?;
+    let mb = cx.b.broadcast_in_dim(m, &shape, &kept)?;
+    let d = cx.b.binary(BinaryOp::Sub, x, mb)?;
+    let sq = cx.b.binary(BinaryOp::Mul, d, d)?;
+    let ss = reduce_to(
+        cx,
+        sq,
+        &dims,
+        BinaryOp::Add,
+        &TensorType::new(kept_shape, acc),
+    )?;
+    let denom = cx.full_like(ss, (count as f64 - correction).max(0.0), None);
+    let v = cx.b.binary(BinaryOp::Div, ss, denom)?;
+    let v = cx.b.convert(v, out.elem);
+    Ok(cx.b.reshape(v, &out.shape)?)
+}
+
+fn var(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let out = cx.out_type(n, 0)?;
+    Ok(vec![Some(variance(cx, n, x, &out)?)])
+}
+
+fn std(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let out = cx.out_type(n, 0)?;
+    let v = variance(cx, n, x, &out)?;
+    Ok(vec![Some(cx.b.unary(UnaryOp::Sqrt, v)?)])
+}
+
+/// (values, indices) of the max/min along one dimension, first index on ties.
+fn arg_reduce(cx: &mut Ctx, x: Value, dim: usize, body: ReduceBody) -> OpResult<(Value, Value)> {
+    let ty = cx.b.ty(x).clone();
+    let idx = cx.b.iota(ty.with_elem(ElemType::I64), dim as i64)?;
+    let op = if body == ReduceBody::ArgMax {
+        BinaryOp::Max
+    } else {
+        BinaryOp::Min
+    };
+    let init_v = cx.b.scalar(ty.elem, identity(op, ty.elem));
+    let init_i = cx.b.scalar(ElemType::I64, 0.0);
+    let r =
+        cx.b.reduce(&[x, idx], &[init_v, init_i], &[dim as i64], body)?;
+    Ok((r[0], r[1]))
+}
+
+fn max_min_dim(cx: &mut Ctx, n: &Node, body: ReduceBody) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let dim = norm_dim(cx.int(n, "dim", None)?, cx.b.ty(x).rank())?;
+    let (v, i) = arg_reduce(cx, x, dim, body)?;
+    let (tv, ti) = (cx.out_type(n, 0)?, cx.out_type(n, 1)?);
+    Ok(vec![
+        Some(cx.b.reshape(v, &tv.shape)?),
+        Some(cx.b.reshape(i, &ti.shape)?),
+    ])
+}
+
+fn arg_max_min(cx: &mut Ctx, n: &Node, body: ReduceBody) -> OpResult<Vec<Option<Value>>> {
+    let mut x = cx.tensor(n, "self")?;
+    let dim = match cx.opt_int(n, "dim")? {
+        Some(d) => norm_dim(d, cx.b.ty(x).rank())?,
+        None => {
+            let numel = cx.b.ty(x).numel();
+            x = cx.b.reshape(x, &[numel])?;
+            0
+        }
+    };
+    let (_, i) = arg_reduce(cx, x, dim, body)?;
+    let out = cx.out_type(n, 0)?;
+    Ok(vec![Some(cx.b.reshape(i, &out.shape)?)])
+}
+
+fn softmax(cx: &mut Ctx, n: &Node, log: bool) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let out = cx.out_type(n, 0)?;
+    let dim = norm_dim(cx.int(n, "dim", None)?, cx.b.ty(x).rank())?;
+    let acc = accumulation_type(out.elem);
+    let x = cx.b.convert(x, acc);
+    let r = if log {
+        let shape = cx.b.shape(x).to_vec();
+        let ninf = cx.b.scalar(acc, f64::NEG_INFINITY);
+        let m = cx.b.reduce(
+            &[x],
+            &[ninf],
+            &[dim as i64],
+            ReduceBody::Binary(BinaryOp::Max),
+        )?[0];
+        let kept: Vec<i64> = (0..shape.len() as i64)
+            .filter(|&d| d != dim as i64)
+            .collect();
+        let mb = cx.b.broadcast_in_dim(m, &shape, &kept)?;
+        let shifted = cx.b.binary(BinaryOp::Sub, x, mb)?;
+        let e = cx.b.unary(UnaryOp::Exp, shifted)?;
+        let zero = cx.b.scalar(acc, 0.0);
+        let s = cx.b.reduce(
+            &[e],
+            &[zero],
+            &[dim as i64],
+            ReduceBody::Binary(BinaryOp::Add),
+        )?[0];
+        let ls = cx.b.unary(UnaryOp::Log, s)?;
+        let lsb = cx.b.broadcast_in_dim(ls, &shape, &kept)?;
+        cx.b.binary(BinaryOp::Sub, shifted, lsb)?
+    } else {
+        softmax_last(cx, x, dim)?
+    };
+    Ok(vec![Some(cx.b.convert(r, out.elem))])
+}
+
+/// Cumulative sum/product as a reduce_window over everything up to each position.
+fn cumulative(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let out = cx.out_type(n, 0)?;
+    let x = cx.b.convert(x, out.elem);
+    let shape = cx.b.shape(x).to_vec();
+    if shape.is_empty() {
+        return Ok(vec![Some(x)]);
+    }
+    let dim = norm_dim(cx.int(n, "dim", None)?, shape.len())?;
+    let mut window = vec![1; shape.len()];
+    window[dim] = shape[dim];
+    let mut padding = vec![(0, 0); shape.len()];
+    padding[dim] = (shape[dim] - 1, 0);
+    let strides = vec![1; shape.len()];
+    let init = cx.b.scalar(out.elem, identity(op, out.elem));
+    Ok(vec![Some(cx.b.reduce_window(
+        x, init, &window, &strides, &padding, op,
+    )?)])
+}
+
+pub fn register(r: &mut Registry) {
+    r.add(
+        &["aten.sum.default", "aten.sum.dim_IntList"],
+        simple(BinaryOp::Add),
+    );
+    r.add(
+        &["aten.prod.default", "aten.prod.dim_int"],
+        simple(BinaryOp::Mul),
+    );
+    r.add(
+        &["aten.amax.default", "aten.max.default"],
+        simple(BinaryOp::Max),
+    );
+    r.add(
+        &["aten.amin.default", "aten.min.default"],
+        simple(BinaryOp::Min),
+    );
+    r.add(
+        &["aten.any.default", "aten.any.dim", "aten.any.dims"],
+        simple(BinaryOp::Or),
+    );
+    r.add(
+        &["aten.all.default", "aten.all.dim", "aten.all.dims"],
+        simple(BinaryOp::And),
+    );
+    r.add(&["aten.mean.default", "aten.mean.dim"], mean);
+    r.add(
+        &["aten.var.dim", "aten.var.correction", "aten.var.default"],
+        var,
+    );
+    r.add(
+        &["aten.std.dim", "aten.std.correction", "aten.std.default"],
+        std,
+    );
+    r.add(&["aten.max.dim"], |cx, n| {
+        max_min_dim(cx, n, ReduceBody::ArgMax)
+    });
+    r.add(&["aten.min.dim"], |cx, n| {
+        max_min_dim(cx, n, ReduceBody::ArgMin)
+    });
+    r.add(&["aten.argmax.default"], |cx, n| {
+        arg_max_min(cx, n, ReduceBody::ArgMax)
+    });
+    r.add(&["aten.argmin.default"], |cx, n| {
+        arg_max_min(cx, n, ReduceBody::ArgMin)
+    });
+    r.add(&["aten.softmax.int", "aten._softmax.default"], |cx, n| {
+        softmax(cx, n, false)
+    });
+    r.add(
+        &["aten.log_softmax.int", "aten._log_softmax.default"],
+        |cx, n| softmax(cx, n, true),
+    );
+    r.add(&["aten.cumsum.default"], |cx, n| {
+        cumulative(cx, n, BinaryOp::Add)
+    });
+    r.add(&["aten.cumprod.default"], |cx, n| {
+        cumulative(cx, n, BinaryOp::Mul)
+    });
+}

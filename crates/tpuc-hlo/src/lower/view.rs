@@ -1,0 +1,266 @@
+//! View-like and data-movement ops: reshapes, permutations, slicing, concatenation, splitting.
+
+use tpuc_fx::Node;
+
+use super::*;
+
+/// Ops whose result is the input reshaped to the recorded output shape.
+fn reshape_to_out(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let out = cx.out_type(n, 0)?;
+    Ok(vec![Some(cx.b.reshape(x, &out.shape)?)])
+}
+
+fn permute(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let rank = cx.b.ty(x).rank();
+    let dims = cx.ints(n, "dims", None)?;
+    let perm = dims
+        .iter()
+        .map(|&d| norm_dim(d, rank).map(|d| d as i64))
+        .collect::<OpResult<Vec<_>>>()?;
+    Ok(vec![Some(cx.b.transpose(x, &perm)?)])
+}
+
+fn transpose(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let rank = cx.b.ty(x).rank();
+    let mut perm: Vec<i64> = (0..rank as i64).collect();
+    if rank >= 2 || n.target != "aten.t.default" {
+        let (d0, d1) = if n.target == "aten.t.default" {
+            (0, 1)
+        } else {
+            (
+                norm_dim(cx.int(n, "dim0", None)?, rank)?,
+                norm_dim(cx.int(n, "dim1", None)?, rank)?,
+            )
+        };
+        if rank > 0 {
+            perm.swap(d0, d1);
+        }
+    }
+    Ok(vec![Some(cx.b.transpose(x, &perm)?)])
+}
+
+fn expand(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let out = cx.out_type(n, 0)?;
+    Ok(vec![Some(cx.b.broadcast_to(x, &out.shape)?)])
+}
+
+/// Python slice bounds clamped like torch: negatives count from the end.
+fn clamp_bounds(start: Option<i64>, end: Option<i64>, size: i64) -> (i64, i64) {
+    let fix = |v: i64| {
+        if v < 0 {
+            (v + size).max(0)
+        } else {
+            v.min(size)
+        }
+    };
+    let s = fix(start.unwrap_or(0));
+    let e = fix(end.unwrap_or(size)).max(s);
+    (s, e)
+}
+
+fn slice(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let shape = cx.b.shape(x).to_vec();
+    let dim = norm_dim(cx.int(n, "dim", Some(0))?, shape.len())?;
+    let step = cx.int(n, "step", Some(1))?;
+    if step < 1 {
+        return err(format!(
+            "not supported: slice step {step} (must be positive)"
+        ));
+    }
+    let (s, e) = clamp_bounds(cx.opt_int(n, "start")?, cx.opt_int(n, "end")?, shape[dim]);
+    Ok(vec![Some(cx.b.slice_dim(x, dim, s, e, step)?)])
+}
+
+fn narrow(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let shape = cx.b.shape(x).to_vec();
+    let dim = norm_dim(cx.int(n, "dim", None)?, shape.len())?;
+    let mut start = cx.int(n, "start", None)?;
+    if start < 0 {
+        start += shape[dim];
+    }
+    let length = cx.int(n, "length", None)?;
+    if start < 0 || length < 0 || start + length > shape[dim] {
+        return err(format!(
+            "narrow({start}, {length}) is out of range for size {}",
+            shape[dim]
+        ));
+    }
+    Ok(vec![Some(cx.b.slice_dim(
+        x,
+        dim,
+        start,
+        start + length,
+        1,
+    )?)])
+}
+
+fn select(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let shape = cx.b.shape(x).to_vec();
+    let dim = norm_dim(cx.int(n, "dim", None)?, shape.len())?;
+    let mut index = cx.int(n, "index", None)?;
+    if index < 0 {
+        index += shape[dim];
+    }
+    if index < 0 || index >= shape[dim] {
+        return err(format!(
+            "index {index} is out of range for dimension {dim} of size {}",
+            shape[dim]
+        ));
+    }
+    let s = cx.b.slice_dim(x, dim, index, index + 1, 1)?;
+    let mut out = shape;
+    out.remove(dim);
+    Ok(vec![Some(cx.b.reshape(s, &out)?)])
+}
+
+fn cat(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let xs = cx.tensors(n, "tensors")?;
+    let out = cx.out_type(n, 0)?;
+    let dim = norm_dim(cx.int(n, "dim", Some(0))?, out.rank())?;
+    // torch skips 1-d empty tensors in cat, whatever the other shapes.
+    let kept: Vec<Value> = xs.into_iter().filter(|&x| cx.b.shape(x) != [0]).collect();
+    let parts: Vec<Value> = kept
+        .into_iter()
+        .map(|x| cx.b.convert(x, out.elem))
+        .collect();
+    if parts.is_empty() {
+        return Ok(vec![Some(cx.b.splat(&out, 0.0))]);
+    }
+    Ok(vec![Some(cx.b.concatenate(&parts, dim as i64)?)])
+}
+
+fn stack(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let xs = cx.tensors(n, "tensors")?;
+    let out = cx.out_type(n, 0)?;
+    let dim = norm_dim(cx.int(n, "dim", Some(0))?, out.rank())?;
+    let mut parts = Vec::with_capacity(xs.len());
+    for x in xs {
+        let mut shape = cx.b.shape(x).to_vec();
+        shape.insert(dim, 1);
+        let x = cx.b.convert(x, out.elem);
+        parts.push(cx.b.reshape(x, &shape)?);
+    }
+    Ok(vec![Some(cx.b.concatenate(&parts, dim as i64)?)])
+}
+
+/// split / split_with_sizes / chunk / unbind: consecutive slices sized as torch recorded.
+fn split(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let shape = cx.b.shape(x).to_vec();
+    let dim = norm_dim(cx.int(n, "dim", Some(0))?, shape.len())?;
+    let unbind = n.target.starts_with("aten.unbind");
+    let mut start = 0;
+    let mut outs = Vec::new();
+    for i in 0..n.defined_tensors().len() {
+        let ty = cx.out_type(n, i)?;
+        let size = if unbind { 1 } else { ty.shape[dim] };
+        let s = cx.b.slice_dim(x, dim, start, start + size, 1)?;
+        outs.push(Some(cx.b.reshape(s, &ty.shape)?));
+        start += size;
+    }
+    if start != shape[dim] {
+        return err(format!(
+            "the outputs cover {start} of {} elements along dimension {dim}",
+            shape[dim]
+        ));
+    }
+    Ok(outs)
+}
+
+fn repeat_interleave(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let repeats = cx.int(n, "repeats", None)?;
+    let out = cx.out_type(n, 0)?;
+    let (x, dim) = match cx.opt_int(n, "dim")? {
+        Some(d) => (x, norm_dim(d, cx.b.ty(x).rank())?),
+        None => {
+            let numel = cx.b.ty(x).numel();
+            (cx.b.reshape(x, &[numel])?, 0)
+        }
+    };
+    let shape = cx.b.shape(x).to_vec();
+    let mut expanded = shape.clone();
+    expanded.insert(dim + 1, repeats);
+    let mut unsq = shape.clone();
+    unsq.insert(dim + 1, 1);
+    let u = cx.b.reshape(x, &unsq)?;
+    let dims: Vec<i64> = (0..unsq.len() as i64).collect();
+    let b = cx.b.broadcast_in_dim(u, &expanded, &dims)?;
+    Ok(vec![Some(cx.b.reshape(b, &out.shape)?)])
+}
+
+fn repeat(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let repeats = cx.ints(n, "repeats", None)?;
+    let shape = cx.b.shape(x).to_vec();
+    if repeats.len() < shape.len() {
+        return err("repeat needs at least as many repeats as dimensions");
+    }
+    let mut padded = vec![1; repeats.len() - shape.len()];
+    padded.extend_from_slice(&shape);
+    // [d0, d1] -> [1, d0, 1, d1] -> [r0, d0, r1, d1] -> [r0*d0, r1*d1]
+    let inter: Vec<i64> = padded.iter().flat_map(|&d| [1, d]).collect();
+    let target: Vec<i64> = padded
+        .iter()
+        .zip(&repeats)
+        .flat_map(|(&d, &r)| [r, d])
+        .collect();
+    let u = cx.b.reshape(x, &inter)?;
+    let dims: Vec<i64> = (0..inter.len() as i64).collect();
+    let b = cx.b.broadcast_in_dim(u, &target, &dims)?;
+    let out = cx.out_type(n, 0)?;
+    Ok(vec![Some(cx.b.reshape(b, &out.shape)?)])
+}
+
+pub fn register(r: &mut Registry) {
+    r.add(
+        &[
+            "aten.view.default",
+            "aten.reshape.default",
+            "aten._unsafe_view.default",
+            "aten.unsqueeze.default",
+            "aten.squeeze.dim",
+            "aten.squeeze.dims",
+            "aten.squeeze.default",
+            "aten.flatten.using_ints",
+            "aten.unflatten.int",
+            "aten.view_as.default",
+            "aten.reshape_as.default",
+        ],
+        reshape_to_out,
+    );
+    r.add(&["aten.permute.default"], permute);
+    r.add(&["aten.transpose.int", "aten.t.default"], transpose);
+    r.add(
+        &[
+            "aten.expand.default",
+            "aten.expand_as.default",
+            "aten.broadcast_to.default",
+        ],
+        expand,
+    );
+    r.add(&["aten.slice.Tensor"], slice);
+    r.add(&["aten.narrow.default"], narrow);
+    r.add(&["aten.select.int"], select);
+    r.add(&["aten.cat.default", "aten.concat.default"], cat);
+    r.add(&["aten.stack.default"], stack);
+    r.add(
+        &[
+            "aten.split.Tensor",
+            "aten.split_with_sizes.default",
+            "aten.chunk.default",
+            "aten.unbind.int",
+            "aten.tensor_split.sections",
+        ],
+        split,
+    );
+    r.add(&["aten.repeat_interleave.self_int"], repeat_interleave);
+    r.add(&["aten.repeat.default"], repeat);
+}

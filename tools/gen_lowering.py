@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""Builds the golden lowering inputs: small torch programs exported with torch.export.
+
+For each case it writes, under testdata/lowering/:
+  <case>.pt2            the torch.export archive (raw export, or "<case>_core" after
+                        run_decompositions(), i.e. core ATen)
+  <case>.inputs.npz     example inputs (seeded), and
+  <case>.expected.npz   torch eager outputs for those inputs.
+The expected StableHLO (<case>.mlir) is written by `TPUC_BLESS=1 cargo test`.
+
+Usage: .venv/bin/python tools/gen_lowering.py [case ...]
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "testdata", "lowering")
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim) + 0.1 * torch.randn(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rope(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat((-x2, x1), dim=-1)
+    return x * cos + rotated * sin
+
+
+class LlamaBlock(nn.Module):
+    """RMSNorm, rotary embedding, grouped-query causal attention, SwiGLU."""
+
+    def __init__(self, dim=32, heads=4, kv_heads=2, hidden=64, seq=8):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.norm1, self.norm2 = RMSNorm(dim), RMSNorm(dim)
+        self.wq = nn.Linear(dim, heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(heads * self.head_dim, dim, bias=False)
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        pos = torch.arange(seq, dtype=torch.float32)[:, None]
+        freq = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim))
+        ang = torch.cat([pos * freq, pos * freq], dim=-1)
+        self.register_buffer("cos", ang.cos(), persistent=False)
+        self.register_buffer("sin", ang.sin(), persistent=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.norm1(x)
+        q = self.wq(h).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = self.wk(h).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(h).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = rope(q, self.cos, self.sin), rope(k, self.cos, self.sin)
+        rep = self.heads // self.kv_heads
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.wo(a.transpose(1, 2).reshape(b, s, d))
+        h = self.norm2(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class ResNetCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.conv3 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn3 = nn.BatchNorm2d(8)
+        self.avg = nn.AvgPool2d(2)
+        self.gap = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 10)
+        for bn in (self.bn1, self.bn2, self.bn3):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 1.5)
+            bn.weight.data.uniform_(0.5, 1.5)
+            bn.bias.data.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.bn1(self.conv1(x))))
+        y = F.relu(self.bn2(self.conv2(x)))
+        x = F.relu(x + self.bn3(self.conv3(y)))
+        x = self.gap(self.avg(x))
+        return self.fc(torch.flatten(x, 1))
+
+
+class NormGeluSoftmax(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(16)
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 16)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        h = self.drop(F.gelu(self.fc1(self.ln(x))))
+        h2 = F.gelu(self.fc1(x), approximate="tanh")
+        return F.softmax(self.fc2(h + h2), dim=-1), F.log_softmax(self.fc2(h), dim=-1)
+
+
+class Elementwise(nn.Module):
+    def forward(self, x, y):
+        return (
+            torch.abs(x) + torch.exp(x * 0.5) - torch.log(torch.abs(y) + 1),
+            torch.sqrt(torch.abs(x)) * torch.tanh(y) / (torch.sigmoid(x) + 1),
+            torch.clamp(x, -0.5, 0.5),
+            torch.where(x > y, x, y),
+            torch.maximum(x, y) - torch.minimum(x, y),
+            x.floor() + y.ceil() + x.round(),
+            torch.sin(x) * torch.cos(y) + x ** 3,
+            x / 0.0,  # +-inf and nan must come out as torch gives them
+        )
+
+
+class Reductions(nn.Module):
+    def forward(self, x):
+        return (
+            x.sum(),
+            x.sum(dim=1),
+            x.mean(dim=(0, 2), keepdim=True),
+            x.amax(dim=-1),
+            x.amin(dim=0),
+            x.max(dim=1).values,
+            x.argmax(dim=2),
+            x.var(dim=1, unbiased=True),
+            x.prod(dim=2),
+        )
+
+
+class Broadcasting(nn.Module):
+    def forward(self, a, b, c):
+        return a + b, a * c, (a - b) * c + 2.0, b.expand(4, 3, 5) + 1
+
+
+class DtypeMix(nn.Module):
+    def forward(self, f, i, h, b):
+        return (
+            f + i,  # float32 + int64 -> float32
+            i * 3,  # int64
+            i + 2.5,  # int64 + python float -> float32
+            h + f,  # float16 + float32 -> float32
+            (i > 2) & b,  # bool
+            h * 2,  # float16
+            i // 3,
+            i % 3,
+            f.to(torch.bfloat16) * 2,
+            i.to(torch.int32) + 1,
+            b.to(torch.float32) + f,
+            (i.to(torch.uint8) + 1).to(torch.int8),
+            f.double() * 2,
+        )
+
+
+class Indexing(nn.Module):
+    def forward(self, x, idx):
+        return (
+            x[:, 1:3],
+            x[idx],
+            torch.gather(x, 1, idx.view(-1, 1).expand(-1, 4) % 4),
+            torch.index_select(x, 0, idx),
+            x[1],
+            x[..., ::2],
+            x.narrow(1, 1, 2),
+        )
+
+
+class MultiOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.lin(x)
+        a, b, c = h.split(2, dim=-1)
+        return a, b * 2, torch.stack([a, c], dim=0), h.t()
+
+
+class Conv1dPool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 6, 3, padding=2, dilation=2, groups=2)
+
+    def forward(self, x):
+        y = F.max_pool1d(self.conv(x), 2)
+        return F.avg_pool1d(y, 3, stride=1, padding=1), F.adaptive_avg_pool1d(y, 2)
+
+
+class Embedding(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+
+    def forward(self, ids):
+        e = self.emb(ids)
+        return e.mean(1), e.permute(2, 0, 1).contiguous(), torch.cumsum(e, dim=1)
+
+
+def seeded(*shape, dtype=torch.float32, lo=None, hi=None):
+    if dtype.is_floating_point:
+        return torch.randn(*shape).to(dtype)
+    if dtype == torch.bool:
+        return torch.rand(*shape) > 0.5
+    return torch.randint(lo if lo is not None else -5, hi or 10, shape, dtype=dtype)
+
+
+def cases():
+    torch.manual_seed(0)
+    yield "mlp", MLP(), (seeded(4, 16),)
+    yield "llama_block", LlamaBlock(), (seeded(2, 8, 32),)
+    yield "resnet_cnn", ResNetCNN(), (seeded(2, 3, 16, 16),)
+    yield "norm_gelu_softmax", NormGeluSoftmax(), (seeded(3, 16),)
+    yield "elementwise", Elementwise(), (seeded(3, 5), seeded(3, 5))
+    yield "reductions", Reductions(), (seeded(3, 4, 5),)
+    yield "broadcasting", Broadcasting(), (seeded(4, 3, 5), seeded(3, 1), seeded(5))
+    yield "dtype_mix", DtypeMix(), (
+        seeded(2, 3),
+        seeded(2, 3, dtype=torch.int64),
+        seeded(2, 3, dtype=torch.float16),
+        seeded(2, 3, dtype=torch.bool),
+    )
+    yield "indexing", Indexing(), (seeded(5, 4), torch.tensor([4, 0, 2], dtype=torch.int64))
+    yield "multi_out", MultiOut(), (seeded(3, 6),)
+    yield "conv1d_pool", Conv1dPool(), (seeded(2, 4, 12),)
+    yield "embedding", Embedding(), (torch.randint(0, 20, (2, 5)),)
+
+
+def to_numpy(t):
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.detach().numpy()
+
+
+def flat_outputs(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    result = []
+    for o in out:
+        result.extend(flat_outputs(o))
+    return result
+
+
+def main(selected):
+    os.makedirs(OUT, exist_ok=True)
+    for name, model, inputs in cases():
+        if selected and name not in selected:
+            continue
+        model.eval()
+        with torch.no_grad():
+            expected = flat_outputs(model(*inputs))
+            ep = torch.export.export(model, inputs)
+        for case, program in ((name, ep), (name + "_core", ep.run_decompositions())):
+            torch.export.save(program, os.path.join(OUT, case + ".pt2"))
+            np.savez(os.path.join(OUT, case + ".inputs.npz"),
+                     *[to_numpy(t) for t in inputs])
+            np.savez(os.path.join(OUT, case + ".expected.npz"),
+                     *[to_numpy(t) for t in expected])
+            ops = sorted({str(n.target) for n in program.graph.nodes if n.op == "call_function"})
+            print(f"{case}: {len(ops)} ops: {' '.join(ops)}")
+
+
+if __name__ == "__main__":
+    main(set(sys.argv[1:]))
