@@ -222,6 +222,13 @@ class Embedding(nn.Module):
         return e.mean(1), e.permute(2, 0, 1).contiguous(), torch.cumsum(e, dim=1)
 
 
+class Unsupported(nn.Module):
+    """Ops tpuc does not lower yet: `tpuc compile` must name every one in a single error."""
+
+    def forward(self, x):
+        return torch.special.i0(x) + torch.topk(x, 2).values.sum(), torch.special.i0(x * 2)
+
+
 def seeded(*shape, dtype=torch.float32, lo=None, hi=None):
     if dtype.is_floating_point:
         return torch.randn(*shape).to(dtype)
@@ -251,6 +258,9 @@ def cases():
     yield "embedding", Embedding(), (torch.randint(0, 20, (2, 5)),)
 
 
+ERROR_CASES = {"unsupported": (Unsupported(), (torch.randn(3, 4),))}
+
+
 def to_numpy(t):
     if t.dtype == torch.bfloat16:
         t = t.float()
@@ -268,6 +278,10 @@ def flat_outputs(out):
 
 def main(selected):
     os.makedirs(OUT, exist_ok=True)
+    for name, (model, inputs) in ERROR_CASES.items():
+        if not selected or name in selected:
+            ep = torch.export.export(model.eval(), inputs)
+            torch.export.save(ep, os.path.join(OUT, "errors", name + ".pt2"))
     for name, model, inputs in cases():
         if selected and name not in selected:
             continue

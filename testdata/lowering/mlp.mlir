@@ -1,0 +1,18 @@
+#loc = loc(unknown)
+module {
+  func.func @main(%arg0: tensor<32x16xf32> loc(unknown), %arg1: tensor<32xf32> loc(unknown), %arg2: tensor<8x32xf32> loc(unknown), %arg3: tensor<8xf32> loc(unknown), %arg4: tensor<4x16xf32> loc(unknown)) -> tensor<4x8xf32> {
+    %0 = "stablehlo.dot_general"(%arg4, %arg0) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<4x16xf32>, tensor<32x16xf32>) -> tensor<4x32xf32> loc(#loc2)
+    %1 = "stablehlo.broadcast_in_dim"(%arg1) {broadcast_dimensions = array<i64: 1>} : (tensor<32xf32>) -> tensor<4x32xf32> loc(#loc2)
+    %2 = "stablehlo.add"(%0, %1) : (tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<4x32xf32> loc(#loc2)
+    %3 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<4x32xf32>} : () -> tensor<4x32xf32> loc(#loc3)
+    %4 = "stablehlo.maximum"(%2, %3) : (tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<4x32xf32> loc(#loc3)
+    %5 = "stablehlo.dot_general"(%4, %arg2) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<4x32xf32>, tensor<8x32xf32>) -> tensor<4x8xf32> loc(#loc4)
+    %6 = "stablehlo.broadcast_in_dim"(%arg3) {broadcast_dimensions = array<i64: 1>} : (tensor<8xf32>) -> tensor<4x8xf32> loc(#loc4)
+    %7 = "stablehlo.add"(%5, %6) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> loc(#loc4)
+    return %7 : tensor<4x8xf32> loc(#loc)
+  } loc(#loc)
+} loc(#loc)
+#loc1 = loc("/work/main/tools/gen_lowering.py":32:0)
+#loc2 = loc("linear"(#loc1))
+#loc3 = loc("relu"(#loc1))
+#loc4 = loc("linear_1"(#loc1))

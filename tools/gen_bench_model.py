@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Exports a 24-layer Llama-style model (core ATen) for the compile benchmark.
+
+Usage: .venv/bin/python tools/gen_bench_model.py OUT.pt2 [layers]
+The archive is not committed: it is large and a script makes it again in seconds.
+"""
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_lowering import LlamaBlock  # noqa: E402
+
+
+class Llama(nn.Module):
+    def __init__(self, layers, dim=64, seq=16):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            [LlamaBlock(dim=dim, heads=4, kv_heads=2, hidden=128, seq=seq) for _ in range(layers)]
+        )
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+def main():
+    out = sys.argv[1]
+    layers = int(sys.argv[2]) if len(sys.argv) > 2 else 24
+    torch.manual_seed(0)
+    model = Llama(layers).eval()
+    x = torch.randn(1, 16, 64)
+    with torch.no_grad():
+        ep = torch.export.export(model, (x,)).run_decompositions()
+    torch.export.save(ep, out)
+    print(f"{out}: {len(ep.graph.nodes)} nodes")
+
+
+if __name__ == "__main__":
+    main()
