@@ -21,9 +21,15 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("compile");
     g.throughput(Throughput::Elements(program.graph.nodes.len() as u64));
     g.bench_function("read", |b| b.iter(|| tpuc_fx::read_program(&path).unwrap()));
-    g.bench_function("lower", |b| b.iter(|| tpuc_hlo::lower(&program, &opts).unwrap()));
-    g.bench_function("emit_text", |b| b.iter(|| tpuc_hlo::emit(&lowered.module, EmitFormat::Text).unwrap()));
-    g.bench_function("total", |b| b.iter(|| tpuc_cli::compile_file(&path, &opts, EmitFormat::Text).unwrap()));
+    g.bench_function("lower", |b| {
+        b.iter(|| tpuc_hlo::lower(&program, &opts).unwrap())
+    });
+    g.bench_function("emit_text", |b| {
+        b.iter(|| tpuc_hlo::emit(&lowered.module, EmitFormat::Text).unwrap())
+    });
+    g.bench_function("total", |b| {
+        b.iter(|| tpuc_cli::compile_file(&path, &opts, EmitFormat::Text).unwrap())
+    });
     g.finish();
 }
 

@@ -16,7 +16,8 @@ fn lowering_dir() -> PathBuf {
 }
 
 fn compile_text(path: &Path) -> Result<String, Failed> {
-    let c = tpuc_cli::compile_file(path, &LowerOptions::default(), EmitFormat::Text).map_err(|e| format!("{e:#}"))?;
+    let c = tpuc_cli::compile_file(path, &LowerOptions::default(), EmitFormat::Text)
+        .map_err(|e| format!("{e:#}"))?;
     Ok(String::from_utf8(c.output).map_err(|e| e.to_string())?)
 }
 
@@ -27,14 +28,22 @@ fn golden(case: PathBuf) -> Result<(), Failed> {
         std::fs::write(&expected_path, &actual)?;
         return Ok(());
     }
-    let expected = std::fs::read_to_string(&expected_path)
-        .map_err(|e| format!("{}: {e} (run with TPUC_BLESS=1 to create it)", expected_path.display()))?;
+    let expected = std::fs::read_to_string(&expected_path).map_err(|e| {
+        format!(
+            "{}: {e} (run with TPUC_BLESS=1 to create it)",
+            expected_path.display()
+        )
+    })?;
     if actual != expected {
         let diff = similar::TextDiff::from_lines(&expected, &actual)
             .unified_diff()
             .header("expected", "actual")
             .to_string();
-        return Err(format!("{} differs from the lowering:\n{diff}\n(TPUC_BLESS=1 re-blesses)", expected_path.display()).into());
+        return Err(format!(
+            "{} differs from the lowering:\n{diff}\n(TPUC_BLESS=1 re-blesses)",
+            expected_path.display()
+        )
+        .into());
     }
     Ok(())
 }
@@ -54,12 +63,18 @@ fn fx_round_trip() -> Result<(), Failed> {
     for case in ["resnet_cnn_core", "llama_block", "dtype_mix"] {
         let pt2 = lowering_dir().join(format!("{case}.pt2"));
         let original = tpuc_fx::read_program(&pt2)?;
-        for storage in [tpuc_fx::fxfile::WeightStorage::Inline, tpuc_fx::fxfile::WeightStorage::SideFile] {
+        for storage in [
+            tpuc_fx::fxfile::WeightStorage::Inline,
+            tpuc_fx::fxfile::WeightStorage::SideFile,
+        ] {
             let fx = dir.path().join(format!("{case}-{storage:?}.fx"));
             tpuc_fx::fxfile::write_fx(&original, &fx, storage)?;
             let back = tpuc_fx::read_program(&fx)?;
             if back != original {
-                return Err(format!("{case}: the .fx file ({storage:?}) does not read back as the same program").into());
+                return Err(format!(
+                    "{case}: the .fx file ({storage:?}) does not read back as the same program"
+                )
+                .into());
             }
             if compile_text(&fx)? != compile_text(&pt2)? {
                 return Err(format!("{case}: .fx and .pt2 compile differently").into());
@@ -80,12 +95,21 @@ fn bytecode() -> Result<(), Failed> {
 
 fn inline_weights() -> Result<(), Failed> {
     let case = lowering_dir().join("mlp.pt2");
-    let opts = LowerOptions { weights: tpuc_hlo::WeightsMode::Inline, ..Default::default() };
+    let opts = LowerOptions {
+        weights: tpuc_hlo::WeightsMode::Inline,
+        ..Default::default()
+    };
     let c = tpuc_cli::compile_file(&case, &opts, EmitFormat::Text)?;
     let text = String::from_utf8(c.output)?;
-    let header = text.lines().find(|l| l.contains("func.func @main")).unwrap_or_default();
+    let header = text
+        .lines()
+        .find(|l| l.contains("func.func @main"))
+        .unwrap_or_default();
     if header.matches("%arg").count() != 1 || !text.contains("dense<\"0x") {
-        return Err(format!("inline weights should leave one argument and hex constants:\n{header}").into());
+        return Err(format!(
+            "inline weights should leave one argument and hex constants:\n{header}"
+        )
+        .into());
     }
     Ok(())
 }
@@ -108,7 +132,12 @@ fn expect_error(path: &Path, needles: &[&str]) -> Result<(), Failed> {
 fn unsupported_ops_listed_together() -> Result<(), Failed> {
     expect_error(
         &lowering_dir().join("errors/unsupported.pt2"),
-        &["2 unsupported ops (3 nodes)", "aten.topk.default (node topk)", "aten.special_i0.default (node special_i0_1)", "gen_lowering.py:"],
+        &[
+            "2 unsupported ops (3 nodes)",
+            "aten.topk.default (node topk)",
+            "aten.special_i0.default (node special_i0_1)",
+            "gen_lowering.py:",
+        ],
     )
 }
 
@@ -116,25 +145,49 @@ fn bad_files() -> Result<(), Failed> {
     let dir = tempfile::tempdir()?;
     let good = std::fs::read(lowering_dir().join("mlp.pt2"))?;
     let cases: Vec<(&str, Vec<u8>, Vec<&str>)> = vec![
-        ("empty.pt2", vec![], vec!["neither a torch.export .pt2 archive"]),
-        ("garbage.pt2", b"hello world, not a zip".to_vec(), vec!["garbage.pt2", "neither"]),
-        ("truncated.pt2", good[..good.len() / 2].to_vec(), vec!["truncated.pt2", "not a valid .pt2 archive"]),
-        ("bad.fx", b"TPUCFX1\n\xff\xff\xff".to_vec(), vec!["bad.fx", "corrupt or truncated protobuf"]),
+        (
+            "empty.pt2",
+            vec![],
+            vec!["neither a torch.export .pt2 archive"],
+        ),
+        (
+            "garbage.pt2",
+            b"hello world, not a zip".to_vec(),
+            vec!["garbage.pt2", "neither"],
+        ),
+        (
+            "truncated.pt2",
+            good[..good.len() / 2].to_vec(),
+            vec!["truncated.pt2", "not a valid .pt2 archive"],
+        ),
+        (
+            "bad.fx",
+            b"TPUCFX1\n\xff\xff\xff".to_vec(),
+            vec!["bad.fx", "corrupt or truncated protobuf"],
+        ),
     ];
     for (name, bytes, needles) in cases {
         let p = dir.path().join(name);
         std::fs::write(&p, bytes)?;
         expect_error(&p, &needles)?;
     }
-    expect_error(&dir.path().join("missing.pt2"), &["missing.pt2", "No such file"])?;
+    expect_error(
+        &dir.path().join("missing.pt2"),
+        &["missing.pt2", "No such file"],
+    )?;
     Ok(())
 }
 
 /// Rewrites model.json inside a copy of an archive, to test semantic validation.
-fn with_model_json(src: &Path, dst: &Path, edit: impl Fn(&mut serde_json::Value)) -> Result<(), Failed> {
+fn with_model_json(
+    src: &Path,
+    dst: &Path,
+    edit: impl Fn(&mut serde_json::Value),
+) -> Result<(), Failed> {
     let mut zin = zip::ZipArchive::new(std::fs::File::open(src)?)?;
     let mut zout = zip::ZipWriter::new(std::fs::File::create(dst)?);
-    let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     for i in 0..zin.len() {
         let mut f = zin.by_index(i)?;
         let name = f.name().to_string();
@@ -164,7 +217,10 @@ fn invalid_graphs() -> Result<(), Failed> {
         ),
         (
             "dangling",
-            Box::new(|v| v["graph_module"]["graph"]["nodes"][0]["inputs"][0]["arg"]["as_tensor"]["name"] = "nowhere".into()),
+            Box::new(|v| {
+                v["graph_module"]["graph"]["nodes"][0]["inputs"][0]["arg"]["as_tensor"]["name"] =
+                    "nowhere".into()
+            }),
             vec!["node linear", "undefined value nowhere"],
         ),
         (
@@ -182,7 +238,10 @@ fn invalid_graphs() -> Result<(), Failed> {
         ),
         (
             "weight_type",
-            Box::new(|v| v["graph_module"]["graph"]["tensor_values"]["p_fc1_weight"]["sizes"][0] = serde_json::json!({"as_int": 31})),
+            Box::new(|v| {
+                v["graph_module"]["graph"]["tensor_values"]["p_fc1_weight"]["sizes"][0] =
+                    serde_json::json!({"as_int": 31})
+            }),
             vec!["graph input p_fc1_weight", "type mismatch"],
         ),
         (
@@ -222,7 +281,10 @@ fn main() {
         Trial::test("fx_round_trip", fx_round_trip),
         Trial::test("bytecode", bytecode),
         Trial::test("inline_weights", inline_weights),
-        Trial::test("errors::unsupported_ops_listed_together", unsupported_ops_listed_together),
+        Trial::test(
+            "errors::unsupported_ops_listed_together",
+            unsupported_ops_listed_together,
+        ),
         Trial::test("errors::bad_files", bad_files),
         Trial::test("errors::invalid_graphs", invalid_graphs),
     ]);
