@@ -92,6 +92,8 @@ pub enum Float {
     Text(String),
 }
 
+// Variant names follow the schema's `as_*` keys.
+#[allow(clippy::enum_variant_names)]
 #[derive(Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Argument {
