@@ -9,5 +9,5 @@ cargo build --release -q -p tpuc-cli
 mkdir -p out
 .venv/bin/python tools/gen_bench_model.py out/llama2.pt2 2 >&2
 ./target/release/tpuc compile out/llama2.pt2 -o out/llama2.mlir --stats
-echo "[demo] wrote out/llama2.mlir; its first lines:" >&2
-head -n 12 out/llama2.mlir
+echo "[demo] wrote out/llama2.mlir; the start of its main function:" >&2
+sed -n '/^module/,$p' out/llama2.mlir | head -n 12 | cut -c1-240
