@@ -41,7 +41,7 @@ pub fn read_program(path: &Path) -> Result<Program> {
         }
         n
     };
-    if head[..n] == fxfile::MAGIC[..n.min(fxfile::MAGIC.len())] && n == fxfile::MAGIC.len() {
+    if n == fxfile::MAGIC.len() && head == *fxfile::MAGIC {
         fxfile::read_fx(path)
     } else if head[..n.min(2)] == *b"PK" {
         read_pt2(path)
