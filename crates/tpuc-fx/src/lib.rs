@@ -19,31 +19,20 @@ use std::path::Path;
 
 /// Reads a program from a `.pt2` archive or a `.fx` file, chosen by the file's content.
 pub fn read_program(path: &Path) -> Result<Program> {
-    let mut head = [0u8; 8];
-    let n = {
-        use std::io::Read;
-        let mut f = std::fs::File::open(path).map_err(|source| FxError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let mut n = 0;
-        while n < head.len() {
-            match f.read(&mut head[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(source) => {
-                    return Err(FxError::Io {
-                        path: path.to_path_buf(),
-                        source,
-                    })
-                }
-            }
-        }
-        n
+    use std::io::Read;
+    let io = |source| FxError::Io {
+        path: path.to_path_buf(),
+        source,
     };
-    if n == fxfile::MAGIC.len() && head == *fxfile::MAGIC {
+    let mut head = Vec::with_capacity(fxfile::MAGIC.len());
+    std::fs::File::open(path)
+        .map_err(io)?
+        .take(fxfile::MAGIC.len() as u64)
+        .read_to_end(&mut head)
+        .map_err(io)?;
+    if head == fxfile::MAGIC {
         fxfile::read_fx(path)
-    } else if head[..n.min(2)] == *b"PK" {
+    } else if head.starts_with(b"PK") {
         read_pt2(path)
     } else {
         Err(FxError::Archive {

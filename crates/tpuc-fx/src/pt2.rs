@@ -16,8 +16,9 @@ pub const SUPPORTED_SCHEMA_MAJOR: i64 = 8;
 
 struct Archive {
     path: PathBuf,
-    map: Arc<memmap2::Mmap>,
+    // Declared before `map` so that it is dropped first: it borrows the mapped bytes.
     zip: zip::ZipArchive<std::io::Cursor<&'static [u8]>>,
+    map: Arc<memmap2::Mmap>,
     /// The archive's top folder, e.g. `model/`.
     prefix: String,
 }
@@ -246,7 +247,7 @@ impl Converter<'_> {
         let sym_ints = g
             .sym_int_values
             .into_iter()
-            .map(|(name, s)| (name, sym_dim(s)))
+            .map(|(name, s)| (name, sym_int_dim(&s)))
             .collect();
         let nodes = g
             .nodes
@@ -522,10 +523,6 @@ fn sym_int_dim(s: &schema::SymInt) -> Dim {
             hint: e.hint.as_ref().and_then(|h| h.as_int),
         },
     }
-}
-
-fn sym_dim(s: schema::SymInt) -> Dim {
-    sym_int_dim(&s)
 }
 
 fn sym_int_arg(s: schema::SymIntArgument) -> SymIntArg {

@@ -668,6 +668,13 @@ impl Builder {
         Ok(self.push(OpKind::Reduce { dims: sorted, body }, operands, types))
     }
 
+    /// Reduces `x` over `dims` with `op`, starting from `op`'s identity.
+    pub fn reduce_by(&mut self, x: Value, dims: &[i64], op: BinaryOp) -> BuildResult<Value> {
+        let elem = self.elem(x);
+        let init = self.scalar(elem, reduction_identity(op, elem));
+        Ok(self.reduce(&[x], &[init], dims, ReduceBody::Binary(op))?[0])
+    }
+
     pub fn reduce_window(
         &mut self,
         x: Value,
@@ -844,6 +851,28 @@ impl Builder {
         }
         let types = xs.iter().map(|&x| self.ty(x).clone()).collect();
         Ok(self.push(OpKind::Sort { dim, order }, xs.to_vec(), types))
+    }
+}
+
+/// The reduction identity of `op` for `elem` (lowest value for max, and so on).
+pub fn reduction_identity(op: BinaryOp, elem: ElemType) -> f64 {
+    let (lowest, highest) = if elem.is_float() {
+        (f64::NEG_INFINITY, f64::INFINITY)
+    } else if elem.is_bool() {
+        (0.0, 1.0)
+    } else {
+        let bits = (elem.byte_size() * 8) as i32;
+        if elem.is_unsigned() {
+            (0.0, 2f64.powi(bits) - 1.0)
+        } else {
+            (-(2f64.powi(bits - 1)), 2f64.powi(bits - 1) - 1.0)
+        }
+    };
+    match op {
+        BinaryOp::Max => lowest,
+        BinaryOp::Min => highest,
+        BinaryOp::Mul | BinaryOp::And => 1.0,
+        _ => 0.0,
     }
 }
 

@@ -541,7 +541,7 @@ impl<'c> Emitter<'c> {
             loc: l,
         };
         let results = build(&mut b, args)?;
-        b.op("stablehlo.return", &results, &[], vec![])?;
+        b.terminate(&results)?;
         Ok(region)
     }
 
@@ -555,7 +555,7 @@ impl<'c> Emitter<'c> {
             ReduceBody::Binary(op) => {
                 let e = elems[0];
                 self.scalar_region(&[e, e], loc, |b, a| {
-                    Ok(vec![b.op(op.op_name(), &[a[0], a[1]], &[], vec![e])?])
+                    Ok(vec![b.op(op.op_name(), &[a[0], a[1]], &[], e)?])
                 })
             }
             ReduceBody::ArgMax | ReduceBody::ArgMin => {
@@ -574,27 +574,22 @@ impl<'c> Emitter<'c> {
                         // torch: NaN beats every number; among NaNs the first index wins.
                         let x_nan = b.compare(CompareDir::Ne, x_v, x_v, v)?;
                         let acc_nan = b.compare(CompareDir::Ne, acc_v, acc_v, v)?;
-                        let acc_num = b.op("stablehlo.not", &[acc_nan], &[], vec![ElemType::I1])?;
+                        let acc_num = b.op("stablehlo.not", &[acc_nan], &[], ElemType::I1)?;
                         let nan_over_num =
-                            b.op("stablehlo.and", &[x_nan, acc_num], &[], vec![ElemType::I1])?;
+                            b.op("stablehlo.and", &[x_nan, acc_num], &[], ElemType::I1)?;
                         let both_nan =
-                            b.op("stablehlo.and", &[x_nan, acc_nan], &[], vec![ElemType::I1])?;
+                            b.op("stablehlo.and", &[x_nan, acc_nan], &[], ElemType::I1)?;
                         (
-                            b.op(
-                                "stablehlo.or",
-                                &[better, nan_over_num],
-                                &[],
-                                vec![ElemType::I1],
-                            )?,
-                            b.op("stablehlo.or", &[equal, both_nan], &[], vec![ElemType::I1])?,
+                            b.op("stablehlo.or", &[better, nan_over_num], &[], ElemType::I1)?,
+                            b.op("stablehlo.or", &[equal, both_nan], &[], ElemType::I1)?,
                         )
                     } else {
                         (better, equal)
                     };
-                    let tie = b.op("stablehlo.and", &[equal, earlier], &[], vec![ElemType::I1])?;
-                    let take = b.op("stablehlo.or", &[better, tie], &[], vec![ElemType::I1])?;
-                    let rv = b.op("stablehlo.select", &[take, x_v, acc_v], &[], vec![v])?;
-                    let ri = b.op("stablehlo.select", &[take, x_i, acc_i], &[], vec![i])?;
+                    let tie = b.op("stablehlo.and", &[equal, earlier], &[], ElemType::I1)?;
+                    let take = b.op("stablehlo.or", &[better, tie], &[], ElemType::I1)?;
+                    let rv = b.op("stablehlo.select", &[take, x_v, acc_v], &[], v)?;
+                    let ri = b.op("stablehlo.select", &[take, x_i, acc_i], &[], i)?;
                     Ok(vec![rv, ri])
                 })
             }
@@ -609,9 +604,7 @@ impl<'c> Emitter<'c> {
     ) -> Result<Region<'c>, EmitError> {
         self.scalar_region(&[e, e], loc, |b, a| match mode {
             ScatterMode::Replace => Ok(vec![a[1]]),
-            ScatterMode::Combine(op) => {
-                Ok(vec![b.op(op.op_name(), &[a[0], a[1]], &[], vec![e])?])
-            }
+            ScatterMode::Combine(op) => Ok(vec![b.op(op.op_name(), &[a[0], a[1]], &[], e)?]),
         })
     }
 
@@ -645,7 +638,7 @@ impl<'c> Emitter<'c> {
                     ),
                     ("compare_type", format!("#stablehlo<comparison_type {cmp}>")),
                 ],
-                vec![ElemType::I1],
+                ElemType::I1,
             )?;
             Ok(vec![r])
         })
@@ -659,13 +652,13 @@ struct BodyBuilder<'c, 'b, 'e> {
 }
 
 impl<'c, 'b> BodyBuilder<'c, 'b, '_> {
-    fn op(
+    fn append(
         &mut self,
         name: &str,
         operands: &[MlirValue<'c, 'b>],
         attrs: &[(&str, String)],
-        results: Vec<ElemType>,
-    ) -> Result<MlirValue<'c, 'b>, EmitError> {
+        results: &[ElemType],
+    ) -> Result<melior::ir::OperationRef<'c, 'b>, EmitError> {
         let types = results
             .iter()
             .map(|&e| self.e.ty(&TensorType::scalar(e)))
@@ -684,12 +677,25 @@ impl<'c, 'b> BodyBuilder<'c, 'b, '_> {
                 node: String::new(),
                 message: e.to_string(),
             })?;
-        let r = self.block.append_operation(op);
-        if types.is_empty() {
-            // `stablehlo.return` has no result; hand back an operand so the signature stays simple.
-            return Ok(operands.first().copied().expect("return has operands"));
-        }
+        Ok(self.block.append_operation(op))
+    }
+
+    /// Appends an op with one scalar result of `result` and returns that result.
+    fn op(
+        &mut self,
+        name: &str,
+        operands: &[MlirValue<'c, 'b>],
+        attrs: &[(&str, String)],
+        result: ElemType,
+    ) -> Result<MlirValue<'c, 'b>, EmitError> {
+        let r = self.append(name, operands, attrs, &[result])?;
         Ok(r.result(0).expect("result exists").into())
+    }
+
+    /// Ends the region with `stablehlo.return`.
+    fn terminate(&mut self, results: &[MlirValue<'c, 'b>]) -> Result<(), EmitError> {
+        self.append("stablehlo.return", results, &[], &[])
+            .map(|_| ())
     }
 
     fn compare(
@@ -712,7 +718,7 @@ impl<'c, 'b> BodyBuilder<'c, 'b, '_> {
                     format!("#stablehlo<comparison_type {}>", elem.comparison_type()),
                 ),
             ],
-            vec![ElemType::I1],
+            ElemType::I1,
         )
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::types::{ElemType, TensorType};
+use crate::types::TensorType;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Value(pub(crate) u32);
@@ -374,10 +374,4 @@ pub struct Module {
     pub main: Func,
     /// Extra module-body ops or attributes spelled as MLIR (e.g. `sdy.mesh`), in order.
     pub attrs: Vec<(String, String)>,
-}
-
-impl Literal {
-    pub fn elem(&self) -> ElemType {
-        self.ty.elem
-    }
 }

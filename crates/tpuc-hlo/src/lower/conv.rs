@@ -2,8 +2,8 @@
 
 use tpuc_fx::Node;
 
-use super::reduction::identity;
 use super::*;
+use crate::builder::reduction_identity;
 
 /// A per-spatial-dimension list: one value repeated, or one per dimension.
 fn per_dim(v: Vec<i64>, spatial: usize, default: i64, what: &str) -> OpResult<Vec<i64>> {
@@ -126,7 +126,7 @@ fn max_pool(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let rank = cx.b.ty(x).rank();
     let w = window(cx, n, x, spatial, &out)?;
     let elem = cx.b.elem(x);
-    let init = cx.b.scalar(elem, identity(BinaryOp::Max, elem));
+    let init = cx.b.scalar(elem, reduction_identity(BinaryOp::Max, elem));
     let mut padding: Vec<(i64, i64)> = vec![(0, 0); rank - spatial];
     padding.extend((0..spatial).map(|i| (w.padding[i], w.padding[i] + w.extra[i])));
     let y = cx.b.reduce_window(
@@ -218,14 +218,7 @@ fn adaptive_avg_pool(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             let end = ((j + 1) * input + o - 1) / o;
             let s = cx.b.slice_dim(x, d, start, end, 1)?;
             let mut shape = cx.b.shape(s).to_vec();
-            let elem = cx.b.elem(s);
-            let zero = cx.b.scalar(elem, 0.0);
-            let r = cx.b.reduce(
-                &[s],
-                &[zero],
-                &[d as i64],
-                ReduceBody::Binary(BinaryOp::Add),
-            )?[0];
+            let r = cx.b.reduce_by(s, &[d as i64], BinaryOp::Add)?;
             shape[d] = 1;
             let r = cx.b.reshape(r, &shape)?;
             let c = cx.full_like(r, (end - start) as f64, None);

@@ -242,22 +242,8 @@ fn where_self(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 
 fn clamp(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
-    let lo = match cx.opt_tensor(n, "min") {
-        Ok(Some(t)) => Some(Operand::Tensor(t)),
-        _ => cx
-            .opt_float(n, "min")
-            .ok()
-            .flatten()
-            .map(|f| Operand::Number(f, number_dtype(n, "min"))),
-    };
-    let hi = match cx.opt_tensor(n, "max") {
-        Ok(Some(t)) => Some(Operand::Tensor(t)),
-        _ => cx
-            .opt_float(n, "max")
-            .ok()
-            .flatten()
-            .map(|f| Operand::Number(f, number_dtype(n, "max"))),
-    };
+    let lo = cx.opt_operand(n, "min")?;
+    let hi = cx.opt_operand(n, "max")?;
     if lo.is_none() && hi.is_none() {
         return err("clamp needs min or max");
     }
@@ -273,14 +259,6 @@ fn clamp(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         v = cx.b.binary(BinaryOp::Min, h[0], h[1])?;
     }
     Ok(vec![Some(v)])
-}
-
-fn number_dtype(n: &Node, name: &str) -> DType {
-    match n.arg(name) {
-        Some(tpuc_fx::Arg::Float(_)) => DType::F64,
-        Some(tpuc_fx::Arg::Bool(_)) => DType::Bool,
-        _ => DType::I64,
-    }
 }
 
 /// Copies, casts and no-ops in inference: the input converted to the recorded output type.
@@ -314,19 +292,9 @@ fn full(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.splat(&ty, value))])
 }
 
-fn filled(value: f64) -> impl Fn(&mut Ctx, &Node) -> OpResult<Vec<Option<Value>>> {
-    move |cx, n| {
-        let ty = cx.out_type(n, 0)?;
-        Ok(vec![Some(cx.b.splat(&ty, value))])
-    }
-}
-
-fn zeros(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    filled(0.0)(cx, n)
-}
-
-fn ones(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    filled(1.0)(cx, n)
+fn filled(cx: &mut Ctx, n: &Node, value: f64) -> OpResult<Vec<Option<Value>>> {
+    let ty = cx.out_type(n, 0)?;
+    Ok(vec![Some(cx.b.splat(&ty, value))])
 }
 
 fn arange(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
@@ -507,32 +475,6 @@ lowering!(hardtanh, |cx, n| {
     cx.b.clamp(l, x, h)?
 });
 
-fn unary(op: UnaryOp) -> LowerFn {
-    macro_rules! u {
-        ($($variant:ident),*) => {
-            match op {
-                $(UnaryOp::$variant => |cx: &mut Ctx, n: &Node| unary_in_out_type(cx, n, UnaryOp::$variant),)*
-                _ => unreachable!("no float unary lowering for {op:?}"),
-            }
-        };
-    }
-    u!(
-        Exp, Expm1, Log, Log1p, Sqrt, Rsqrt, Tanh, Logistic, Sin, Cos, Tan, Floor, Ceil, Erf, Asin,
-        Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh
-    )
-}
-
-fn cmp(dir: CompareDir) -> LowerFn {
-    match dir {
-        CompareDir::Eq => |cx, n| compare(cx, n, CompareDir::Eq),
-        CompareDir::Ne => |cx, n| compare(cx, n, CompareDir::Ne),
-        CompareDir::Lt => |cx, n| compare(cx, n, CompareDir::Lt),
-        CompareDir::Le => |cx, n| compare(cx, n, CompareDir::Le),
-        CompareDir::Gt => |cx, n| compare(cx, n, CompareDir::Gt),
-        CompareDir::Ge => |cx, n| compare(cx, n, CompareDir::Ge),
-    }
-}
-
 fn assert_metadata(_: &mut Ctx, _: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![])
 }
@@ -572,7 +514,7 @@ pub fn register(r: &mut Registry) {
         (CompareDir::Gt, ["aten.gt.Tensor", "aten.gt.Scalar"]),
         (CompareDir::Ge, ["aten.ge.Tensor", "aten.ge.Scalar"]),
     ] {
-        r.add(&names, cmp(dir));
+        r.add(&names, move |cx, n| compare(cx, n, dir));
     }
     r.add(&["aten.logical_and.default"], |cx, n| {
         logical(cx, n, BinaryOp::And)
@@ -651,7 +593,7 @@ pub fn register(r: &mut Registry) {
         (UnaryOp::Acosh, "aten.acosh.default"),
         (UnaryOp::Atanh, "aten.atanh.default"),
     ] {
-        r.add(&[name], unary(op));
+        r.add(&[name], move |cx, n| unary_in_out_type(cx, n, op));
     }
     r.add(&["aten.relu.default"], relu);
     r.add(&["aten.silu.default"], silu);
@@ -691,7 +633,7 @@ pub fn register(r: &mut Registry) {
             "aten.empty.memory_format",
             "aten.empty_like.default",
         ],
-        zeros,
+        |cx, n| filled(cx, n, 0.0),
     );
     r.add(
         &[
@@ -699,7 +641,7 @@ pub fn register(r: &mut Registry) {
             "aten.ones_like.default",
             "aten.new_ones.default",
         ],
-        ones,
+        |cx, n| filled(cx, n, 1.0),
     );
     r.add(
         &[

@@ -3,6 +3,7 @@
 use tpuc_fx::Node;
 
 use super::elementwise::arith;
+use super::reduction::softmax_along;
 use super::*;
 
 fn precision(cx: &Ctx, elem: ElemType) -> Precision {
@@ -129,34 +130,6 @@ fn matmul(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(matmul_general(cx, a, b)?)])
 }
 
-/// Softmax over the last dimension, stabilised by the row maximum.
-pub fn softmax_last(cx: &mut Ctx, x: Value, dim: usize) -> OpResult<Value> {
-    let shape = cx.b.shape(x).to_vec();
-    let elem = cx.b.elem(x);
-    let ninf = cx.b.scalar(elem, f64::NEG_INFINITY);
-    let m = cx.b.reduce(
-        &[x],
-        &[ninf],
-        &[dim as i64],
-        ReduceBody::Binary(BinaryOp::Max),
-    )?[0];
-    let dims: Vec<i64> = (0..shape.len() as i64)
-        .filter(|&d| d != dim as i64)
-        .collect();
-    let mb = cx.b.broadcast_in_dim(m, &shape, &dims)?;
-    let shifted = cx.b.binary(BinaryOp::Sub, x, mb)?;
-    let e = cx.b.unary(UnaryOp::Exp, shifted)?;
-    let zero = cx.b.scalar(elem, 0.0);
-    let s = cx.b.reduce(
-        &[e],
-        &[zero],
-        &[dim as i64],
-        ReduceBody::Binary(BinaryOp::Add),
-    )?[0];
-    let sb = cx.b.broadcast_in_dim(s, &shape, &dims)?;
-    Ok(cx.b.binary(BinaryOp::Div, e, sb)?)
-}
-
 fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let q = cx.tensor(n, "query")?;
     let mut k = cx.tensor(n, "key")?;
@@ -229,7 +202,7 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             )?;
         }
     }
-    let p = softmax_last(cx, scores, rank - 1)?;
+    let p = softmax_along(cx, scores, rank - 1, false)?;
     Ok(vec![Some(matmul_general(cx, p, v)?)])
 }
 

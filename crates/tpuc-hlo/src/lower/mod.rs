@@ -132,7 +132,7 @@ pub fn err<T>(message: impl Into<String>) -> OpResult<T> {
 }
 
 /// A lowering: returns one value per node output (`None` for an output it does not compute).
-pub type LowerFn = fn(&mut Ctx, &Node) -> OpResult<Vec<Option<Value>>>;
+pub type LowerFn = Arc<dyn Fn(&mut Ctx, &Node) -> OpResult<Vec<Option<Value>>> + Send + Sync>;
 
 static REGISTRY: LazyLock<HashMap<&'static str, LowerFn>> = LazyLock::new(|| {
     let mut r = Registry(HashMap::new());
@@ -149,9 +149,13 @@ static REGISTRY: LazyLock<HashMap<&'static str, LowerFn>> = LazyLock::new(|| {
 pub struct Registry(HashMap<&'static str, LowerFn>);
 
 impl Registry {
-    pub fn add(&mut self, names: &[&'static str], f: LowerFn) {
+    pub fn add<F>(&mut self, names: &[&'static str], f: F)
+    where
+        F: Fn(&mut Ctx, &Node) -> OpResult<Vec<Option<Value>>> + Send + Sync + 'static,
+    {
+        let f: LowerFn = Arc::new(f);
         for n in names {
-            let previous = self.0.insert(n, f);
+            let previous = self.0.insert(n, f.clone());
             assert!(previous.is_none(), "{n} registered twice");
         }
     }
@@ -352,16 +356,22 @@ impl<'p> Ctx<'p> {
 
     /// A tensor or Python-number operand.
     pub fn operand(&self, n: &Node, name: &str) -> OpResult<Operand> {
+        self.opt_operand(n, name)?
+            .ok_or_else(|| OpError(format!("missing argument {name}")))
+    }
+
+    /// A tensor or Python-number operand that may be absent or None.
+    pub fn opt_operand(&self, n: &Node, name: &str) -> OpResult<Option<Operand>> {
         match self.named(n, name) {
-            Some(Arg::Tensor(t)) => Ok(Operand::Tensor(self.value(t)?)),
-            Some(Arg::Int(v)) => Ok(Operand::Number(*v as f64, DType::I64)),
-            Some(Arg::Float(v)) => Ok(Operand::Number(*v, DType::F64)),
-            Some(Arg::Bool(v)) => Ok(Operand::Number(f64::from(u8::from(*v)), DType::Bool)),
+            Some(Arg::Tensor(t)) => Ok(Some(Operand::Tensor(self.value(t)?))),
+            Some(Arg::Int(v)) => Ok(Some(Operand::Number(*v as f64, DType::I64))),
+            Some(Arg::Float(v)) => Ok(Some(Operand::Number(*v, DType::F64))),
+            Some(Arg::Bool(v)) => Ok(Some(Operand::Number(f64::from(u8::from(*v)), DType::Bool))),
+            Some(Arg::None) | None => Ok(None),
             Some(other) => err(format!(
                 "argument {name} should be a tensor or number, got {}",
                 other.kind_name()
             )),
-            None => err(format!("missing argument {name}")),
         }
     }
 
@@ -393,7 +403,7 @@ impl<'p> Ctx<'p> {
         }
     }
 
-    /// The operand as a tensor of `elem`, broadcast to `shape` when given.
+    /// The operand as a tensor of `elem` (a number becomes a scalar constant).
     pub fn materialize(&mut self, o: Operand, elem: ElemType) -> Value {
         match o {
             Operand::Tensor(v) => self.b.convert(v, elem),
@@ -559,7 +569,7 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
             location: n.source(),
             message,
         };
-        let lower_fn = REGISTRY[n.target.as_str()];
+        let lower_fn = &REGISTRY[n.target.as_str()];
         let outs = lower_fn(&mut cx, n).map_err(|e| node_err(e.0))?;
         let names = n.defined_tensors();
         if outs.len() != names.len() {

@@ -2,30 +2,8 @@
 
 use tpuc_fx::Node;
 
-use super::linear::softmax_last;
 use super::*;
-
-/// The reduction identity of `op` for `elem` (lowest value for max, and so on).
-pub fn identity(op: BinaryOp, elem: ElemType) -> f64 {
-    let (lowest, highest) = if elem.is_float() {
-        (f64::NEG_INFINITY, f64::INFINITY)
-    } else if elem.is_bool() {
-        (0.0, 1.0)
-    } else {
-        let bits = (elem.byte_size() * 8) as i32;
-        if elem.is_unsigned() {
-            (0.0, 2f64.powi(bits) - 1.0)
-        } else {
-            (-(2f64.powi(bits - 1)), 2f64.powi(bits - 1) - 1.0)
-        }
-    };
-    match op {
-        BinaryOp::Max => lowest,
-        BinaryOp::Min => highest,
-        BinaryOp::Mul | BinaryOp::And => 1.0,
-        _ => 0.0,
-    }
-}
+use crate::builder::reduction_identity;
 
 /// The dimensions a reduction covers: `dim` (int, list, or absent/empty = all).
 fn reduce_dims(cx: &Ctx, n: &Node, x: Value) -> OpResult<Vec<i64>> {
@@ -57,22 +35,9 @@ pub fn reduce_to(
 ) -> OpResult<Value> {
     let acc = accumulation_type(out.elem);
     let x = cx.b.convert(x, acc);
-    let init = cx.b.scalar(acc, identity(op, acc));
-    let r = cx.b.reduce(&[x], &[init], dims, ReduceBody::Binary(op))?[0];
+    let r = cx.b.reduce_by(x, dims, op)?;
     let r = cx.b.convert(r, out.elem);
     Ok(cx.b.reshape(r, &out.shape)?)
-}
-
-fn simple(op: BinaryOp) -> LowerFn {
-    match op {
-        BinaryOp::Add => |cx, n| simple_reduce(cx, n, BinaryOp::Add),
-        BinaryOp::Mul => |cx, n| simple_reduce(cx, n, BinaryOp::Mul),
-        BinaryOp::Max => |cx, n| simple_reduce(cx, n, BinaryOp::Max),
-        BinaryOp::Min => |cx, n| simple_reduce(cx, n, BinaryOp::Min),
-        BinaryOp::Or => |cx, n| simple_reduce(cx, n, BinaryOp::Or),
-        BinaryOp::And => |cx, n| simple_reduce(cx, n, BinaryOp::And),
-        _ => unreachable!("no reduction for {op:?}"),
-    }
 }
 
 fn simple_reduce(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
@@ -164,7 +129,7 @@ fn arg_reduce(cx: &mut Ctx, x: Value, dim: usize, body: ReduceBody) -> OpResult<
     } else {
         BinaryOp::Min
     };
-    let init_v = cx.b.scalar(ty.elem, identity(op, ty.elem));
+    let init_v = cx.b.scalar(ty.elem, reduction_identity(op, ty.elem));
     let init_i = cx.b.scalar(ElemType::I64, 0.0);
     let r =
         cx.b.reduce(&[x, idx], &[init_v, init_i], &[dim as i64], body)?;
@@ -197,40 +162,33 @@ fn arg_max_min(cx: &mut Ctx, n: &Node, body: ReduceBody) -> OpResult<Vec<Option<
     Ok(vec![Some(cx.b.reshape(i, &out.shape)?)])
 }
 
+/// (log-)softmax along `dim`, stabilised by the maximum along it.
+pub fn softmax_along(cx: &mut Ctx, x: Value, dim: usize, log: bool) -> OpResult<Value> {
+    let shape = cx.b.shape(x).to_vec();
+    let kept: Vec<i64> = (0..shape.len() as i64)
+        .filter(|&d| d != dim as i64)
+        .collect();
+    let m = cx.b.reduce_by(x, &[dim as i64], BinaryOp::Max)?;
+    let mb = cx.b.broadcast_in_dim(m, &shape, &kept)?;
+    let shifted = cx.b.binary(BinaryOp::Sub, x, mb)?;
+    let e = cx.b.unary(UnaryOp::Exp, shifted)?;
+    let s = cx.b.reduce_by(e, &[dim as i64], BinaryOp::Add)?;
+    if log {
+        let ls = cx.b.unary(UnaryOp::Log, s)?;
+        let lsb = cx.b.broadcast_in_dim(ls, &shape, &kept)?;
+        Ok(cx.b.binary(BinaryOp::Sub, shifted, lsb)?)
+    } else {
+        let sb = cx.b.broadcast_in_dim(s, &shape, &kept)?;
+        Ok(cx.b.binary(BinaryOp::Div, e, sb)?)
+    }
+}
+
 fn softmax(cx: &mut Ctx, n: &Node, log: bool) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let out = cx.out_type(n, 0)?;
     let dim = norm_dim(cx.int(n, "dim", None)?, cx.b.ty(x).rank())?;
-    let acc = accumulation_type(out.elem);
-    let x = cx.b.convert(x, acc);
-    let r = if log {
-        let shape = cx.b.shape(x).to_vec();
-        let ninf = cx.b.scalar(acc, f64::NEG_INFINITY);
-        let m = cx.b.reduce(
-            &[x],
-            &[ninf],
-            &[dim as i64],
-            ReduceBody::Binary(BinaryOp::Max),
-        )?[0];
-        let kept: Vec<i64> = (0..shape.len() as i64)
-            .filter(|&d| d != dim as i64)
-            .collect();
-        let mb = cx.b.broadcast_in_dim(m, &shape, &kept)?;
-        let shifted = cx.b.binary(BinaryOp::Sub, x, mb)?;
-        let e = cx.b.unary(UnaryOp::Exp, shifted)?;
-        let zero = cx.b.scalar(acc, 0.0);
-        let s = cx.b.reduce(
-            &[e],
-            &[zero],
-            &[dim as i64],
-            ReduceBody::Binary(BinaryOp::Add),
-        )?[0];
-        let ls = cx.b.unary(UnaryOp::Log, s)?;
-        let lsb = cx.b.broadcast_in_dim(ls, &shape, &kept)?;
-        cx.b.binary(BinaryOp::Sub, shifted, lsb)?
-    } else {
-        softmax_last(cx, x, dim)?
-    };
+    let x = cx.b.convert(x, accumulation_type(out.elem));
+    let r = softmax_along(cx, x, dim, log)?;
     Ok(vec![Some(cx.b.convert(r, out.elem))])
 }
 
@@ -249,36 +207,32 @@ fn cumulative(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value
     let mut padding = vec![(0, 0); shape.len()];
     padding[dim] = (shape[dim] - 1, 0);
     let strides = vec![1; shape.len()];
-    let init = cx.b.scalar(out.elem, identity(op, out.elem));
+    let init = cx.b.scalar(out.elem, reduction_identity(op, out.elem));
     Ok(vec![Some(cx.b.reduce_window(
         x, init, &window, &strides, &padding, op,
     )?)])
 }
 
 pub fn register(r: &mut Registry) {
-    r.add(
-        &["aten.sum.default", "aten.sum.dim_IntList"],
-        simple(BinaryOp::Add),
-    );
-    r.add(
-        &["aten.prod.default", "aten.prod.dim_int"],
-        simple(BinaryOp::Mul),
-    );
-    r.add(
-        &["aten.amax.default", "aten.max.default"],
-        simple(BinaryOp::Max),
-    );
-    r.add(
-        &["aten.amin.default", "aten.min.default"],
-        simple(BinaryOp::Min),
-    );
+    r.add(&["aten.sum.default", "aten.sum.dim_IntList"], |cx, n| {
+        simple_reduce(cx, n, BinaryOp::Add)
+    });
+    r.add(&["aten.prod.default", "aten.prod.dim_int"], |cx, n| {
+        simple_reduce(cx, n, BinaryOp::Mul)
+    });
+    r.add(&["aten.amax.default", "aten.max.default"], |cx, n| {
+        simple_reduce(cx, n, BinaryOp::Max)
+    });
+    r.add(&["aten.amin.default", "aten.min.default"], |cx, n| {
+        simple_reduce(cx, n, BinaryOp::Min)
+    });
     r.add(
         &["aten.any.default", "aten.any.dim", "aten.any.dims"],
-        simple(BinaryOp::Or),
+        |cx, n| simple_reduce(cx, n, BinaryOp::Or),
     );
     r.add(
         &["aten.all.default", "aten.all.dim", "aten.all.dims"],
-        simple(BinaryOp::And),
+        |cx, n| simple_reduce(cx, n, BinaryOp::And),
     );
     r.add(&["aten.mean.default", "aten.mean.dim"], mean);
     r.add(

@@ -26,18 +26,15 @@ fn transpose(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let rank = cx.b.ty(x).rank();
     let mut perm: Vec<i64> = (0..rank as i64).collect();
-    if rank >= 2 || n.target != "aten.t.default" {
-        let (d0, d1) = if n.target == "aten.t.default" {
-            (0, 1)
-        } else {
-            (
-                norm_dim(cx.int(n, "dim0", None)?, rank)?,
-                norm_dim(cx.int(n, "dim1", None)?, rank)?,
-            )
-        };
-        if rank > 0 {
-            perm.swap(d0, d1);
+    if n.target == "aten.t.default" {
+        // t() of a 0-d or 1-d tensor is the tensor itself.
+        if rank == 2 {
+            perm.swap(0, 1);
         }
+    } else if rank > 0 {
+        let d0 = norm_dim(cx.int(n, "dim0", None)?, rank)?;
+        let d1 = norm_dim(cx.int(n, "dim1", None)?, rank)?;
+        perm.swap(d0, d1);
     }
     Ok(vec![Some(cx.b.transpose(x, &perm)?)])
 }
