@@ -1,0 +1,137 @@
+//! Device buffers.
+use crate::client::ClientInner;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::host::{HostBytes, HostTensor};
+use crate::plugin::{pjrt_call, raw_slice};
+use crate::ElementType;
+use pjrt_sys::*;
+use std::sync::Arc;
+
+/// A buffer on a device. Dropping it frees the device memory.
+pub struct Buffer {
+    pub(crate) raw: *mut PJRT_Buffer,
+    client: Arc<ClientInner>,
+    /// Host memory the buffer may alias, and the event that fires once the plugin is done with it.
+    shared_host: Option<(Arc<dyn HostBytes>, *mut PJRT_Event)>,
+}
+
+// SAFETY: PJRT buffers may be used and freed from any thread; the shared host memory is
+// `Send + Sync` and never written through the buffer.
+unsafe impl Send for Buffer {}
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    pub(crate) fn new(
+        raw: *mut PJRT_Buffer,
+        client: &Arc<ClientInner>,
+        shared_host: Option<(Arc<dyn HostBytes>, *mut PJRT_Event)>,
+    ) -> Self {
+        Buffer {
+            raw,
+            client: client.clone(),
+            shared_host,
+        }
+    }
+
+    pub(crate) fn belongs_to(&self, client: &Arc<ClientInner>) -> bool {
+        Arc::ptr_eq(&self.client, client)
+    }
+
+    pub fn element_type(&self) -> Result<ElementType> {
+        let mut args = PJRT_Buffer_ElementType_Args::new();
+        args.buffer = self.raw;
+        pjrt_call!(self.client.plugin, PJRT_Buffer_ElementType, &mut args)?;
+        ElementType::from_raw(args.type_).ok_or_else(|| {
+            Error::Invalid(format!(
+                "buffer has an element type tpuc does not handle (PJRT type {})",
+                args.type_
+            ))
+        })
+    }
+
+    pub fn dims(&self) -> Result<Vec<i64>> {
+        let mut args = PJRT_Buffer_Dimensions_Args::new();
+        args.buffer = self.raw;
+        pjrt_call!(self.client.plugin, PJRT_Buffer_Dimensions, &mut args)?;
+        // SAFETY: the dimensions live as long as the buffer.
+        Ok(unsafe { raw_slice(args.dims, args.num_dims) }.to_vec())
+    }
+
+    pub fn on_device_size(&self) -> Result<usize> {
+        let mut args = PJRT_Buffer_OnDeviceSizeInBytes_Args::new();
+        args.buffer = self.raw;
+        pjrt_call!(
+            self.client.plugin,
+            PJRT_Buffer_OnDeviceSizeInBytes,
+            &mut args
+        )?;
+        Ok(args.on_device_size_in_bytes)
+    }
+
+    pub fn device(&self) -> Result<Device> {
+        let mut args = PJRT_Buffer_Device_Args::new();
+        args.buffer = self.raw;
+        pjrt_call!(self.client.plugin, PJRT_Buffer_Device, &mut args)?;
+        Ok(Device {
+            raw: args.device,
+            client: self.client.clone(),
+        })
+    }
+
+    /// The address of the buffer's data in device memory (on the CPU plugin, a host address).
+    pub fn device_address(&self) -> Result<usize> {
+        let mut args = PJRT_Buffer_UnsafePointer_Args::new();
+        args.buffer = self.raw;
+        pjrt_call!(self.client.plugin, PJRT_Buffer_UnsafePointer, &mut args)?;
+        Ok(args.buffer_pointer)
+    }
+
+    /// Waits until the buffer's contents are computed; returns the error that produced it, if any.
+    pub fn ready(&self) -> Result<()> {
+        let mut args = PJRT_Buffer_ReadyEvent_Args::new();
+        args.buffer = self.raw;
+        pjrt_call!(self.client.plugin, PJRT_Buffer_ReadyEvent, &mut args)?;
+        Event::new(&self.client.plugin, args.event).wait()
+    }
+
+    /// Copies the buffer to the host.
+    pub fn to_host(&self) -> Result<HostTensor> {
+        let mut tensor = HostTensor::zeros(self.element_type()?, &self.dims()?)?;
+        self.copy_to_host(tensor.bytes_mut())?;
+        Ok(tensor)
+    }
+
+    /// Copies the buffer into `dst`, which must be exactly its dense size.
+    pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
+        let mut args = PJRT_Buffer_ToHostBuffer_Args::new();
+        args.src = self.raw;
+        args.dst = dst.as_mut_ptr().cast();
+        args.dst_size = dst.len();
+        pjrt_call!(self.client.plugin, PJRT_Buffer_ToHostBuffer, &mut args)?;
+        Event::new(&self.client.plugin, args.event).wait()
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let mut args = PJRT_Buffer_Destroy_Args::new();
+        args.buffer = self.raw;
+        let _ = pjrt_call!(self.client.plugin, PJRT_Buffer_Destroy, &mut args);
+        if let Some((host, done)) = self.shared_host.take() {
+            // The host memory may be freed only once the plugin is done with it.
+            let _ = Event::new(&self.client.plugin, done).wait();
+            drop(host);
+        }
+    }
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.element_type(), self.dims()) {
+            (Ok(t), Ok(d)) => write!(f, "Buffer({t} {d:?})"),
+            _ => write!(f, "Buffer({:p})", self.raw),
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! PJRT events: awaited, then destroyed exactly once.
+use crate::error::Result;
+use crate::plugin::{pjrt_call, Plugin};
+use pjrt_sys::*;
+
+pub(crate) struct Event<'p> {
+    plugin: &'p Plugin,
+    raw: *mut PJRT_Event,
+}
+
+impl<'p> Event<'p> {
+    /// Takes ownership of `raw`; a null event (nothing to wait for) is allowed.
+    pub(crate) fn new(plugin: &'p Plugin, raw: *mut PJRT_Event) -> Self {
+        Event { plugin, raw }
+    }
+
+    /// Blocks until the event is ready; returns the error it carries, if any.
+    pub(crate) fn wait(self) -> Result<()> {
+        if self.raw.is_null() {
+            return Ok(());
+        }
+        let mut args = PJRT_Event_Await_Args::new();
+        args.event = self.raw;
+        pjrt_call!(self.plugin, PJRT_Event_Await, &mut args)
+    }
+}
+
+impl Drop for Event<'_> {
+    fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        let mut args = PJRT_Event_Destroy_Args::new();
+        args.event = self.raw;
+        // A failure to free an event leaves nothing to recover; the error itself is freed.
+        let _ = pjrt_call!(self.plugin, PJRT_Event_Destroy, &mut args);
+    }
+}

@@ -1,0 +1,243 @@
+//! Compiled, loaded executables: execution on one or many devices, serialization.
+use crate::buffer::Buffer;
+use crate::client::ClientInner;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::plugin::{pjrt_call, raw_slice, string_from};
+use crate::ElementType;
+use pjrt_sys::*;
+use std::sync::Arc;
+
+/// A loaded executable. Execution is thread-safe: several threads may run it at once.
+pub struct Executable {
+    loaded: *mut PJRT_LoadedExecutable,
+    executable: *mut PJRT_Executable,
+    client: Arc<ClientInner>,
+    devices: Vec<Device>,
+    num_outputs: usize,
+}
+
+// SAFETY: PJRT loaded executables may be executed concurrently from several threads and freed
+// from any thread.
+unsafe impl Send for Executable {}
+unsafe impl Sync for Executable {}
+
+impl Executable {
+    pub(crate) fn new(
+        loaded: *mut PJRT_LoadedExecutable,
+        client: &Arc<ClientInner>,
+    ) -> Result<Self> {
+        let plugin = &client.plugin;
+        let mut get = PJRT_LoadedExecutable_GetExecutable_Args::new();
+        get.loaded_executable = loaded;
+        let got = pjrt_call!(plugin, PJRT_LoadedExecutable_GetExecutable, &mut get);
+        // Own both handles before anything else can fail, so each is destroyed exactly once.
+        let mut exe = Executable {
+            loaded,
+            executable: get.executable,
+            client: client.clone(),
+            devices: Vec::new(),
+            num_outputs: 0,
+        };
+        got?;
+        let mut outputs = PJRT_Executable_NumOutputs_Args::new();
+        outputs.executable = exe.executable;
+        pjrt_call!(plugin, PJRT_Executable_NumOutputs, &mut outputs)?;
+        exe.num_outputs = outputs.num_outputs;
+        let mut devices = PJRT_LoadedExecutable_AddressableDevices_Args::new();
+        devices.executable = loaded;
+        pjrt_call!(
+            plugin,
+            PJRT_LoadedExecutable_AddressableDevices,
+            &mut devices
+        )?;
+        // SAFETY: the array is owned by the executable.
+        exe.devices =
+            unsafe { raw_slice(devices.addressable_devices, devices.num_addressable_devices) }
+                .iter()
+                .map(|&raw| Device {
+                    raw,
+                    client: client.clone(),
+                })
+                .collect();
+        Ok(exe)
+    }
+
+    /// The devices the executable runs on, in the order of `execute`'s argument lists.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// Number of outputs per device.
+    pub fn num_outputs(&self) -> usize {
+        self.num_outputs
+    }
+
+    pub fn name(&self) -> Result<String> {
+        let mut args = PJRT_Executable_Name_Args::new();
+        args.executable = self.executable;
+        pjrt_call!(self.client.plugin, PJRT_Executable_Name, &mut args)?;
+        // SAFETY: the string lives as long as the executable.
+        Ok(unsafe { string_from(args.executable_name, args.executable_name_size) })
+    }
+
+    pub fn num_replicas(&self) -> Result<usize> {
+        let mut args = PJRT_Executable_NumReplicas_Args::new();
+        args.executable = self.executable;
+        pjrt_call!(self.client.plugin, PJRT_Executable_NumReplicas, &mut args)?;
+        Ok(args.num_replicas)
+    }
+
+    pub fn num_partitions(&self) -> Result<usize> {
+        let mut args = PJRT_Executable_NumPartitions_Args::new();
+        args.executable = self.executable;
+        pjrt_call!(self.client.plugin, PJRT_Executable_NumPartitions, &mut args)?;
+        Ok(args.num_partitions)
+    }
+
+    /// Element types of the outputs (per device).
+    pub fn output_element_types(&self) -> Result<Vec<ElementType>> {
+        let mut args = PJRT_Executable_OutputElementTypes_Args::new();
+        args.executable = self.executable;
+        pjrt_call!(
+            self.client.plugin,
+            PJRT_Executable_OutputElementTypes,
+            &mut args
+        )?;
+        // SAFETY: the array lives as long as the executable.
+        unsafe { raw_slice(args.output_types, args.num_output_types) }
+            .iter()
+            .map(|&raw| {
+                ElementType::from_raw(raw)
+                    .ok_or_else(|| Error::Invalid(format!("output of unhandled PJRT type {raw}")))
+            })
+            .collect()
+    }
+
+    /// Shapes of the outputs (per device).
+    pub fn output_dims(&self) -> Result<Vec<Vec<i64>>> {
+        let mut args = PJRT_Executable_OutputDimensions_Args::new();
+        args.executable = self.executable;
+        pjrt_call!(
+            self.client.plugin,
+            PJRT_Executable_OutputDimensions,
+            &mut args
+        )?;
+        // SAFETY: both arrays live as long as the executable; `dim_sizes` has one entry per output.
+        let sizes = unsafe { raw_slice(args.dim_sizes, args.num_outputs) };
+        let total = sizes.iter().sum();
+        let dims = unsafe { raw_slice(args.dims, total) };
+        let mut start = 0;
+        Ok(sizes
+            .iter()
+            .map(|&n| {
+                let shape = dims[start..start + n].to_vec();
+                start += n;
+                shape
+            })
+            .collect())
+    }
+
+    /// Runs the executable on its single device.
+    pub fn execute_on_one_device(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
+        let mut outputs = self.execute(&[args.to_vec()])?;
+        Ok(outputs.pop().unwrap_or_default())
+    }
+
+    /// Runs the executable on every device: `args[device][arg]`, devices in the order of
+    /// [`Executable::devices`]. Returns the outputs per device, once all devices are done.
+    pub fn execute(&self, args: &[Vec<&Buffer>]) -> Result<Vec<Vec<Buffer>>> {
+        if args.len() != self.devices.len() {
+            return Err(Error::Invalid(format!(
+                "the executable runs on {} device(s), but arguments were given for {}",
+                self.devices.len(),
+                args.len()
+            )));
+        }
+        let num_args = args.first().map_or(0, Vec::len);
+        if let Some((device, list)) = args.iter().enumerate().find(|(_, l)| l.len() != num_args) {
+            return Err(Error::Invalid(format!(
+                "device {device} was given {} arguments, device 0 {num_args}",
+                list.len()
+            )));
+        }
+        if args.iter().flatten().any(|b| !b.belongs_to(&self.client)) {
+            return Err(Error::Invalid(
+                "an argument buffer belongs to another client".into(),
+            ));
+        }
+        let raw_args: Vec<Vec<*mut PJRT_Buffer>> = args
+            .iter()
+            .map(|list| list.iter().map(|b| b.raw).collect())
+            .collect();
+        let arg_ptrs: Vec<*const *mut PJRT_Buffer> = raw_args.iter().map(|l| l.as_ptr()).collect();
+        let mut raw_outputs: Vec<Vec<*mut PJRT_Buffer>> =
+            vec![vec![std::ptr::null_mut(); self.num_outputs]; args.len()];
+        let output_ptrs: Vec<*mut *mut PJRT_Buffer> =
+            raw_outputs.iter_mut().map(|l| l.as_mut_ptr()).collect();
+        let mut events: Vec<*mut PJRT_Event> = vec![std::ptr::null_mut(); args.len()];
+        let mut options = PJRT_ExecuteOptions::new();
+        let mut call = PJRT_LoadedExecutable_Execute_Args::new();
+        call.executable = self.loaded;
+        call.options = &mut options;
+        call.argument_lists = arg_ptrs.as_ptr();
+        call.num_devices = args.len();
+        call.num_args = num_args;
+        call.output_lists = output_ptrs.as_ptr();
+        call.device_complete_events = events.as_mut_ptr();
+        let result = pjrt_call!(self.client.plugin, PJRT_LoadedExecutable_Execute, &mut call);
+        // Take ownership of whatever the plugin handed out, even on error, so nothing leaks.
+        let outputs: Vec<Vec<Buffer>> = raw_outputs
+            .iter()
+            .map(|list| {
+                list.iter()
+                    .filter(|raw| !raw.is_null())
+                    .map(|&raw| Buffer::new(raw, &self.client, None))
+                    .collect()
+            })
+            .collect();
+        let events: Vec<Event> = events
+            .into_iter()
+            .map(|raw| Event::new(&self.client.plugin, raw))
+            .collect();
+        result?;
+        for event in events {
+            event.wait()?;
+        }
+        Ok(outputs)
+    }
+
+    /// The executable in the plugin's serialized form, for [`crate::Client::load_executable`].
+    pub fn serialize(&self) -> Result<Vec<u8>> {
+        let mut args = PJRT_Executable_Serialize_Args::new();
+        args.executable = self.executable;
+        pjrt_call!(self.client.plugin, PJRT_Executable_Serialize, &mut args)?;
+        // SAFETY: the bytes live until the deleter runs, which happens right after the copy.
+        let bytes = unsafe {
+            raw_slice(
+                args.serialized_bytes.cast::<u8>(),
+                args.serialized_bytes_size,
+            )
+        }
+        .to_vec();
+        if let Some(deleter) = args.serialized_executable_deleter {
+            // SAFETY: the plugin's deleter for the storage it returned, called once.
+            unsafe { deleter(args.serialized_executable) };
+        }
+        Ok(bytes)
+    }
+}
+
+impl Drop for Executable {
+    fn drop(&mut self) {
+        if !self.executable.is_null() {
+            let mut args = PJRT_Executable_Destroy_Args::new();
+            args.executable = self.executable;
+            let _ = pjrt_call!(self.client.plugin, PJRT_Executable_Destroy, &mut args);
+        }
+        let mut args = PJRT_LoadedExecutable_Destroy_Args::new();
+        args.executable = self.loaded;
+        let _ = pjrt_call!(self.client.plugin, PJRT_LoadedExecutable_Destroy, &mut args);
+    }
+}

@@ -1,0 +1,302 @@
+//! The runtime against the real XLA CPU plugin.
+mod common;
+
+use common::*;
+use std::sync::Arc;
+use tpuc_pjrt::*;
+
+fn run_add(client: &Client, exe: &Executable, a: &[f32], b: &[f32]) -> Vec<f32> {
+    let device = &exe.devices()[0];
+    let a = client.buffer_from_host(&f32s(&[2, 3], a), device).unwrap();
+    let b = client.buffer_from_host(&f32s(&[2, 3], b), device).unwrap();
+    let out = exe.execute_on_one_device(&[&a, &b]).unwrap();
+    assert_eq!(out.len(), 1);
+    out[0].to_host().unwrap().to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn plugin_reports_version_and_attributes() {
+    let plugin = plugin();
+    let (major, minor) = plugin.api_version();
+    assert_eq!(major, 0);
+    assert!(minor >= 100, "API 0.{minor}");
+    assert!(plugin.attribute("stablehlo_current_version").is_some());
+    assert!(
+        Arc::ptr_eq(&plugin, &self::plugin()),
+        "a plugin is loaded once"
+    );
+}
+
+#[test]
+fn client_has_the_requested_devices_and_memories() {
+    let client = client(3);
+    assert_eq!(client.platform_name().unwrap(), "cpu");
+    let devices = client.addressable_devices().unwrap();
+    assert_eq!(devices.len(), 3);
+    let ids: Vec<i32> = devices.iter().map(|d| d.id().unwrap()).collect();
+    assert_eq!(ids, vec![0, 1, 2]);
+    assert!(devices[0].is_addressable().unwrap());
+    assert!(!devices[0].kind().unwrap().is_empty());
+    assert!(!devices[0].memories().unwrap().is_empty());
+    assert!(!devices[0]
+        .default_memory()
+        .unwrap()
+        .kind()
+        .unwrap()
+        .is_empty());
+    assert!(!client.addressable_memories().unwrap().is_empty());
+}
+
+#[test]
+fn compiles_and_executes() {
+    let client = client(1);
+    let exe = client
+        .compile_mlir(ADD.as_bytes(), &CompileOptions::single_device())
+        .unwrap();
+    assert_eq!(exe.num_outputs(), 1);
+    assert_eq!(exe.output_element_types().unwrap(), vec![ElementType::F32]);
+    assert_eq!(exe.output_dims().unwrap(), vec![vec![2, 3]]);
+    let out = run_add(
+        &client,
+        &exe,
+        &[1., 2., 3., 4., 5., 6.],
+        &[10., 20., 30., 40., 50., 60.],
+    );
+    assert_eq!(out, vec![11., 22., 33., 44., 55., 66.]);
+}
+
+#[test]
+fn aligned_host_memory_is_shared_not_copied() {
+    let client = client(1);
+    let device = &client.addressable_devices().unwrap()[0];
+    let host = Arc::new(f32s(&[4, 16], &[1.5; 64]));
+    let address = host.bytes().as_ptr() as usize;
+    assert_eq!(address % 64, 0);
+    let shared = client
+        .buffer_sharing(ElementType::F32, &[4, 16], host.clone(), device)
+        .unwrap();
+    assert_eq!(
+        shared.device_address().unwrap(),
+        address,
+        "zero-copy aliases the host memory"
+    );
+    let copied = client.buffer_from_host(&host, device).unwrap();
+    assert_ne!(copied.device_address().unwrap(), address);
+    assert_eq!(
+        shared.to_host().unwrap().to_vec::<f32>().unwrap(),
+        vec![1.5; 64]
+    );
+    drop(shared);
+    assert_eq!(
+        Arc::strong_count(&host),
+        1,
+        "the buffer released the host memory"
+    );
+}
+
+#[test]
+fn serialized_executables_reload_with_identical_results() {
+    let client = client(1);
+    let exe = client
+        .compile_mlir(ADD.as_bytes(), &CompileOptions::single_device())
+        .unwrap();
+    let bytes = exe.serialize().unwrap();
+    assert!(!bytes.is_empty());
+    let reloaded = client.load_executable(&bytes).unwrap();
+    let a = [0.5, -1., 2., 1e30, -0., 7.];
+    let b = [0.25, 1., -2., 1e30, 0., 1.];
+    assert_eq!(
+        run_add(&client, &exe, &a, &b),
+        run_add(&client, &reloaded, &a, &b)
+    );
+    assert!(client.load_executable(b"not an executable").is_err());
+}
+
+/// Sums an 8x2 matrix over its rows, the rows split over four devices; the result is replicated.
+fn row_sum_module(partitioner: Partitioner) -> String {
+    let (mesh, arg, result) = match partitioner {
+        Partitioner::Gspmd => (
+            "",
+            r#"{mhlo.sharding = "{devices=[4,1]<=[4]}"}"#,
+            r#"{mhlo.sharding = "{replicated}"}"#,
+        ),
+        Partitioner::Shardy => (
+            r#"sdy.mesh @mesh = <["x"=4]>"#,
+            r#"{sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}"#,
+            r#"{sdy.sharding = #sdy.sharding<@mesh, [{}]>}"#,
+        ),
+    };
+    format!(
+        r#"module {{
+  {mesh}
+  func.func @main(%x: tensor<8x2xf32> {arg}) -> (tensor<2xf32> {result}) {{
+    %zero = stablehlo.constant dense<0.0> : tensor<f32>
+    %sum = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<8x2xf32>, tensor<f32>) -> tensor<2xf32>
+    return %sum : tensor<2xf32>
+  }}
+}}"#
+    )
+}
+
+fn check_spmd(partitioner: Partitioner) {
+    let client = client(4);
+    let exe = client
+        .compile_mlir(
+            row_sum_module(partitioner).as_bytes(),
+            &CompileOptions::spmd(4, partitioner),
+        )
+        .unwrap();
+    assert_eq!(exe.devices().len(), 4);
+    assert_eq!(exe.num_partitions().unwrap(), 4);
+    let shards: Vec<Buffer> = exe
+        .devices()
+        .iter()
+        .enumerate()
+        .map(|(i, device)| {
+            let rows = [i as f32, 1.0, 10.0 * i as f32, 2.0];
+            client
+                .buffer_from_host(&f32s(&[2, 2], &rows), device)
+                .unwrap()
+        })
+        .collect();
+    let args: Vec<Vec<&Buffer>> = shards.iter().map(|b| vec![b]).collect();
+    let outputs = exe.execute(&args).unwrap();
+    assert_eq!(outputs.len(), 4);
+    for (device, out) in exe.devices().iter().zip(&outputs) {
+        assert_eq!(out[0].device().unwrap(), *device);
+        // rows 0..8: first column 0+0+1+10+2+20+3+30 = 66, second 4*(1+2) = 12
+        assert_eq!(
+            out[0].to_host().unwrap().to_vec::<f32>().unwrap(),
+            vec![66.0, 12.0]
+        );
+    }
+}
+
+#[test]
+fn spmd_with_gspmd() {
+    check_spmd(Partitioner::Gspmd);
+}
+
+#[test]
+fn spmd_with_shardy() {
+    check_spmd(Partitioner::Shardy);
+}
+
+#[test]
+fn one_executable_runs_concurrently_from_several_threads() {
+    let client = client(1);
+    let exe = client
+        .compile_mlir(ADD.as_bytes(), &CompileOptions::single_device())
+        .unwrap();
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let (client, exe) = (&client, &exe);
+            scope.spawn(move || {
+                for i in 0..200 {
+                    let a: Vec<f32> = (0..6).map(|k| (t * 1000 + i * 10 + k) as f32).collect();
+                    let b = vec![0.5; 6];
+                    let expected: Vec<f32> = a.iter().map(|x| x + 0.5).collect();
+                    assert_eq!(run_add(client, exe, &a, &b), expected);
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn invalid_modules_are_plugin_errors_with_a_location() {
+    let client = client(1);
+    let err = client
+        .compile_mlir(
+            b"module { func.func @main( }",
+            &CompileOptions::single_device(),
+        )
+        .err()
+        .expect("a syntax error");
+    match &err {
+        Error::Pjrt { call, message, .. } => {
+            assert_eq!(*call, "PJRT_Client_Compile");
+            assert!(message.contains("1:"), "{message}");
+        }
+        other => panic!("unexpected error {other}"),
+    }
+}
+
+#[test]
+fn wrong_arguments_are_errors_not_crashes() {
+    let client = client(2);
+    let exe = client
+        .compile_mlir(ADD.as_bytes(), &CompileOptions::single_device())
+        .unwrap();
+    let device = &exe.devices()[0];
+    let a = client
+        .buffer_from_host(&f32s(&[2, 3], &[1.0; 6]), device)
+        .unwrap();
+    let err = exe.execute_on_one_device(&[&a]).unwrap_err().to_string();
+    assert!(err.contains("expected 2 buffers"), "{err}");
+    // The plugin checks sizes, not shapes: a 3x2 argument for a 2x3 parameter runs. Callers
+    // that know the signature check shapes themselves (as `tpuc run` does).
+    let wrong_size = client
+        .buffer_from_host(&f32s(&[4, 3], &[1.0; 12]), device)
+        .unwrap();
+    assert!(exe.execute_on_one_device(&[&a, &wrong_size]).is_err());
+    let err = exe
+        .execute(&[vec![&a, &a], vec![&a, &a]])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("runs on 1 device(s)"), "{err}");
+    let other_client = self::client(1);
+    let foreign = other_client
+        .buffer_from_host(
+            &f32s(&[2, 3], &[1.0; 6]),
+            &other_client.addressable_devices().unwrap()[0],
+        )
+        .unwrap();
+    assert!(exe.execute_on_one_device(&[&a, &foreign]).is_err());
+    let err = client
+        .buffer_from_bytes(ElementType::F32, &[2, 3], &[0; 5], device)
+        .unwrap_err();
+    assert!(err.to_string().contains("needs 24"), "{err}");
+}
+
+#[test]
+fn zero_partitions_are_refused_before_the_plugin_sees_them() {
+    let client = client(1);
+    let options = CompileOptions {
+        num_partitions: 0,
+        ..CompileOptions::single_device()
+    };
+    let err = client.compile_mlir(ADD.as_bytes(), &options).err().unwrap();
+    assert!(matches!(err, Error::Invalid(_)), "{err}");
+}
+
+#[test]
+fn files_that_are_not_plugins_are_refused_clearly() {
+    let dir = std::env::temp_dir().join(format!("tpuc-pjrt-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let garbage = dir.join("garbage.so");
+    std::fs::write(&garbage, b"this is not a shared library").unwrap();
+    let err = Plugin::load(&garbage).unwrap_err().to_string();
+    assert!(
+        err.contains("garbage.so") && err.contains("not a loadable shared library"),
+        "{err}"
+    );
+
+    let libm = [
+        "/lib/x86_64-linux-gnu/libm.so.6",
+        "/usr/lib/x86_64-linux-gnu/libm.so.6",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists());
+    if let Some(libm) = libm {
+        let err = Plugin::load(std::path::Path::new(libm))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("does not export GetPjrtApi"), "{err}");
+    }
+    let err = Plugin::load(&dir.join("missing.so"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("missing.so"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
