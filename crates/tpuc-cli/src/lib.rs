@@ -1,4 +1,9 @@
-//! The compile pipeline behind the `tpuc` command: read a program, lower it, emit MLIR.
+//! The pipelines behind the `tpuc` command: compile (read a program, lower it, emit MLIR) and
+//! run (compile and execute on a PJRT plugin).
+
+pub mod compare;
+pub mod npy;
+pub mod run;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

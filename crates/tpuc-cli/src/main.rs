@@ -1,11 +1,18 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::time::Instant;
+
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use tpuc_cli::run::{RunOptions, Runner};
+use tpuc_cli::{compare, npy};
 use tpuc_hlo::{EmitFormat, LowerOptions, Precision, WeightsMode};
 
-/// tpuc compiles PyTorch programs (torch.export archives) into StableHLO.
+mod plugins;
+
+/// tpuc compiles PyTorch programs (torch.export archives) into StableHLO and runs them on PJRT
+/// plugins (XLA CPU, TPU, GPU).
 #[derive(Parser)]
 #[command(name = "tpuc", version, about, long_about = None)]
 struct Cli {
@@ -81,6 +88,54 @@ enum Command {
     },
     /// List the ATen ops tpuc lowers.
     Ops,
+    /// List the PJRT plugins found on this machine: path, API version, platform, StableHLO
+    /// versions and devices.
+    Plugins {
+        /// Show only this plugin (a name: cpu, tpu, cuda; or a path).
+        #[arg(long)]
+        plugin: Option<String>,
+    },
+    /// Compile a model and run it on a PJRT plugin; writes out0.npy, out1.npy, ... (one per user
+    /// output) to the output directory.
+    ///
+    /// MODEL is a .pt2 / .fx program (compiled on the fly, weights from the archive), or a module
+    /// from `tpuc compile --weights args` together with `--weights ARCHIVE`, the archive it was
+    /// compiled from. Inputs are .npy files in the order of the program's inputs; a .npz file
+    /// (np.savez(f, *arrays)) supplies several. numpy has no bfloat16: give float32 for a
+    /// bfloat16 input; bfloat16 outputs are written as float32.
+    Run {
+        /// The model: .pt2, .fx, or a compiled module (then --weights is needed).
+        model: PathBuf,
+        /// An input array (.npy), or several (.npz); repeat for each input, in order.
+        #[arg(short, long = "input", value_name = "FILE")]
+        inputs: Vec<PathBuf>,
+        /// Directory for the outputs (created if missing).
+        #[arg(short, long, value_name = "DIR")]
+        out: PathBuf,
+        /// The archive a compiled module was compiled from (weights and signature).
+        #[arg(long, value_name = "ARCHIVE")]
+        weights: Option<PathBuf>,
+        /// PJRT plugin: cpu, tpu, cuda, or a path to a plugin library.
+        /// [default: $TPUC_PJRT_PLUGIN, else cpu]
+        #[arg(long)]
+        plugin: Option<String>,
+        /// Run data-parallel on this many devices (inputs split along their first dimension).
+        #[arg(long, default_value_t = 1)]
+        devices: usize,
+        /// Precision of f32 matmuls and convolutions.
+        #[arg(long, value_enum, default_value_t = MatmulPrecision::Highest)]
+        matmul_precision: MatmulPrecision,
+        /// Reference outputs (.npz, e.g. torch eager results) to compare with; exit status 1
+        /// when an output is outside the tolerance.
+        #[arg(long, value_name = "NPZ")]
+        expect: Option<PathBuf>,
+        /// Relative tolerance of --expect.
+        #[arg(long, default_value_t = 1e-5)]
+        rtol: f64,
+        /// Absolute tolerance of --expect.
+        #[arg(long, default_value_t = 1e-5)]
+        atol: f64,
+    },
 }
 
 fn run() -> Result<()> {
@@ -98,11 +153,7 @@ fn run() -> Result<()> {
                     Weights::Args => WeightsMode::Args,
                     Weights::Inline => WeightsMode::Inline,
                 },
-                precision: match matmul_precision {
-                    MatmulPrecision::Highest => Precision::Highest,
-                    MatmulPrecision::High => Precision::High,
-                    MatmulPrecision::Default => Precision::Default,
-                },
+                precision: matmul_precision.into(),
             };
             let format = match emit {
                 Emit::Text => EmitFormat::Text,
@@ -149,8 +200,146 @@ fn run() -> Result<()> {
                 println!("{op}");
             }
         }
+        Command::Plugins { plugin } => return plugins::list(plugin.as_deref()),
+        Command::Run {
+            model,
+            inputs,
+            out,
+            weights,
+            plugin,
+            devices,
+            matmul_precision,
+            expect,
+            rtol,
+            atol,
+        } => {
+            let options = RunOptions {
+                plugin,
+                devices,
+                lower: LowerOptions {
+                    weights: WeightsMode::Args,
+                    precision: matmul_precision.into(),
+                },
+            };
+            let request = RunRequest {
+                model,
+                weights,
+                inputs,
+                out,
+                expect,
+                rtol,
+                atol,
+            };
+            return run_model(&request, &options);
+        }
     }
     Ok(())
+}
+
+impl From<MatmulPrecision> for Precision {
+    fn from(p: MatmulPrecision) -> Self {
+        match p {
+            MatmulPrecision::Highest => Precision::Highest,
+            MatmulPrecision::High => Precision::High,
+            MatmulPrecision::Default => Precision::Default,
+        }
+    }
+}
+
+struct RunRequest {
+    model: PathBuf,
+    weights: Option<PathBuf>,
+    inputs: Vec<PathBuf>,
+    out: PathBuf,
+    expect: Option<PathBuf>,
+    rtol: f64,
+    atol: f64,
+}
+
+fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
+    let mut inputs = Vec::new();
+    for path in &request.inputs {
+        if path.extension().is_some_and(|e| e == "npz") {
+            inputs.extend(npy::read_npz(path)?);
+        } else {
+            inputs.push(npy::read_npy(path)?);
+        }
+    }
+    let expected = match &request.expect {
+        Some(path) => Some(npy::read_npz(path)?),
+        None => None,
+    };
+    let runner = Runner::new(&request.model, request.weights.as_deref(), options)?;
+    let inputs = runner.check_inputs(inputs)?;
+    let start = Instant::now();
+    let outputs = runner.run(inputs)?;
+    let elapsed = start.elapsed();
+    std::fs::create_dir_all(&request.out)
+        .with_context(|| format!("cannot create {}", request.out.display()))?;
+    let t = &runner.timings;
+    eprintln!(
+        "{} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms, weights {:.1} ms, run {:.2} ms",
+        request.model.display(),
+        runner.devices(),
+        ms(t.lower),
+        ms(t.client),
+        ms(t.compile),
+        ms(t.weights),
+        ms(elapsed)
+    );
+    let mut failed = 0;
+    for (i, output) in outputs.iter().enumerate() {
+        let path = request.out.join(format!("out{i}.npy"));
+        npy::write_npy(&path, output)?;
+        let mut line = format!(
+            "{}  {} {:?}",
+            path.display(),
+            output.element_type(),
+            output.dims()
+        );
+        if let Some(expected) = &expected {
+            match expected.get(i) {
+                Some(reference) => {
+                    let diff = compare::compare(output, reference, request.rtol, request.atol)?;
+                    failed += usize::from(!diff.ok());
+                    line += &format!("  {}: {diff}", if diff.ok() { "ok" } else { "MISMATCH" });
+                }
+                None => {
+                    failed += 1;
+                    line += "  MISMATCH: no reference output";
+                }
+            }
+        }
+        println!("{line}");
+    }
+    if let Some(expected) = &expected {
+        if expected.len() != outputs.len() {
+            bail!(
+                "{} outputs, but {} reference outputs",
+                outputs.len(),
+                expected.len()
+            );
+        }
+        if failed > 0 {
+            bail!(
+                "{failed} of {} outputs differ from the reference beyond rtol {} / atol {}",
+                outputs.len(),
+                request.rtol,
+                request.atol
+            );
+        }
+        println!(
+            "all {} outputs match the reference (rtol {}, atol {})",
+            outputs.len(),
+            request.rtol,
+            request.atol
+        );
+    }
+    Ok(())
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 fn is_terminal() -> bool {

@@ -11,5 +11,5 @@ pub mod types;
 pub use builder::{Builder, TypeError};
 pub use emit::{emit, emit_text, EmitError, EmitFormat};
 pub use ir::*;
-pub use lower::{lower, LowerError, LowerOptions, Lowered, WeightsMode};
+pub use lower::{lower, ArgRole, LowerError, LowerOptions, Lowered, WeightsMode};
 pub use types::{ElemType, TensorType};

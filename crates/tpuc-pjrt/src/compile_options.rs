@@ -24,6 +24,9 @@ pub struct CompileOptions {
     pub partitioner: Option<Partitioner>,
     /// Device ids, one per partition (replica-major); `None` lets the plugin choose.
     pub device_assignment: Option<Vec<i64>>,
+    /// Let the partitioner choose the shardings of results (SPMD only). When false, results
+    /// keep the shardings the module gives them.
+    pub propagate_to_outputs: bool,
 }
 
 impl CompileOptions {
@@ -34,6 +37,7 @@ impl CompileOptions {
             num_partitions: 1,
             partitioner: None,
             device_assignment: None,
+            propagate_to_outputs: false,
         }
     }
 
@@ -44,6 +48,7 @@ impl CompileOptions {
             num_partitions: partitions,
             partitioner: Some(partitioner),
             device_assignment: None,
+            propagate_to_outputs: false,
         }
     }
 
@@ -99,7 +104,11 @@ impl CompileOptions {
             num_partitions: self.num_partitions as i64,
             use_spmd_partitioning: spmd,
             device_assignment,
-            allow_spmd_sharding_propagation_to_output: if spmd { vec![true] } else { vec![] },
+            allow_spmd_sharding_propagation_to_output: if spmd {
+                vec![self.propagate_to_outputs]
+            } else {
+                vec![]
+            },
             allow_spmd_sharding_propagation_to_parameters: vec![],
             use_shardy_partitioner: self.partitioner == Some(Partitioner::Shardy),
         };

@@ -1,6 +1,9 @@
-//! Golden lowering tests (testdata/lowering/<case>.pt2 -> <case>.mlir, byte for byte) and
-//! end-to-end checks of the compile pipeline: determinism, the .fx round trip, bytecode,
-//! and bad input. Set TPUC_BLESS=1 to rewrite the expected .mlir files.
+//! Golden lowering tests (testdata/lowering/<case>.pt2 -> <case>.mlir, byte for byte),
+//! end-to-end checks of the compile pipeline (determinism, the .fx round trip, bytecode, bad
+//! input), and execution on the XLA CPU plugin (`execution`). Set TPUC_BLESS=1 to rewrite the
+//! expected .mlir files.
+
+mod execution;
 
 use std::path::{Path, PathBuf};
 
@@ -270,7 +273,8 @@ fn main() {
         .collect();
     cases.sort();
     let mut trials: Vec<Trial> = cases
-        .into_iter()
+        .iter()
+        .cloned()
         .map(|case| {
             let name = format!("golden::{}", case.file_stem().unwrap().to_string_lossy());
             Trial::test(name, move || golden(case))
@@ -288,5 +292,6 @@ fn main() {
         Trial::test("errors::bad_files", bad_files),
         Trial::test("errors::invalid_graphs", invalid_graphs),
     ]);
+    trials.extend(execution::trials(&cases));
     libtest_mimic::run(&args, trials).exit();
 }

@@ -1,0 +1,215 @@
+//! Tensors in numpy's `.npy` and `.npz` files.
+//!
+//! numpy has no bfloat16: bfloat16 tensors are written widened to float32, and a float32 array
+//! is accepted for a bfloat16 input (rounded to nearest even).
+use anyhow::{bail, Context, Result};
+use npyz::{DType, Endianness, NpyFile, Order, TypeChar, WriterBuilder};
+use std::io::Read;
+use std::path::Path;
+use tpuc_pjrt::{ElementType, HostTensor};
+
+/// Reads one array from a `.npy` file.
+pub fn read_npy(path: &Path) -> Result<HostTensor> {
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    read_array(std::io::BufReader::new(file))
+        .with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// Reads the arrays `arr_0`, `arr_1`, ... of a `.npz` file (as `np.savez(f, *arrays)` writes).
+pub fn read_npz(path: &Path) -> Result<Vec<HostTensor>> {
+    let what = || format!("cannot read {}", path.display());
+    let file = std::fs::File::open(path).with_context(what)?;
+    let mut archive = zip::ZipArchive::new(file).with_context(what)?;
+    let mut arrays = Vec::new();
+    for index in 0.. {
+        let name = format!("arr_{index}.npy");
+        let entry = match archive.by_name(&name) {
+            Ok(entry) => entry,
+            Err(zip::result::ZipError::FileNotFound) => break,
+            Err(e) => return Err(e).with_context(what),
+        };
+        arrays.push(read_array(entry).with_context(|| format!("{}: {name}", what()))?);
+    }
+    if arrays.is_empty() && !archive.is_empty() {
+        bail!("{}: no arrays named arr_0, arr_1, ...", what());
+    }
+    Ok(arrays)
+}
+
+fn read_array(reader: impl Read) -> Result<HostTensor> {
+    let npy = NpyFile::new(reader).context("not a .npy array")?;
+    let DType::Plain(type_str) = npy.dtype() else {
+        bail!("structured arrays are not supported");
+    };
+    let fortran = npy.order() == Order::Fortran;
+    if type_str.endianness() == Endianness::Big && type_str.size_field() > 1 {
+        bail!("big-endian arrays are not supported ({type_str})");
+    }
+    let element_type = match (type_str.type_char(), type_str.size_field()) {
+        (TypeChar::Bool, 1) => ElementType::Pred,
+        (TypeChar::Int, 1) => ElementType::S8,
+        (TypeChar::Int, 2) => ElementType::S16,
+        (TypeChar::Int, 4) => ElementType::S32,
+        (TypeChar::Int, 8) => ElementType::S64,
+        (TypeChar::Uint, 1) => ElementType::U8,
+        (TypeChar::Uint, 2) => ElementType::U16,
+        (TypeChar::Uint, 4) => ElementType::U32,
+        (TypeChar::Uint, 8) => ElementType::U64,
+        (TypeChar::Float, 2) => ElementType::F16,
+        (TypeChar::Float, 4) => ElementType::F32,
+        (TypeChar::Float, 8) => ElementType::F64,
+        _ => bail!("arrays of dtype {type_str} are not supported"),
+    };
+    let dims: Vec<i64> = npy.shape().iter().map(|&d| d as i64).collect();
+    let mut tensor = HostTensor::zeros(element_type, &dims)?;
+    let mut data = npy.into_inner();
+    data.read_exact(tensor.bytes_mut())
+        .context("the array's data is shorter than its shape")?;
+    if data.read(&mut [0u8])? != 0 {
+        bail!("the array has more data than its shape {dims:?} holds");
+    }
+    if fortran {
+        let row_major = fortran_to_row_major(tensor.bytes(), &dims, element_type.size());
+        tensor.bytes_mut().copy_from_slice(&row_major);
+    }
+    Ok(tensor)
+}
+
+/// Reorders column-major (Fortran) data of shape `dims` into row-major order.
+fn fortran_to_row_major(data: &[u8], dims: &[i64], element_size: usize) -> Vec<u8> {
+    let dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+    // Column-major strides, in elements.
+    let mut strides = vec![1usize; dims.len()];
+    for axis in 1..dims.len() {
+        strides[axis] = strides[axis - 1] * dims[axis - 1];
+    }
+    let mut out = Vec::with_capacity(data.len());
+    let mut index = vec![0usize; dims.len()];
+    for _ in 0..data.len() / element_size.max(1) {
+        let offset: usize = index
+            .iter()
+            .zip(&strides)
+            .map(|(i, s)| i * s)
+            .sum::<usize>()
+            * element_size;
+        out.extend_from_slice(&data[offset..offset + element_size]);
+        // Advance the row-major index, last axis fastest.
+        for axis in (0..dims.len()).rev() {
+            index[axis] += 1;
+            if index[axis] < dims[axis] {
+                break;
+            }
+            index[axis] = 0;
+        }
+    }
+    out
+}
+
+/// `tensor` converted to `element_type` where the conversion is one numpy cannot express
+/// (float32 given for bfloat16); otherwise `None`.
+pub fn adapt_to(tensor: &HostTensor, element_type: ElementType) -> Result<Option<HostTensor>> {
+    if tensor.element_type() == ElementType::F32 && element_type == ElementType::BF16 {
+        let values: Vec<u16> = tensor
+            .to_vec::<f32>()?
+            .into_iter()
+            .map(|x| half::bf16::from_f32(x).to_bits())
+            .collect();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        return Ok(Some(HostTensor::from_bytes(
+            element_type,
+            tensor.dims(),
+            &bytes,
+        )?));
+    }
+    Ok(None)
+}
+
+/// Writes `tensor` as a `.npy` file (bfloat16 widened to float32).
+pub fn write_npy(path: &Path, tensor: &HostTensor) -> Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    let shape: Vec<u64> = tensor.dims().iter().map(|&d| d as u64).collect();
+    macro_rules! write_as {
+        ($t:ty, $values:expr) => {{
+            let mut writer = npyz::WriteOptions::<$t>::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(&mut out)
+                .begin_nd()?;
+            writer.extend($values)?;
+            writer.finish()?;
+        }};
+    }
+    let halves = || -> Vec<u16> {
+        tensor
+            .bytes()
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect()
+    };
+    match tensor.element_type() {
+        ElementType::Pred => write_as!(bool, tensor.to_vec::<bool>()?),
+        ElementType::S8 => write_as!(i8, tensor.to_vec::<i8>()?),
+        ElementType::S16 => write_as!(i16, tensor.to_vec::<i16>()?),
+        ElementType::S32 => write_as!(i32, tensor.to_vec::<i32>()?),
+        ElementType::S64 => write_as!(i64, tensor.to_vec::<i64>()?),
+        ElementType::U8 => write_as!(u8, tensor.to_vec::<u8>()?),
+        ElementType::U16 => write_as!(u16, tensor.to_vec::<u16>()?),
+        ElementType::U32 => write_as!(u32, tensor.to_vec::<u32>()?),
+        ElementType::U64 => write_as!(u64, tensor.to_vec::<u64>()?),
+        ElementType::F16 => write_as!(half::f16, halves().into_iter().map(half::f16::from_bits)),
+        ElementType::BF16 => write_as!(
+            f32,
+            halves()
+                .into_iter()
+                .map(|b| half::bf16::from_bits(b).to_f32())
+        ),
+        ElementType::F32 => write_as!(f32, tensor.to_vec::<f32>()?),
+        ElementType::F64 => write_as!(f64, tensor.to_vec::<f64>()?),
+    }
+    use std::io::Write;
+    out.flush()
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// Values of a float or integer tensor as f64, for comparisons (bfloat16 and float16 widened).
+pub fn to_f64(tensor: &HostTensor) -> Result<Vec<f64>> {
+    let halves = || {
+        tensor
+            .bytes()
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+    };
+    Ok(match tensor.element_type() {
+        ElementType::Pred => tensor
+            .to_vec::<bool>()?
+            .into_iter()
+            .map(|b| b as u8 as f64)
+            .collect(),
+        ElementType::S8 => tensor.to_vec::<i8>()?.into_iter().map(f64::from).collect(),
+        ElementType::S16 => tensor.to_vec::<i16>()?.into_iter().map(f64::from).collect(),
+        ElementType::S32 => tensor.to_vec::<i32>()?.into_iter().map(f64::from).collect(),
+        ElementType::S64 => tensor
+            .to_vec::<i64>()?
+            .into_iter()
+            .map(|v| v as f64)
+            .collect(),
+        ElementType::U8 => tensor.to_vec::<u8>()?.into_iter().map(f64::from).collect(),
+        ElementType::U16 => tensor.to_vec::<u16>()?.into_iter().map(f64::from).collect(),
+        ElementType::U32 => tensor.to_vec::<u32>()?.into_iter().map(f64::from).collect(),
+        ElementType::U64 => tensor
+            .to_vec::<u64>()?
+            .into_iter()
+            .map(|v| v as f64)
+            .collect(),
+        ElementType::F16 => halves().map(|b| half::f16::from_bits(b).to_f64()).collect(),
+        ElementType::BF16 => halves()
+            .map(|b| half::bf16::from_bits(b).to_f64())
+            .collect(),
+        ElementType::F32 => tensor.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
+        ElementType::F64 => tensor.to_vec::<f64>()?,
+    })
+}

@@ -1,0 +1,309 @@
+//! Execution on the XLA CPU plugin: every golden module compiles there, every case matches
+//! torch's eager outputs through `tpuc run`'s code path, and `tpuc run` handles bad input.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use libtest_mimic::{Failed, Trial};
+use tpuc_cli::compare::compare;
+use tpuc_cli::npy::{read_npy, read_npz, write_npy};
+use tpuc_cli::run::{RunOptions, Runner};
+use tpuc_hlo::{EmitFormat, LowerOptions};
+use tpuc_pjrt::{Client, ClientOptions, CompileOptions, ElementType, HostTensor, Plugin};
+
+use crate::lowering_dir;
+
+/// Tolerance of the numerics checks: f32 within rtol/atol 1e-5, integers and bools exactly.
+const RTOL: f64 = 1e-5;
+const ATOL: f64 = 1e-5;
+
+fn cpu_client() -> Result<Client, Failed> {
+    let path = tpuc_pjrt::discover::resolve(Some("cpu")).map_err(|e| e.to_string())?;
+    let plugin = Plugin::load(&path).map_err(|e| e.to_string())?;
+    Ok(Client::new(&plugin, &ClientOptions::default()).map_err(|e| e.to_string())?)
+}
+
+/// The golden module, exactly as committed, compiles on the plugin.
+fn golden_module_compiles(case: PathBuf) -> Result<(), Failed> {
+    let module = std::fs::read(case.with_extension("mlir"))?;
+    let exe = cpu_client()?
+        .compile_mlir(&module, &CompileOptions::single_device())
+        .map_err(|e| format!("{}: {e}", case.display()))?;
+    if exe.num_outputs() == 0 {
+        return Err("the module has no outputs".into());
+    }
+    Ok(())
+}
+
+fn inputs_of(case: &Path) -> Result<Vec<HostTensor>, Failed> {
+    Ok(read_npz(&case.with_extension("inputs.npz")).map_err(|e| format!("{e:#}"))?)
+}
+
+fn check_outputs(outputs: &[HostTensor], case: &Path) -> Result<(), Failed> {
+    let expected = read_npz(&case.with_extension("expected.npz")).map_err(|e| format!("{e:#}"))?;
+    if outputs.len() != expected.len() {
+        return Err(format!("{} outputs, torch gave {}", outputs.len(), expected.len()).into());
+    }
+    let mut failures = Vec::new();
+    for (i, (actual, reference)) in outputs.iter().zip(&expected).enumerate() {
+        let diff = compare(actual, reference, RTOL, ATOL).map_err(|e| e.to_string())?;
+        if !diff.ok() {
+            failures.push(format!("output {i} ({}): {diff}", actual.element_type()));
+        }
+    }
+    if !failures.is_empty() {
+        return Err(failures.join("\n").into());
+    }
+    Ok(())
+}
+
+fn run_case(case: &Path, devices: usize) -> Result<(), Failed> {
+    let options = RunOptions {
+        devices,
+        ..RunOptions::default()
+    };
+    let runner = Runner::new(case, None, &options).map_err(|e| format!("{e:#}"))?;
+    let outputs = runner.run(inputs_of(case)?).map_err(|e| format!("{e:#}"))?;
+    check_outputs(&outputs, case)
+}
+
+/// A module from `tpuc compile` runs with the archive's weights and gives the same results.
+fn compiled_module_with_weights() -> Result<(), Failed> {
+    let case = lowering_dir().join("resnet_cnn.pt2");
+    let dir = tempfile::tempdir()?;
+    for format in [EmitFormat::Text, EmitFormat::Bytecode] {
+        let compiled = tpuc_cli::compile_file(&case, &LowerOptions::default(), format)
+            .map_err(|e| format!("{e:#}"))?;
+        let module = dir.path().join("resnet.mlir");
+        std::fs::write(&module, &compiled.output)?;
+        let runner = Runner::new(&module, Some(&case), &RunOptions::default())
+            .map_err(|e| format!("{e:#}"))?;
+        let outputs = runner
+            .run(inputs_of(&case)?)
+            .map_err(|e| format!("{e:#}"))?;
+        check_outputs(&outputs, &case)?;
+    }
+    Ok(())
+}
+
+fn expect_err<T>(result: anyhow::Result<T>, needles: &[&str]) -> Result<(), Failed> {
+    match result {
+        Ok(_) => Err(format!("expected an error mentioning {needles:?}").into()),
+        Err(e) => {
+            let message = format!("{e:#}");
+            match needles.iter().find(|n| !message.contains(*n)) {
+                Some(missing) => Err(format!("error lacks `{missing}`: {message}").into()),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+/// Wrong input count, dtype or shape is refused before anything runs, naming the input.
+fn bad_inputs() -> Result<(), Failed> {
+    let case = lowering_dir().join("indexing.pt2");
+    let runner = Runner::new(&case, None, &RunOptions::default()).map_err(|e| format!("{e:#}"))?;
+    let good = inputs_of(&case)?;
+    expect_err(
+        runner.run(good[..1].to_vec()),
+        &["takes 2 input(s)", "1 given", "int64 [3]"],
+    )?;
+    let as_i32 = HostTensor::from_slice(ElementType::S32, &[3], &[4i32, 0, 2])?;
+    expect_err(
+        runner.run(vec![good[0].clone(), as_i32]),
+        &["input 1", "must be int64 [3]", "int32 [3] was given"],
+    )?;
+    let wrong_shape = HostTensor::zeros(ElementType::F32, &[4, 5])?;
+    expect_err(
+        runner.run(vec![wrong_shape, good[1].clone()]),
+        &["input 0", "must be float32 [5, 4]", "[4, 5]"],
+    )?;
+    // float32 is accepted for bfloat16 inputs; here the input is float32, so f64 is refused.
+    let f64s = HostTensor::zeros(ElementType::F64, &[5, 4])?;
+    expect_err(
+        runner.run(vec![f64s, good[1].clone()]),
+        &["must be float32"],
+    )?;
+    Ok(())
+}
+
+fn bad_models() -> Result<(), Failed> {
+    let dir = tempfile::tempdir()?;
+    let module = dir.path().join("model.mlir");
+    std::fs::write(&module, "module {}")?;
+    let opts = RunOptions::default();
+    expect_err(
+        Runner::new(&module, None, &opts),
+        &["model.mlir", "--weights"],
+    )?;
+    let case = lowering_dir().join("llama_block.pt2");
+    expect_err(
+        Runner::new(&case, Some(&case), &opts),
+        &["carries its own weights"],
+    )?;
+    let three = RunOptions {
+        devices: 3,
+        ..RunOptions::default()
+    };
+    expect_err(
+        Runner::new(&case, None, &three),
+        &["first dimension 2", "3 devices"],
+    )?;
+    let missing_plugin = RunOptions {
+        plugin: Some("/nonexistent/libpjrt_none.so".into()),
+        ..RunOptions::default()
+    };
+    expect_err(
+        Runner::new(&case, None, &missing_plugin),
+        &["/nonexistent/libpjrt_none.so"],
+    )?;
+    // A module the plugin cannot compile: the error names the file and the plugin's reason.
+    std::fs::write(&module, "module { func.func @main( }")?;
+    expect_err(
+        Runner::new(&module, Some(&case), &opts),
+        &["model.mlir", "PJRT_Client_Compile"],
+    )?;
+    Ok(())
+}
+
+/// Every element type survives a .npy round trip.
+fn npy_round_trip() -> Result<(), Failed> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("t.npy");
+    let cases = [
+        HostTensor::from_slice(ElementType::F32, &[2, 2], &[1.5f32, -0.0, f32::NAN, 3e38])?,
+        HostTensor::from_slice(ElementType::F64, &[3], &[1.0f64, -2.5, 1e-300])?,
+        HostTensor::from_slice(ElementType::S64, &[2], &[i64::MIN, 7])?,
+        HostTensor::from_slice(ElementType::S32, &[1, 2], &[-1i32, 2])?,
+        HostTensor::from_slice(ElementType::S8, &[2], &[-128i8, 127])?,
+        HostTensor::from_slice(ElementType::U8, &[2], &[0u8, 255])?,
+        HostTensor::from_slice(ElementType::Pred, &[3], &[true, false, true])?,
+        HostTensor::from_bytes(ElementType::F16, &[2], &[0x00, 0x3c, 0x00, 0xc0])?,
+        HostTensor::zeros(ElementType::F32, &[0, 3])?,
+        HostTensor::from_slice(ElementType::F32, &[], &[2.5f32])?,
+    ];
+    for tensor in &cases {
+        write_npy(&path, tensor).map_err(|e| format!("{e:#}"))?;
+        let back = read_npy(&path).map_err(|e| format!("{e:#}"))?;
+        if back.element_type() != tensor.element_type()
+            || back.dims() != tensor.dims()
+            || back.bytes() != tensor.bytes()
+        {
+            return Err(format!("{tensor:?} came back as {back:?}").into());
+        }
+    }
+    // bfloat16 is written widened to float32.
+    let bf16 = HostTensor::from_bytes(ElementType::BF16, &[2], &[0x80, 0x3f, 0x00, 0xc0])?;
+    write_npy(&path, &bf16).map_err(|e| format!("{e:#}"))?;
+    let back = read_npy(&path).map_err(|e| format!("{e:#}"))?;
+    if back.to_vec::<f32>()? != vec![1.0, -2.0] {
+        return Err(format!("bfloat16 came back as {back:?}").into());
+    }
+    std::fs::write(&path, b"\x93NUMPY garbage")?;
+    expect_err(read_npy(&path), &["t.npy"])?;
+    Ok(())
+}
+
+fn tpuc() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tpuc"));
+    command.env("TF_CPP_MIN_LOG_LEVEL", "3");
+    command
+}
+
+/// `tpuc run` writes one .npy per output and checks them against a reference.
+fn cli_run() -> Result<(), Failed> {
+    let case = lowering_dir().join("multi_out.pt2");
+    let dir = tempfile::tempdir()?;
+    let out = dir.path().join("out");
+    let status = tpuc()
+        .arg("run")
+        .arg(&case)
+        .arg("--input")
+        .arg(case.with_extension("inputs.npz"))
+        .arg("--out")
+        .arg(&out)
+        .arg("--expect")
+        .arg(case.with_extension("expected.npz"))
+        .output()?;
+    if !status.status.success() {
+        return Err(String::from_utf8_lossy(&status.stderr).into_owned().into());
+    }
+    let stdout = String::from_utf8_lossy(&status.stdout);
+    if !stdout.contains("all 4 outputs match") {
+        return Err(format!("unexpected summary:\n{stdout}").into());
+    }
+    let outputs: Vec<HostTensor> = (0..4)
+        .map(|i| read_npy(&out.join(format!("out{i}.npy"))))
+        .collect::<anyhow::Result<_>>()
+        .map_err(|e| format!("{e:#}"))?;
+    check_outputs(&outputs, &case)?;
+
+    // A reference that does not match: exit status 1 and the mismatch named.
+    let wrong = tpuc()
+        .arg("run")
+        .arg(&case)
+        .args(["--input"])
+        .arg(case.with_extension("inputs.npz"))
+        .arg("--out")
+        .arg(&out)
+        .arg("--expect")
+        .arg(lowering_dir().join("mlp.expected.npz"))
+        .output()?;
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    if wrong.status.code() != Some(1) || !stderr.contains("reference") {
+        return Err(format!("a mismatch must fail: {:?}\n{stderr}", wrong.status).into());
+    }
+    Ok(())
+}
+
+fn cli_plugins() -> Result<(), Failed> {
+    let output = tpuc().arg("plugins").output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let wanted = [
+        "cpu: ",
+        "PJRT API:  0.",
+        "stablehlo_current_version",
+        "platform:  cpu",
+        "devices:",
+    ];
+    match wanted.iter().find(|w| !stdout.contains(*w)) {
+        Some(missing) if output.status.success() => {
+            Err(format!("no `{missing}` in:\n{stdout}").into())
+        }
+        None if output.status.success() => Ok(()),
+        _ => Err(String::from_utf8_lossy(&output.stderr).into_owned().into()),
+    }
+}
+
+pub fn trials(cases: &[PathBuf]) -> Vec<Trial> {
+    let mut trials = Vec::new();
+    for case in cases {
+        let stem = case.file_stem().unwrap().to_string_lossy().into_owned();
+        let module_case = case.clone();
+        trials.push(Trial::test(format!("plugin_compiles::{stem}"), move || {
+            golden_module_compiles(module_case)
+        }));
+        let run = case.clone();
+        trials.push(Trial::test(format!("numerics::{stem}"), move || {
+            run_case(&run, 1)
+        }));
+    }
+    for stem in ["llama_block", "resnet_cnn_core"] {
+        let case = lowering_dir().join(format!("{stem}.pt2"));
+        trials.push(Trial::test(
+            format!("numerics::data_parallel::{stem}"),
+            move || run_case(&case, 2),
+        ));
+    }
+    trials.extend([
+        Trial::test(
+            "run::compiled_module_with_weights",
+            compiled_module_with_weights,
+        ),
+        Trial::test("run::bad_inputs", bad_inputs),
+        Trial::test("run::bad_models", bad_models),
+        Trial::test("run::npy_round_trip", npy_round_trip),
+        Trial::test("run::cli_run", cli_run),
+        Trial::test("run::cli_plugins", cli_plugins),
+    ]);
+    trials
+}
