@@ -7,6 +7,7 @@ The archive is not committed: it is large and a script makes it again in seconds
 import os
 import sys
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -34,8 +35,12 @@ def main():
     model = Llama(layers).eval()
     x = torch.randn(1, 16, 64)
     with torch.no_grad():
+        expected = model(x)
         ep = torch.export.export(model, (x,)).run_decompositions()
     torch.export.save(ep, out)
+    stem = out[:-len(".pt2")] if out.endswith(".pt2") else out
+    np.savez(stem + ".inputs.npz", x.numpy())
+    np.savez(stem + ".expected.npz", expected.numpy())
     print(f"{out}: {len(ep.graph.nodes)} nodes")
 
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, then unit tests, golden lowering tests and the compile
-# pipeline's end-to-end tests.
+# The whole test suite: set up, then unit tests, the PJRT binding layout tests, the runtime's
+# tests on the XLA CPU plugin, golden lowering tests, the compile pipeline's end-to-end tests,
+# and every golden case executed against torch's outputs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"   # XLA's own logging
 cargo fmt --all -- --check
 cargo test --workspace --lib --bins --tests

@@ -222,13 +222,19 @@ impl Runner {
         let start = Instant::now();
         let plugin_path = tpuc_pjrt::discover::resolve(options.plugin.as_deref())?;
         let plugin = Plugin::load(&plugin_path)?;
+        // Other plugins refuse options they do not know (libtpu does), so the CPU plugin's
+        // device count is only passed to it.
+        let cpu_device_count = (options.devices > 1
+            && tpuc_pjrt::discover::is_cpu_plugin(&plugin_path))
+        .then_some(options.devices as i64);
         let client = Client::new(
             &plugin,
             &ClientOptions {
-                cpu_device_count: Some(options.devices as i64),
+                cpu_device_count,
                 ..Default::default()
             },
-        )?;
+        )
+        .with_context(|| format!("the PJRT plugin {} cannot start", plugin_path.display()))?;
         let available = client.addressable_devices()?.len();
         if available < options.devices {
             bail!(

@@ -39,6 +39,11 @@ impl Buffer {
         Arc::ptr_eq(&self.client, client)
     }
 
+    /// The PJRT handle, for calling the C API directly (the buffer still owns it).
+    pub fn raw(&self) -> *mut PJRT_Buffer {
+        self.raw
+    }
+
     pub fn element_type(&self) -> Result<ElementType> {
         let mut args = PJRT_Buffer_ElementType_Args::new();
         args.buffer = self.raw;

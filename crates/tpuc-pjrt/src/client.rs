@@ -12,10 +12,12 @@ use pjrt_sys::*;
 use std::ffi::{c_char, CString};
 use std::sync::Arc;
 
-/// Options for creating a client; unknown names are ignored by plugins.
+/// Options for creating a client. The CPU plugin ignores names it does not know; others (libtpu)
+/// refuse them, so pass only what the plugin takes.
 #[derive(Debug, Clone, Default)]
 pub struct ClientOptions {
-    /// Number of devices of the CPU plugin (its default is the number of cores, at least 4).
+    /// Number of devices of the CPU plugin (default 4 on the project's machines). Only the CPU
+    /// plugin takes this option.
     pub cpu_device_count: Option<i64>,
     /// Further plugin-specific options.
     pub extra: Vec<(String, OptionValue)>,

@@ -78,6 +78,12 @@ pub fn resolve(spec: Option<&str>) -> Result<PathBuf> {
         })
 }
 
+/// Whether `path` is XLA's CPU plugin (which takes the `cpu_device_count` client option).
+pub fn is_cpu_plugin(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|name| name.to_string_lossy().contains("pjrt_cpu"))
+}
+
 /// Every installed copy of every known plugin, as (name, path).
 pub fn installed() -> Vec<(&'static str, PathBuf)> {
     let roots = site_packages();

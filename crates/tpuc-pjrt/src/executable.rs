@@ -64,6 +64,11 @@ impl Executable {
         Ok(exe)
     }
 
+    /// The PJRT handle, for calling the C API directly (the executable still owns it).
+    pub fn raw(&self) -> *mut PJRT_LoadedExecutable {
+        self.loaded
+    }
+
     /// The devices the executable runs on, in the order of `execute`'s argument lists.
     pub fn devices(&self) -> &[Device] {
         &self.devices

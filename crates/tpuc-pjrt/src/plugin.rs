@@ -151,6 +151,11 @@ impl Plugin {
         Ok(values.iter().map(|v| unsafe { named_value(v) }).collect())
     }
 
+    /// The plugin's functions, for calling the C API directly.
+    pub fn functions(&self) -> &Functions {
+        &self.functions
+    }
+
     /// The file the plugin was loaded from.
     pub fn path(&self) -> &Path {
         &self.path
