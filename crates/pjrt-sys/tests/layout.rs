@@ -121,3 +121,37 @@ fn args_carry_their_size() {
     );
     assert!(args.client.is_null());
 }
+
+unsafe extern "C" fn placeholder() {}
+
+/// A table that ends before `PJRT_Client_Create` (as an older plugin's would) is refused, and
+/// the functions it lacks are named; a null slot counts as missing too.
+#[test]
+fn short_or_incomplete_tables_name_the_missing_functions() {
+    // SAFETY: all-zero is a valid PJRT_Api (null slots).
+    let mut api: PJRT_Api = unsafe { std::mem::zeroed() };
+    api.PJRT_Error_Destroy = Some(placeholder);
+    api.PJRT_Error_Message = Some(placeholder);
+    api.PJRT_Error_GetCode = Some(placeholder);
+    api.PJRT_Plugin_Initialize = Some(placeholder);
+    api.PJRT_Plugin_Attributes = Some(placeholder);
+    api.PJRT_Event_Destroy = Some(placeholder);
+    api.PJRT_Event_IsReady = Some(placeholder);
+    api.PJRT_Event_Error = Some(placeholder);
+    api.PJRT_Event_Await = Some(placeholder);
+    api.struct_size = std::mem::offset_of!(PJRT_Api, PJRT_Client_Create);
+    // SAFETY: `api` is live and its struct_size bounds what is read.
+    let missing = unsafe { Functions::from_api(&api) }
+        .err()
+        .expect("an incomplete table");
+    assert_eq!(missing[0], "PJRT_Client_Create");
+    assert!(missing.contains(&"PJRT_LoadedExecutable_Execute"));
+    assert!(!missing.contains(&"PJRT_Event_Await"));
+
+    api.struct_size = std::mem::size_of::<PJRT_Api>();
+    api.PJRT_Event_Await = None;
+    let missing = unsafe { Functions::from_api(&api) }
+        .err()
+        .expect("a null slot");
+    assert!(missing.contains(&"PJRT_Event_Await"));
+}

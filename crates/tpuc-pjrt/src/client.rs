@@ -58,6 +58,16 @@ pub struct Client {
 
 impl Client {
     pub fn new(plugin: &Arc<Plugin>, options: &ClientOptions) -> Result<Client> {
+        if options
+            .extra
+            .iter()
+            .any(|(name, _)| name == "cpu_device_count")
+        {
+            // A wrongly typed value aborts the CPU plugin's process; the typed field cannot be.
+            return Err(Error::Invalid(
+                "set cpu_device_count through ClientOptions::cpu_device_count".into(),
+            ));
+        }
         let mut entries: Vec<(String, OptionValue)> = options.extra.clone();
         if let Some(count) = options.cpu_device_count {
             if count < 1 {

@@ -183,6 +183,14 @@ mod tests {
     }
 
     #[test]
+    fn the_environment_names_the_default_plugin() {
+        std::env::set_var(PLUGIN_ENV, "/nonexistent/from-env/libpjrt.so");
+        let err = resolve(None).unwrap_err().to_string();
+        std::env::remove_var(PLUGIN_ENV);
+        assert!(err.contains("/nonexistent/from-env/libpjrt.so"), "{err}");
+    }
+
+    #[test]
     fn a_missing_path_is_named() {
         let err = resolve(Some("/nonexistent/libpjrt.so"))
             .unwrap_err()

@@ -204,6 +204,34 @@ fn one_executable_runs_concurrently_from_several_threads() {
 }
 
 #[test]
+fn client_options_are_checked_before_the_plugin_sees_them() {
+    // The CPU plugin aborts the process on a wrongly typed `cpu_device_count`, so the typed
+    // field is the only way to set it.
+    let options = ClientOptions {
+        extra: vec![(
+            "cpu_device_count".into(),
+            OptionValue::String("eight".into()),
+        )],
+        ..Default::default()
+    };
+    let err = Client::new(&plugin(), &options)
+        .err()
+        .expect("a refused option");
+    assert!(
+        err.to_string().contains("ClientOptions::cpu_device_count"),
+        "{err}"
+    );
+    let options = ClientOptions {
+        cpu_device_count: Some(0),
+        ..Default::default()
+    };
+    let err = Client::new(&plugin(), &options)
+        .err()
+        .expect("zero devices");
+    assert!(err.to_string().contains("at least 1"), "{err}");
+}
+
+#[test]
 fn invalid_modules_are_plugin_errors_with_a_location() {
     let client = client(1);
     let err = client
