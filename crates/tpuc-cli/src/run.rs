@@ -344,16 +344,21 @@ impl Runner {
 
     /// Runs the model; returns its user outputs.
     pub fn run(&self, inputs: Vec<HostTensor>) -> Result<Vec<HostTensor>> {
-        let inputs = self.check_inputs(inputs)?;
+        let inputs: Vec<Arc<HostTensor>> = self
+            .check_inputs(inputs)?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
         let devices = self.executable.devices();
         // Per device, its part of each input (all of it on one device).
         let mut input_buffers: Vec<Vec<Buffer>> = Vec::with_capacity(devices.len());
         for (d, device) in devices.iter().enumerate() {
             let mut on_device = Vec::with_capacity(inputs.len());
             for tensor in &inputs {
+                // Device buffers alias the host tensors (zero-copy where the plugin allows).
                 let part = shard(tensor, d, devices.len())?;
                 let (element_type, dims) = (part.element_type(), part.dims().to_vec());
-                let data = Arc::new(part);
+                let data: Arc<dyn HostBytes> = part;
                 on_device.push(
                     self.client
                         .buffer_sharing(element_type, &dims, data, device)?,
@@ -395,7 +400,7 @@ fn describe(spec: &InputSpec) -> String {
 }
 
 /// The `index`-th of `parts` equal slices of `tensor` along its first dimension.
-fn shard(tensor: &HostTensor, index: usize, parts: usize) -> Result<HostTensor> {
+fn shard(tensor: &Arc<HostTensor>, index: usize, parts: usize) -> Result<Arc<HostTensor>> {
     if parts == 1 || tensor.dims().is_empty() {
         return Ok(tensor.clone());
     }
@@ -403,7 +408,11 @@ fn shard(tensor: &HostTensor, index: usize, parts: usize) -> Result<HostTensor> 
     dims[0] /= parts as i64;
     let len = tensor.bytes().len() / parts;
     let bytes = &tensor.bytes()[index * len..(index + 1) * len];
-    Ok(HostTensor::from_bytes(tensor.element_type(), &dims, bytes)?)
+    Ok(Arc::new(HostTensor::from_bytes(
+        tensor.element_type(),
+        &dims,
+        bytes,
+    )?))
 }
 
 fn user_output_indices(program: &Program) -> Vec<usize> {
