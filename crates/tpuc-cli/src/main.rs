@@ -9,6 +9,15 @@ use tpuc_cli::run::{RunOptions, Runner};
 use tpuc_cli::{compare, npy};
 use tpuc_hlo::{EmitFormat, LowerOptions, Precision, WeightsMode};
 
+/// `println!` that returns an error instead of panicking when standard output is closed
+/// (`tpuc ops | head`); `main` treats a broken pipe as a normal end.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*)
+    }};
+}
+
 mod plugins;
 
 /// tpuc compiles PyTorch programs (torch.export archives) into StableHLO and runs them on PJRT
@@ -197,7 +206,7 @@ fn run() -> Result<()> {
         }
         Command::Ops => {
             for op in tpuc_hlo::lower::supported_ops() {
-                println!("{op}");
+                say!("{op}")?;
             }
         }
         Command::Plugins { plugin } => return plugins::list(plugin.as_deref()),
@@ -310,7 +319,7 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
                 }
             }
         }
-        println!("{line}");
+        say!("{line}")?;
     }
     if let Some(expected) = &expected {
         if expected.len() != outputs.len() {
@@ -328,18 +337,26 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
                 request.atol
             );
         }
-        println!(
+        say!(
             "all {} outputs match the reference (rtol {}, atol {})",
             outputs.len(),
             request.rtol,
             request.atol
-        );
+        )?;
     }
     Ok(())
 }
 
 fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn is_terminal() -> bool {
@@ -350,6 +367,7 @@ fn is_terminal() -> bool {
 fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

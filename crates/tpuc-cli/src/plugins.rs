@@ -16,13 +16,13 @@ pub fn list(only: Option<&str>) -> Result<()> {
             .iter()
             .map(|k| format!("{} ({})", k.name, k.package))
             .collect();
-        println!("no PJRT plugins found; tpuc knows {}", names.join(", "));
+        say!("no PJRT plugins found; tpuc knows {}", names.join(", "))?;
         return Ok(());
     }
     for (name, path) in found {
-        println!("{name}: {}", path.display());
+        say!("{name}: {}", path.display())?;
         if let Err(e) = describe(&path) {
-            println!("  unusable: {e:#}");
+            say!("  unusable: {e:#}")?;
         }
     }
     Ok(())
@@ -31,37 +31,37 @@ pub fn list(only: Option<&str>) -> Result<()> {
 fn describe(path: &std::path::Path) -> Result<()> {
     let plugin = Plugin::load(path)?;
     let (major, minor) = plugin.api_version();
-    println!("  PJRT API:  {major}.{minor}");
+    say!("  PJRT API:  {major}.{minor}")?;
     for key in [
         "stablehlo_current_version",
         "stablehlo_minimum_version",
         "xla_version",
     ] {
         if let Some(value) = plugin.attribute(key) {
-            println!("  {key}: {value}");
+            say!("  {key}: {value}")?;
         }
     }
     let client = Client::new(&plugin, &ClientOptions::default())?;
-    println!(
+    say!(
         "  platform:  {} {}",
         client.platform_name()?,
         client.platform_version()?
-    );
+    )?;
     let devices = client.addressable_devices()?;
-    println!("  devices:   {}", devices.len());
+    say!("  devices:   {}", devices.len())?;
     for device in &devices {
         let memories: Vec<String> = device
             .memories()?
             .iter()
             .map(|m| m.kind())
             .collect::<Result<_, _>>()?;
-        println!(
+        say!(
             "    {} (id {}, kind {}, memories: {})",
             device.debug_string()?,
             device.id()?,
             device.kind()?,
             memories.join(", ")
-        );
+        )?;
     }
     Ok(())
 }

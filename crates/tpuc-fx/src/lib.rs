@@ -13,7 +13,7 @@ pub mod validate;
 pub use dtype::DType;
 pub use error::{FxError, Result};
 pub use graph::*;
-pub use pt2::{check_weight_size, read_pt2, SUPPORTED_SCHEMA_MAJOR};
+pub use pt2::{check_weight_size, program_from_json, read_pt2, SUPPORTED_SCHEMA_MAJOR};
 
 use std::path::Path;
 

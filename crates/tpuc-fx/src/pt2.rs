@@ -150,18 +150,9 @@ pub fn read_pt2(path: &Path) -> Result<Program> {
         return Err(archive
             .archive_error("weights are big-endian; tpuc reads little-endian archives".into()));
     }
-    let probe: schema::VersionProbe = archive.json("models/model.json")?;
-    if probe.schema_version.major != SUPPORTED_SCHEMA_MAJOR {
-        return Err(FxError::SchemaVersion {
-            path: path.to_path_buf(),
-            major: probe.schema_version.major,
-            minor: probe.schema_version.minor,
-            supported: SUPPORTED_SCHEMA_MAJOR,
-        });
-    }
-    let exported: schema::ExportedProgram = archive.json("models/model.json")?;
+    let model = archive.entry("models/model.json")?;
+    let graph = graph_from_json(path, "models/model.json", model.as_slice())?;
     let conv = Converter { path };
-    let graph = conv.graph(exported.graph_module.graph, exported.graph_module.signature)?;
 
     let mut weights = HashMap::new();
     for (folder, config) in [
@@ -197,7 +188,39 @@ pub fn read_pt2(path: &Path) -> Result<Program> {
             weights.insert(fqn, weight);
         }
     }
-    let program = Program { graph, weights };
+    validated(path, Program { graph, weights })
+}
+
+/// A program from a serialized `ExportedProgram` (torch.export's `model.json`) whose graph
+/// takes everything as inputs, without weights: what the torch.compile backend hands over.
+/// `origin` names it in errors.
+pub fn program_from_json(origin: &Path, json: &[u8]) -> Result<Program> {
+    let graph = graph_from_json(origin, "model.json", json)?;
+    validated(
+        origin,
+        Program {
+            graph,
+            weights: HashMap::new(),
+        },
+    )
+}
+
+/// Parses and converts the graph of a serialized `ExportedProgram`, checking its schema version.
+fn graph_from_json(path: &Path, entry: &str, json: &[u8]) -> Result<Graph> {
+    let probe: schema::VersionProbe = parse_json(path, entry, json)?;
+    if probe.schema_version.major != SUPPORTED_SCHEMA_MAJOR {
+        return Err(FxError::SchemaVersion {
+            path: path.to_path_buf(),
+            major: probe.schema_version.major,
+            minor: probe.schema_version.minor,
+            supported: SUPPORTED_SCHEMA_MAJOR,
+        });
+    }
+    let exported: schema::ExportedProgram = parse_json(path, entry, json)?;
+    Converter { path }.graph(exported.graph_module.graph, exported.graph_module.signature)
+}
+
+fn validated(path: &Path, program: Program) -> Result<Program> {
     crate::validate::validate(&program).map_err(|(context, message)| FxError::Invalid {
         path: path.to_path_buf(),
         context,
