@@ -1,0 +1,234 @@
+"""The torch.compile backend: Dynamo graph -> aot_autograd (functional ATen, forward and
+backward) -> tpuc's compiler and PJRT runtime, in process.
+
+Graphs with ops tpuc cannot lower are partitioned: supported regions are compiled, the rest
+runs in eager torch, with one warning per graph (or an error with strict=True / TPUC_STRICT=1).
+Graphs with symbolic sizes (dynamic=True, automatic dynamic shapes) are specialised: each
+distinct set of input sizes is traced to a static graph and compiled once.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+import warnings
+from collections import Counter
+
+import torch
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from . import _tpuc
+from .graph import is_structural, op_name, serialize, source_line, unsupported_ops
+from .options import Options
+from .runtime import BufferCache, CompiledGraph, runtime
+
+_GRAPH_IDS = itertools.count()
+
+
+def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_ignored):
+    """torch.compile(model, backend="tpuc", options={...}); see tpuc.Options."""
+    opts = Options.parse(options)
+    compiler = GraphCompiler(opts)
+    return aot_autograd(
+        fw_compiler=compiler.forward,
+        bw_compiler=compiler.backward,
+        decompositions=decompositions(opts),
+    )(gm, example_inputs)
+
+
+def decompositions(opts: Options) -> dict:
+    if opts.decompositions == "none":
+        return {}
+    table = core_aten_decompositions()
+    keep = set(opts.keep_whole)
+    return {op: fn for op, fn in table.items() if str(op) not in keep}
+
+
+def _has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        value = node.meta.get("val")
+        if isinstance(value, torch.SymInt):
+            return True
+        if isinstance(value, torch.Tensor) and any(not isinstance(d, int) for d in value.shape):
+            return True
+    return False
+
+
+def describe_unsupported(gm: torch.fx.GraphModule, missing: Counter) -> str:
+    lines = []
+    for op, count in missing.most_common():
+        where = next(
+            (source_line(n) for n in gm.graph.nodes if n.op == "call_function" and op_name(n) == op and source_line(n)),
+            None,
+        )
+        lines.append(f"  {op} x{count}" + (f" (first at {where})" if where else ""))
+    return "\n".join(lines)
+
+
+class GraphCompiler:
+    """Compiles the graphs aot_autograd hands over (forward, backward, inference)."""
+
+    def __init__(self, opts: Options):
+        self.opts = opts
+        self.runtime = runtime(opts.plugin)
+        self.cache = BufferCache(self.runtime)
+        self.supported = frozenset(_tpuc.supported_ops())
+
+    def forward(self, gm, example_inputs):
+        return self.compile(gm, "forward")
+
+    def backward(self, gm, example_inputs):
+        return self.compile(gm, "backward")
+
+    def compile(self, gm: torch.fx.GraphModule, kind: str):
+        name = f"graph_{next(_GRAPH_IDS):03d}_{kind}"
+        if _has_symbolic_sizes(gm):
+            return make_boxed_func(SpecializingGraph(gm, self, name))
+        return self.compile_static(gm, name)
+
+    def compile_static(self, gm: torch.fx.GraphModule, name: str):
+        """A boxed function running the static graph `gm`."""
+        missing = unsupported_ops(gm, self.supported)
+        if not missing:
+            return _boxed(self.compile_whole(gm, name))
+        report = describe_unsupported(gm, missing)
+        if self.opts.strict:
+            raise _tpuc.TpucError(f"{name}: tpuc cannot lower these ops (strict mode):\n{report}")
+        total = sum(missing.values())
+        warnings.warn(
+            f"tpuc: {name}: {total} op(s) of {len(missing)} kind(s) it cannot lower run in eager torch:\n{report}",
+            stacklevel=2,
+        )
+        return make_boxed_func(self.partition(gm, name).forward)
+
+    def partition(self, gm: torch.fx.GraphModule, name: str) -> torch.fx.GraphModule:
+        """`gm` with each maximal supported region replaced by a compiled module."""
+        from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+        from torch.fx.passes.operator_support import OperatorSupportBase
+
+        supported = self.supported
+
+        class Support(OperatorSupportBase):
+            def is_node_supported(self, submodules, node):
+                if node.op != "call_function":
+                    return False
+                if is_structural(node):
+                    return op_name(node.args[0]) in supported
+                return op_name(node) in supported
+
+        partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
+        fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+        for index, node in enumerate(n for n in fused.graph.nodes if n.op == "call_module"):
+            submodule = getattr(fused, node.target)
+            placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
+            for placeholder, arg in zip(placeholders, node.args):
+                if "val" not in placeholder.meta and isinstance(arg, torch.fx.Node):
+                    placeholder.meta["val"] = arg.meta.get("val")
+            compiled = self.compile_whole(submodule, f"{name}_part{index}")
+            setattr(fused, node.target, _CompiledModule(compiled))
+        fused.recompile()
+        return fused
+
+    def compile_whole(self, gm: torch.fx.GraphModule, name: str) -> CompiledGraph:
+        """Compiles every op of the static graph `gm`."""
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        inputs = []
+        for i, p in enumerate(placeholders):
+            if isinstance(p.meta.get("val"), torch.Tensor):
+                inputs.append(i)
+            elif p.users:
+                raise _tpuc.TpucError(f"{name}: input {p.name} is a {type(p.meta.get('val')).__name__}, not a tensor")
+        unused = [p for i, p in enumerate(placeholders) if i not in inputs]
+        output_node = next(n for n in gm.graph.nodes if n.op == "output")
+        returned = output_node.args[0]
+        single = not isinstance(returned, (tuple, list))
+        returned = [returned] if single else list(returned)
+        outputs, tensor_outputs = [], []
+        for i, value in enumerate(returned):
+            if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor):
+                outputs.append(("tensor", len(tensor_outputs)))
+                tensor_outputs.append(i)
+            elif isinstance(value, torch.fx.Node):
+                raise _tpuc.TpucError(f"{name}: output {i} ({value.name}) is not a tensor")
+            else:
+                outputs.append(("value", value))
+        if unused:
+            gm = _without(gm, unused)
+        program = serialize(gm, tensor_outputs)
+        compiled = self.runtime.compile(program, name, self.opts.matmul_precision)
+        if self.opts.dump_dir:
+            _dump(self.opts.dump_dir, name, gm, compiled)
+        return CompiledGraph(compiled, self.cache, inputs, outputs, single)
+
+
+def _without(gm: torch.fx.GraphModule, unused: list[torch.fx.Node]) -> torch.fx.GraphModule:
+    """A copy of `gm` without the unused placeholders `unused`."""
+    import copy
+
+    gm = copy.deepcopy(gm)
+    names = {p.name for p in unused}
+    for node in list(gm.graph.nodes):
+        if node.op == "placeholder" and node.name in names:
+            gm.graph.erase_node(node)
+    gm.recompile()
+    return gm
+
+
+def _boxed(compiled: CompiledGraph):
+    def run(args):
+        return compiled.call(args)
+
+    run._boxed_call = True
+    return run
+
+
+class _CompiledModule(torch.nn.Module):
+    """A compiled region inside a partitioned graph."""
+
+    def __init__(self, compiled: CompiledGraph):
+        super().__init__()
+        self.compiled = compiled
+
+    def forward(self, *args):
+        return self.compiled.call(list(args))
+
+
+class SpecializingGraph:
+    """A graph with symbolic sizes, compiled once per distinct set of concrete input sizes."""
+
+    def __init__(self, gm: torch.fx.GraphModule, compiler: GraphCompiler, name: str):
+        self.gm = gm
+        self.compiler = compiler
+        self.name = name
+        self.variants: dict[tuple, object] = {}
+
+    def __call__(self, *args):
+        key = tuple(
+            (tuple(a.shape), a.dtype, a.stride()) if isinstance(a, torch.Tensor) else ("value", a) for a in args
+        )
+        run = self.variants.get(key)
+        if run is None:
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            static = make_fx(self.gm, tracing_mode="fake")(*args)
+            run = self.compiler.compile_static(static, f"{self.name}_v{len(self.variants)}")
+            self.variants[key] = run
+        return run(list(args))
+
+
+def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None:
+    os.makedirs(directory, exist_ok=True)
+    base = os.path.join(directory, name)
+    with open(base + ".fx.txt", "w") as f:
+        f.write(gm.print_readable(print_output=False))
+    with open(base + ".mlir", "w") as f:
+        f.write(compiled.stablehlo)
+    lower, xla = compiled.timings
+    with open(base + ".json", "w") as f:
+        json.dump({"graph": name, "lower_seconds": lower, "xla_compile_seconds": xla,
+                   "written": time.strftime("%Y-%m-%dT%H:%M:%S")}, f, indent=1)

@@ -1,0 +1,101 @@
+"""ATen FX graphs as torch.export's serialized ExportedProgram, the form tpuc's compiler reads."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import torch
+from torch._export.serde.serialize import SCHEMA_VERSION, GraphModuleSerializer, _dataclass_to_dict
+from torch.export.graph_signature import (
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    TensorArgument,
+)
+
+# Node metadata the compiler reads; the rest (module stacks with types, ...) does not serialize.
+_KEPT_META = ("val", "stack_trace")
+
+
+def op_name(node: torch.fx.Node) -> str:
+    """`aten.add.Tensor` for an ATen/prims overload, the Python name for anything else."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    return getattr(target, "__qualname__", None) or str(target)
+
+
+def is_structural(node: torch.fx.Node) -> bool:
+    """getitem picks an output of a multi-output op; the serializer folds it into that op."""
+    import operator
+
+    return node.op == "call_function" and node.target is operator.getitem
+
+
+def unsupported_ops(gm: torch.fx.GraphModule, supported: frozenset[str]) -> Counter:
+    """Counts of the call_function ops of `gm` that tpuc does not lower."""
+    counts: Counter = Counter()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and not is_structural(node) and op_name(node) not in supported:
+            counts[op_name(node)] += 1
+    return counts
+
+
+def source_line(node: torch.fx.Node) -> str | None:
+    """The innermost user frame of a node's stack trace, as `file:line`."""
+    trace = node.meta.get("stack_trace")
+    if not trace:
+        return None
+    frames = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]
+    for frame in reversed(frames):
+        if "site-packages" not in frame and "/torch/" not in frame:
+            # File "model.py", line 12, in forward
+            parts = frame.split('"')
+            if len(parts) >= 3:
+                line = parts[2].split(",")[1].strip().removeprefix("line ")
+                return f"{parts[1]}:{line}"
+    return None
+
+
+def is_tensor_value(value) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def serialize(gm: torch.fx.GraphModule, tensor_outputs: list[int]) -> bytes:
+    """A copy of `gm` returning only the outputs at `tensor_outputs`, with every placeholder a
+    user input, serialized as an ExportedProgram JSON."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    output_node = None
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            output_node = node
+            break
+        copy = graph.node_copy(node, lambda n: env[n])
+        copy.meta = {k: v for k, v in node.meta.items() if k in _KEPT_META}
+        env[node] = copy
+    outputs = output_node.args[0] if output_node is not None else ()
+    if not isinstance(outputs, (tuple, list)):
+        outputs = (outputs,)
+    returned = [env[outputs[i]] for i in tensor_outputs]
+    graph.output(tuple(returned))
+    module = torch.fx.GraphModule(gm, graph)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    signature = ExportGraphSignature(
+        input_specs=[
+            InputSpec(kind=InputKind.USER_INPUT, arg=TensorArgument(name=p.name), target=None)
+            for p in placeholders
+        ],
+        output_specs=[
+            OutputSpec(kind=OutputKind.USER_OUTPUT, arg=TensorArgument(name=r.name), target=None)
+            for r in returned
+        ],
+    )
+    serialized = GraphModuleSerializer(signature, []).serialize(module)
+    program = {
+        "graph_module": _dataclass_to_dict(serialized),
+        "schema_version": {"major": SCHEMA_VERSION[0], "minor": SCHEMA_VERSION[1]},
+    }
+    return json.dumps(program).encode()

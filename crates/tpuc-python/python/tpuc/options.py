@@ -1,0 +1,58 @@
+"""Options of the tpuc backend, from torch.compile(..., options={...}) and the environment."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+# Ops the lowering handles whole that core-ATen decomposition would otherwise break apart.
+# Keeping attention whole lets tpuc emit it without materialising intermediate masks.
+DEFAULT_KEEP_WHOLE = ("aten.scaled_dot_product_attention.default",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How the backend compiles.
+
+    plugin:           PJRT plugin: "cpu", "tpu", "cuda" or a path (default $TPUC_PJRT_PLUGIN, else cpu).
+    decompositions:   "core" (torch's core-ATen decompositions, default) or "none" (the ATen ops
+                      aot_autograd produces, undecomposed).
+    keep_whole:       op overloads (e.g. "aten.scaled_dot_product_attention.default") excluded from
+                      decomposition so the lowering sees them whole.
+    strict:           an op tpuc cannot lower is an error instead of an eager fallback
+                      (also TPUC_STRICT=1).
+    dump_dir:         write each compiled graph's FX graph, StableHLO and compile times there
+                      (also TPUC_DUMP_DIR).
+    matmul_precision: "highest" (default; what torch computes), "high" or "default".
+    """
+
+    plugin: str | None = None
+    decompositions: str = "core"
+    keep_whole: tuple[str, ...] = DEFAULT_KEEP_WHOLE
+    strict: bool = False
+    dump_dir: str | None = None
+    matmul_precision: str = "highest"
+
+    @staticmethod
+    def parse(given: dict[str, Any] | None) -> "Options":
+        given = dict(given or {})
+        known = {f.name for f in dataclasses.fields(Options)}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise ValueError(f"unknown tpuc option(s) {unknown}; known: {sorted(known)}")
+        env_strict = os.environ.get("TPUC_STRICT", "") not in ("", "0")
+        values = {
+            "strict": env_strict,
+            "dump_dir": os.environ.get("TPUC_DUMP_DIR") or None,
+        }
+        values.update(given)
+        if "keep_whole" in values:
+            values["keep_whole"] = tuple(values["keep_whole"])
+        options = Options(**values)
+        if options.decompositions not in ("core", "none"):
+            raise ValueError(f"decompositions must be 'core' or 'none', not {options.decompositions!r}")
+        if options.matmul_precision not in ("highest", "high", "default"):
+            raise ValueError(
+                f"matmul_precision must be 'highest', 'high' or 'default', not {options.matmul_precision!r}"
+            )
+        return options

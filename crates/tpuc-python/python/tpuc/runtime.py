@@ -1,0 +1,117 @@
+"""Running compiled graphs on torch tensors: device buffers for inputs (cached while a tensor is
+unchanged, aliasing its memory where the plugin allows), outputs copied into new tensors."""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+
+import torch
+
+from . import _tpuc
+
+_RUNTIMES: dict[str, _tpuc.Runtime] = {}
+_RUNTIMES_LOCK = threading.Lock()
+
+_DTYPES = {
+    str(d).removeprefix("torch."): d
+    for d in (
+        torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16,
+        torch.uint32, torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64,
+    )
+}
+
+
+def runtime(plugin: str | None) -> _tpuc.Runtime:
+    """The process's client of `plugin` (one per plugin)."""
+    key = plugin or os.environ.get("TPUC_PJRT_PLUGIN") or "cpu"
+    with _RUNTIMES_LOCK:
+        found = _RUNTIMES.get(key)
+        if found is None:
+            found = _RUNTIMES[key] = _tpuc.Runtime(key)
+        return found
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    name = str(dtype).removeprefix("torch.")
+    if name not in _DTYPES:
+        raise _tpuc.TpucError(f"tpuc does not handle tensors of dtype {dtype}")
+    return name
+
+
+class BufferCache:
+    """Device buffers of input tensors. A tensor keeps its buffer while its storage, version,
+    shape and dtype stay the same (parameters between optimizer steps, say); the entry goes
+    when the tensor does."""
+
+    def __init__(self, rt: _tpuc.Runtime):
+        self.runtime = rt
+        self.entries: dict[int, tuple] = {}
+        self.lock = threading.Lock()
+
+    def _forget(self, tensor_id: int, ref) -> None:
+        with self.lock:
+            entry = self.entries.get(tensor_id)
+            if entry is not None and entry[0] is ref:
+                del self.entries[tensor_id]
+
+    def buffer(self, tensor: torch.Tensor) -> _tpuc.DeviceBuffer:
+        if tensor.device.type != "cpu":
+            raise _tpuc.TpucError(
+                f"tpuc takes CPU tensors (the plugin places them on its device); got one on {tensor.device}"
+            )
+        try:
+            version = tensor._version
+        except RuntimeError:  # inference-mode tensors have no version counter: never cached
+            version = None
+        key = (version, tensor.data_ptr(), tuple(tensor.shape), tensor.dtype)
+        if version is not None:
+            with self.lock:
+                entry = self.entries.get(id(tensor))
+            if entry is not None and entry[0]() is tensor and entry[1] == key:
+                return entry[2]
+        source = tensor if tensor.is_contiguous() else tensor.contiguous()
+        if source.requires_grad:
+            source = source.detach()
+        buffer = self.runtime.buffer(
+            source.data_ptr(),
+            source.numel() * source.element_size(),
+            dtype_name(source.dtype),
+            list(source.shape),
+            source.untyped_storage(),  # keeps the memory alive, not the tensor
+        )
+        if version is not None and source.data_ptr() == tensor.data_ptr():
+            tensor_id = id(tensor)
+            ref = weakref.ref(tensor, lambda r, i=tensor_id: self._forget(i, r))
+            with self.lock:
+                self.entries[tensor_id] = (ref, key, buffer)
+        return buffer
+
+
+class CompiledGraph:
+    """A compiled graph as a function of the graph's original inputs and outputs.
+
+    inputs:   positions of the original arguments the compiled graph takes (tensors).
+    outputs:  the original output structure: ("tensor", i) for the compiled graph's i-th output,
+              ("value", v) for a constant (None, an int) returned as it is.
+    single:   the original graph returned one value rather than a tuple.
+    """
+
+    def __init__(self, compiled: _tpuc.CompiledGraph, cache: BufferCache, inputs: list[int],
+                 outputs: list[tuple], single: bool):
+        self.compiled = compiled
+        self.cache = cache
+        self.inputs = inputs
+        self.outputs = outputs
+        self.single = single
+        self.specs = [(_DTYPES[d], tuple(s)) for d, s in compiled.output_specs]
+
+    def __call__(self, *args):
+        return self.call(list(args))
+
+    def call(self, args: list):
+        buffers = [self.cache.buffer(args[i]) for i in self.inputs]
+        results = [torch.empty(shape, dtype=dtype) for dtype, shape in self.specs]
+        self.compiled.run(buffers, [(r.data_ptr(), r.numel() * r.element_size()) for r in results])
+        values = [results[x] if kind == "tensor" else x for kind, x in self.outputs]
+        return values[0] if self.single else values

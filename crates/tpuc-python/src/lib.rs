@@ -1,0 +1,289 @@
+//! `tpuc._tpuc`: the compiler and the PJRT runtime, in process, for the Python package `tpuc`
+//! (the torch.compile backend). Graphs arrive as torch.export's serialized `ExportedProgram`
+//! JSON; tensors as (address, size) of torch's own CPU memory, which device buffers alias where
+//! the plugin allows and outputs are copied into.
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+use tpuc_hlo::{EmitFormat, LowerOptions, Precision, WeightsMode};
+use tpuc_pjrt::{
+    Buffer, Client, ClientOptions, CompileOptions, ElementType, Executable, HostBytes, Plugin,
+};
+
+pyo3::create_exception!(
+    _tpuc,
+    TpucError,
+    PyRuntimeError,
+    "An error from tpuc's compiler or runtime."
+);
+
+fn error(e: impl std::fmt::Display) -> PyErr {
+    TpucError::new_err(e.to_string())
+}
+
+fn anyhow_error(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> PyErr {
+    let e = e.into();
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        message += &format!(": {cause}");
+        source = cause.source();
+    }
+    TpucError::new_err(message)
+}
+
+/// The ATen overloads tpuc lowers, as `aten.add.Tensor`.
+#[pyfunction]
+fn supported_ops() -> Vec<&'static str> {
+    tpuc_hlo::lower::supported_ops()
+}
+
+/// A client of one PJRT plugin.
+#[pyclass(frozen, module = "tpuc._tpuc")]
+struct Runtime {
+    client: Client,
+    plugin_path: String,
+}
+
+/// Memory owned by a Python object (a torch tensor) that a device buffer aliases; holding the
+/// object keeps the memory alive.
+struct PythonMemory {
+    address: usize,
+    len: usize,
+    _owner: Py<PyAny>,
+}
+
+impl HostBytes for PythonMemory {
+    fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: the owner (a contiguous CPU tensor, checked by the caller) holds `len` bytes at
+        // `address` and stays alive, unmodified, as long as this value.
+        unsafe { std::slice::from_raw_parts(self.address as *const u8, self.len) }
+    }
+}
+
+fn element_type(name: &str) -> PyResult<ElementType> {
+    ElementType::from_name(name)
+        .ok_or_else(|| error(format!("tpuc does not handle tensors of dtype {name}")))
+}
+
+#[pymethods]
+impl Runtime {
+    /// A client of `plugin` (a name: cpu, tpu, cuda; or a path; default $TPUC_PJRT_PLUGIN or
+    /// cpu).
+    #[new]
+    #[pyo3(signature = (plugin=None))]
+    fn new(py: Python<'_>, plugin: Option<String>) -> PyResult<Self> {
+        py.detach(|| {
+            let path = tpuc_pjrt::discover::resolve(plugin.as_deref()).map_err(error)?;
+            let loaded = Plugin::load(&path).map_err(error)?;
+            let client = Client::new(&loaded, &ClientOptions::default()).map_err(|e| {
+                error(format!(
+                    "the PJRT plugin {} cannot start: {e}",
+                    path.display()
+                ))
+            })?;
+            Ok(Runtime {
+                client,
+                plugin_path: path.display().to_string(),
+            })
+        })
+    }
+
+    #[getter]
+    fn platform(&self) -> PyResult<String> {
+        self.client.platform_name().map_err(error)
+    }
+
+    #[getter]
+    fn plugin_path(&self) -> &str {
+        &self.plugin_path
+    }
+
+    /// Lowers a serialized ExportedProgram (all tensors as inputs) and compiles it on the plugin.
+    #[pyo3(signature = (program_json, name, matmul_precision="highest"))]
+    fn compile(
+        &self,
+        py: Python<'_>,
+        program_json: &[u8],
+        name: &str,
+        matmul_precision: &str,
+    ) -> PyResult<CompiledGraph> {
+        let precision = match matmul_precision {
+            "highest" => Precision::Highest,
+            "high" => Precision::High,
+            "default" => Precision::Default,
+            other => {
+                return Err(error(format!(
+                    "matmul_precision must be highest, high or default, not {other:?}"
+                )))
+            }
+        };
+        py.detach(|| {
+            let start = Instant::now();
+            let program =
+                tpuc_fx::program_from_json(Path::new(name), program_json).map_err(anyhow_error)?;
+            let options = LowerOptions {
+                weights: WeightsMode::Args,
+                precision,
+            };
+            let lowered = tpuc_hlo::lower(&program, &options).map_err(anyhow_error)?;
+            let module = tpuc_hlo::emit(&lowered.module, EmitFormat::Text).map_err(anyhow_error)?;
+            let lower_seconds = start.elapsed().as_secs_f64();
+            let start = Instant::now();
+            let exe = self
+                .client
+                .compile_mlir(&module, &CompileOptions::single_device())
+                .map_err(|e| error(format!("{name}: the plugin cannot compile the module: {e}")))?;
+            let outputs = lowered
+                .module
+                .main
+                .result_types()
+                .iter()
+                .map(|t| {
+                    let dtype = tpuc_cli::run::element_type(t.elem);
+                    (dtype.name().to_string(), t.shape.clone())
+                })
+                .collect();
+            Ok(CompiledGraph {
+                exe,
+                stablehlo: String::from_utf8_lossy(&module).into_owned(),
+                outputs,
+                num_args: lowered.args.len(),
+                lower_seconds,
+                compile_seconds: start.elapsed().as_secs_f64(),
+            })
+        })
+    }
+
+    /// A device buffer holding a tensor's data: `address`/`nbytes` of a contiguous CPU tensor
+    /// kept alive by `owner`. The CPU plugin aliases 64-byte aligned memory instead of copying.
+    fn buffer(
+        &self,
+        py: Python<'_>,
+        address: usize,
+        nbytes: usize,
+        dtype: &str,
+        shape: Vec<i64>,
+        owner: Py<PyAny>,
+    ) -> PyResult<DeviceBuffer> {
+        let element_type = element_type(dtype)?;
+        let device = self
+            .client
+            .addressable_devices()
+            .map_err(error)?
+            .into_iter()
+            .next();
+        let device = device.ok_or_else(|| error("the plugin has no addressable device"))?;
+        let memory: Arc<dyn HostBytes> = Arc::new(PythonMemory {
+            address,
+            len: nbytes,
+            _owner: owner,
+        });
+        let buffer = py
+            .detach(|| {
+                self.client
+                    .buffer_sharing(element_type, &shape, memory, &device)
+            })
+            .map_err(error)?;
+        Ok(DeviceBuffer { buffer })
+    }
+}
+
+/// A tensor on a device.
+#[pyclass(frozen, module = "tpuc._tpuc")]
+struct DeviceBuffer {
+    buffer: Buffer,
+}
+
+/// A graph compiled on a plugin.
+#[pyclass(frozen, module = "tpuc._tpuc")]
+struct CompiledGraph {
+    exe: Executable,
+    stablehlo: String,
+    outputs: Vec<(String, Vec<i64>)>,
+    num_args: usize,
+    lower_seconds: f64,
+    compile_seconds: f64,
+}
+
+#[pymethods]
+impl CompiledGraph {
+    /// The StableHLO module (MLIR text) the plugin compiled.
+    #[getter]
+    fn stablehlo(&self) -> &str {
+        &self.stablehlo
+    }
+
+    /// (dtype name, shape) of each output.
+    #[getter]
+    fn output_specs(&self) -> Vec<(String, Vec<i64>)> {
+        self.outputs.clone()
+    }
+
+    #[getter]
+    fn num_args(&self) -> usize {
+        self.num_args
+    }
+
+    /// Seconds spent lowering to StableHLO and in the plugin's compiler.
+    #[getter]
+    fn timings(&self) -> (f64, f64) {
+        (self.lower_seconds, self.compile_seconds)
+    }
+
+    /// Runs the graph on `args` and copies output `i` to `outputs[i]` = (address, nbytes) of a
+    /// contiguous CPU tensor of that output's dtype and shape.
+    fn run(
+        &self,
+        py: Python<'_>,
+        args: Vec<PyRef<'_, DeviceBuffer>>,
+        outputs: Vec<(usize, usize)>,
+    ) -> PyResult<()> {
+        if args.len() != self.num_args {
+            return Err(error(format!(
+                "the graph takes {} arguments, {} given",
+                self.num_args,
+                args.len()
+            )));
+        }
+        if outputs.len() != self.outputs.len() {
+            return Err(error(format!(
+                "the graph has {} outputs, {} destinations given",
+                self.outputs.len(),
+                outputs.len()
+            )));
+        }
+        let buffers: Vec<&Buffer> = args.iter().map(|a| &a.buffer).collect();
+        py.detach(|| {
+            let results = self.exe.execute_on_one_device(&buffers).map_err(error)?;
+            for (i, (result, &(address, nbytes))) in results.iter().zip(&outputs).enumerate() {
+                let dst: &mut [u8] = if nbytes == 0 {
+                    &mut []
+                } else {
+                    // SAFETY: the caller passes a live, contiguous tensor of `nbytes` bytes it
+                    // does not touch while the graph runs.
+                    unsafe { std::slice::from_raw_parts_mut(address as *mut u8, nbytes) }
+                };
+                result
+                    .copy_to_host(dst)
+                    .map_err(|e| error(format!("output {i}: {e}")))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[pymodule]
+fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
+    m.add_class::<Runtime>()?;
+    m.add_class::<DeviceBuffer>()?;
+    m.add_class::<CompiledGraph>()?;
+    m.add("TpucError", m.py().get_type::<TpucError>())?;
+    Ok(())
+}
