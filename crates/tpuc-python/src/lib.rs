@@ -34,6 +34,22 @@ fn anyhow_error(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> PyErr
     TpucError::new_err(message)
 }
 
+/// A lowering error; one that a node caused names it in the exception's `node` and `op`
+/// attributes, so the backend can run that node in eager torch.
+fn lowering_error(e: tpuc_hlo::LowerError) -> PyErr {
+    let err = TpucError::new_err(e.to_string());
+    if let tpuc_hlo::LowerError::Node { node, target, .. } = &e {
+        Python::attach(|py| {
+            let value = err.value(py);
+            // Setting attributes on a fresh exception object cannot fail in practice; if it
+            // did, the error would still carry its message.
+            let _ = value.setattr("node", node);
+            let _ = value.setattr("op", target);
+        });
+    }
+    err
+}
+
 /// The ATen overloads tpuc lowers, as `aten.add.Tensor`.
 #[pyfunction]
 fn supported_ops() -> Vec<&'static str> {
@@ -131,7 +147,7 @@ impl Runtime {
                 weights: WeightsMode::Args,
                 precision,
             };
-            let lowered = tpuc_hlo::lower(&program, &options).map_err(anyhow_error)?;
+            let lowered = tpuc_hlo::lower(&program, &options).map_err(lowering_error)?;
             let module = tpuc_hlo::emit(&lowered.module, EmitFormat::Text).map_err(anyhow_error)?;
             let lower_seconds = start.elapsed().as_secs_f64();
             let start = Instant::now();

@@ -28,9 +28,8 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         s.insert(0, 1);
         x = cx.b.reshape(x, &s)?;
     }
-    if cx.bool(n, "transposed", false)? {
-        return err("not supported: transposed convolution");
-    }
+    // aten.convolution says whether it is transposed; aten.conv_transposeNd always is.
+    let transposed = cx.bool(n, "transposed", n.target.starts_with("aten.conv_transpose"))?;
     if let Some(tpuc_fx::Arg::Str(p)) = n.arg("padding") {
         return err(format!(
             "not supported: padding={p:?} (pass explicit padding)"
@@ -46,13 +45,42 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     } else {
         Precision::Default
     };
-    let attrs = ConvAttrs {
-        strides: stride,
-        padding: padding.iter().map(|&p| (p, p)).collect(),
-        lhs_dilation: vec![1; spatial],
-        rhs_dilation: dilation,
-        groups,
-        precision,
+    let (w, attrs) = if transposed {
+        let output_padding = per_dim(
+            cx.ints(n, "output_padding", Some(&[0]))?,
+            spatial,
+            0,
+            "output_padding",
+        )?;
+        let kernel = cx.b.shape(w)[2..].to_vec();
+        // The gradient of a strided convolution: dilate the input by the stride and pad it so
+        // that every kernel tap reaches every input element, with the kernel flipped.
+        let padding = (0..spatial)
+            .map(|i| {
+                let reach = dilation[i] * (kernel[i] - 1);
+                (reach - padding[i], reach - padding[i] + output_padding[i])
+            })
+            .collect();
+        let w = transposed_kernel(cx, w, groups, spatial)?;
+        let attrs = ConvAttrs {
+            strides: vec![1; spatial],
+            padding,
+            lhs_dilation: stride,
+            rhs_dilation: dilation,
+            groups,
+            precision,
+        };
+        (w, attrs)
+    } else {
+        let attrs = ConvAttrs {
+            strides: stride,
+            padding: padding.iter().map(|&p| (p, p)).collect(),
+            lhs_dilation: vec![1; spatial],
+            rhs_dilation: dilation,
+            groups,
+            precision,
+        };
+        (w, attrs)
     };
     let mut y = cx.b.convolution(x, w, attrs)?;
     if let Some(bias) = cx.opt_tensor(n, "bias")? {
@@ -62,6 +90,29 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     }
     let out = cx.out_type(n, 0)?;
     Ok(vec![Some(cx.b.reshape(y, &out.shape)?)])
+}
+
+/// A transposed convolution's weight (in, out/groups, k...) as the kernel of the equivalent
+/// direct convolution: (out, in/groups, k...), spatially reversed.
+fn transposed_kernel(cx: &mut Ctx, w: Value, groups: i64, spatial: usize) -> OpResult<Value> {
+    let shape = cx.b.shape(w).to_vec();
+    let (inputs, outputs_per_group) = (shape[0], shape[1]);
+    if groups < 1 || inputs % groups != 0 {
+        return err(format!(
+            "groups={groups} does not divide {inputs} input channels"
+        ));
+    }
+    let mut grouped = vec![groups, inputs / groups, outputs_per_group];
+    grouped.extend_from_slice(&shape[2..]);
+    let w = cx.b.reshape(w, &grouped)?;
+    let mut perm: Vec<i64> = vec![0, 2, 1];
+    perm.extend((0..spatial as i64).map(|i| i + 3));
+    let w = cx.b.transpose(w, &perm)?;
+    let mut direct = vec![groups * outputs_per_group, inputs / groups];
+    direct.extend_from_slice(&shape[2..]);
+    let w = cx.b.reshape(w, &direct)?;
+    let spatial_dims: Vec<i64> = (0..spatial as i64).map(|i| i + 2).collect();
+    Ok(cx.b.reverse(w, &spatial_dims)?)
 }
 
 struct Window {
@@ -235,6 +286,9 @@ pub fn register(r: &mut Registry) {
             "aten.conv1d.default",
             "aten.conv2d.default",
             "aten.conv3d.default",
+            "aten.conv_transpose1d.default",
+            "aten.conv_transpose2d.input",
+            "aten.conv_transpose3d.input",
             "aten.convolution.default",
         ],
         conv,

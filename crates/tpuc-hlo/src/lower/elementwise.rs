@@ -240,6 +240,59 @@ fn where_self(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.select(v[0], v[1], v[2])?)])
 }
 
+/// `self` where `mask` is false, `value` (a number or a 0-d tensor) where it is true.
+fn masked_fill(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let mask = cx.tensor(n, "mask")?;
+    let mask = to_bool(cx, mask)?;
+    let value = cx.operand(n, "value")?;
+    let elem = out_elem(cx, n)?;
+    let x = cx.b.convert(x, elem);
+    let value = cx.materialize(value, elem);
+    let v = cx.broadcast_all(&[mask, value, x])?;
+    let out = cx.out_type(n, 0)?;
+    let r = cx.b.select(v[0], v[1], v[2])?;
+    Ok(vec![Some(cx.b.broadcast_to(r, &out.shape)?)])
+}
+
+/// The upper (triu) or lower (tril) triangle of the last two dimensions, zeros elsewhere.
+fn triangle(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let diagonal = cx.int(n, "diagonal", Some(0))?;
+    let shape = cx.b.shape(x).to_vec();
+    let rank = shape.len();
+    if rank < 2 {
+        return err("needs at least 2 dimensions");
+    }
+    let plane = TensorType::new(shape[rank - 2..].to_vec(), ElemType::I64);
+    let rows = cx.b.iota(plane.clone(), 0)?;
+    let cols = cx.b.iota(plane, 1)?;
+    let offset = cx.b.binary(BinaryOp::Sub, cols, rows)?;
+    let diagonal = cx.full_like(offset, diagonal as f64, None);
+    let dir = if n.target.contains("triu") {
+        CompareDir::Ge
+    } else {
+        CompareDir::Le
+    };
+    let keep = cx.b.compare(dir, offset, diagonal)?;
+    let keep =
+        cx.b.broadcast_in_dim(keep, &shape, &[rank as i64 - 2, rank as i64 - 1])?;
+    let zero = cx.full_like(x, 0.0, None);
+    Ok(vec![Some(cx.b.select(keep, x, zero)?)])
+}
+
+/// The outer product of two vectors.
+fn outer(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let a = cx.tensor(n, "self")?;
+    let b = cx.tensor(n, "vec2")?;
+    let out = cx.out_type(n, 0)?;
+    let a = cx.b.convert(a, out.elem);
+    let b = cx.b.convert(b, out.elem);
+    let a = cx.b.broadcast_in_dim(a, &out.shape, &[0])?;
+    let b = cx.b.broadcast_in_dim(b, &out.shape, &[1])?;
+    Ok(vec![Some(cx.b.binary(BinaryOp::Mul, a, b)?)])
+}
+
 fn clamp(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let lo = cx.opt_operand(n, "min")?;
@@ -502,7 +555,14 @@ pub fn register(r: &mut Registry) {
         remainder_op,
     );
     r.add(&["aten.fmod.Tensor", "aten.fmod.Scalar"], fmod);
-    r.add(&["aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor"], pow);
+    r.add(
+        &[
+            "aten.pow.Scalar",
+            "aten.pow.Tensor_Scalar",
+            "aten.pow.Tensor_Tensor",
+        ],
+        pow,
+    );
     r.add(&["aten.maximum.default"], maximum);
     r.add(&["aten.minimum.default"], minimum);
     r.add(&["aten.atan2.default"], atan2);
@@ -552,6 +612,12 @@ pub fn register(r: &mut Registry) {
     );
     r.add(&["aten.bitwise_not.default"], bitwise_not);
     r.add(&["aten.where.self"], where_self);
+    r.add(
+        &["aten.masked_fill.Scalar", "aten.masked_fill.Tensor"],
+        masked_fill,
+    );
+    r.add(&["aten.triu.default", "aten.tril.default"], triangle);
+    r.add(&["aten.outer.default"], outer);
     r.add(
         &[
             "aten.clamp.default",

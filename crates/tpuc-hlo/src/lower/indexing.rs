@@ -1,4 +1,5 @@
-//! Gathers: embedding, index_select, gather, and advanced indexing (`x[idx]`).
+//! Gathers: embedding, embedding bags, index_select, gather, advanced indexing (`x[idx]`),
+//! and the index lists of triangles (triu_indices / tril_indices).
 
 use tpuc_fx::Node;
 
@@ -48,6 +49,153 @@ fn embedding(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(take_along(cx, w, 0, idx)?)])
 }
 
+/// torch's embedding bag (modes sum and mean), with the auxiliary outputs torch's CPU kernel
+/// returns: offset2bag (bag of each index; empty in sum mode), bag_size (0 in sum mode) and
+/// max_indices (0 in sum mode, bag_size in mean mode).
+fn embedding_bag(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let weight = cx.tensor(n, "weight")?;
+    let indices = cx.tensor(n, "indices")?;
+    let offsets = cx.tensor(n, "offsets")?;
+    let mode = cx.int(n, "mode", Some(0))?;
+    if mode != 0 && mode != 1 {
+        return err("not supported: embedding_bag with mode max");
+    }
+    let include_last = cx.bool(n, "include_last_offset", false)?;
+    let padding_idx = cx.int(n, "padding_idx", Some(-1))?;
+    let per_sample = cx.opt_tensor(n, "per_sample_weights")?;
+    if cx.b.ty(indices).rank() != 1 || cx.b.ty(offsets).rank() != 1 {
+        return err("not supported: embedding_bag with 2-d indices (flatten them with offsets)");
+    }
+    let count = cx.b.shape(indices)[0];
+    let offsets_len = cx.b.shape(offsets)[0];
+    let bags = if include_last {
+        offsets_len - 1
+    } else {
+        offsets_len
+    };
+    let elem = cx.b.elem(weight);
+    let rows = cx.b.shape(weight)[0];
+    let i64t = |shape: &[i64]| TensorType::new(shape.to_vec(), ElemType::I64);
+
+    // Bag of each index: how many bag starts are at or before its position, minus one.
+    let indices = cx.b.convert(indices, ElemType::I64);
+    let offsets = cx.b.convert(offsets, ElemType::I64);
+    let starts = cx.b.slice(offsets, &[0], &[bags], &[1])?;
+    let position = cx.b.iota(i64t(&[count, bags]), 0)?;
+    let starts_b = cx.b.broadcast_in_dim(starts, &[count, bags], &[1])?;
+    let started = cx.b.compare(CompareDir::Ge, position, starts_b)?;
+    let started = cx.b.convert(started, ElemType::I64);
+    let started = cx.b.reduce_by(started, &[1], BinaryOp::Add)?;
+    let one = cx.full_like(started, 1.0, None);
+    let bag_of = cx.b.binary(BinaryOp::Sub, started, one)?;
+
+    // Indices that count: not padding_idx, and before the end offset when it is given.
+    let position = cx.b.iota(i64t(&[count]), 0)?;
+    let mut valid = cx.full_like(position, 1.0, Some(ElemType::I1));
+    if include_last {
+        let end = cx.b.slice(offsets, &[bags], &[bags + 1], &[1])?;
+        let end = cx.b.reshape(end, &[])?;
+        let end = cx.b.broadcast_in_dim(end, &[count], &[])?;
+        let before_end = cx.b.compare(CompareDir::Lt, position, end)?;
+        valid = cx.b.binary(BinaryOp::And, valid, before_end)?;
+    }
+    if padding_idx >= 0 && padding_idx < rows {
+        let pad = cx.full_like(indices, padding_idx as f64, None);
+        let not_pad = cx.b.compare(CompareDir::Ne, indices, pad)?;
+        valid = cx.b.binary(BinaryOp::And, valid, not_pad)?;
+    }
+    // membership[i][b]: index i counts in bag b.
+    let bag_ids = cx.b.iota(i64t(&[count, bags]), 1)?;
+    let bag_of_b = cx.b.broadcast_in_dim(bag_of, &[count, bags], &[0])?;
+    let member = cx.b.compare(CompareDir::Eq, bag_of_b, bag_ids)?;
+    let valid_b = cx.b.broadcast_in_dim(valid, &[count, bags], &[0])?;
+    let member = cx.b.binary(BinaryOp::And, member, valid_b)?;
+    let mut weights = cx.b.convert(member, elem);
+    if let Some(w) = per_sample {
+        if mode != 0 {
+            return err("per_sample_weights are only defined for mode sum");
+        }
+        let w = cx.b.convert(w, elem);
+        let w = cx.b.broadcast_in_dim(w, &[count, bags], &[0])?;
+        weights = cx.b.binary(BinaryOp::Mul, weights, w)?;
+    }
+    let gathered = take_along(cx, weight, 0, indices)?;
+    let dims = DotDims {
+        lhs_batch: vec![],
+        rhs_batch: vec![],
+        lhs_contracting: vec![0],
+        rhs_contracting: vec![0],
+    };
+    let precision = if elem == ElemType::F32 || elem == ElemType::F64 {
+        cx.opts.precision
+    } else {
+        Precision::Default
+    };
+    let mut output = cx.b.dot_general(weights, gathered, dims, precision)?;
+    let counts = cx.b.convert(member, ElemType::I64);
+    let counts = cx.b.reduce_by(counts, &[0], BinaryOp::Add)?;
+    if mode == 1 {
+        let at_least_one = cx.full_like(counts, 1.0, None);
+        let divisor = cx.b.binary(BinaryOp::Max, counts, at_least_one)?;
+        let divisor = cx.b.convert(divisor, elem);
+        let width = cx.b.shape(output)[1];
+        let divisor = cx.b.broadcast_in_dim(divisor, &[bags, width], &[0])?;
+        output = cx.b.binary(BinaryOp::Div, output, divisor)?;
+    }
+    let zeros = |cx: &mut Ctx, i: usize| -> OpResult<Value> {
+        let ty = cx.out_type(n, i)?;
+        Ok(cx.b.splat(&ty, 0.0))
+    };
+    let (offset2bag, bag_size, max_indices) = if mode == 0 {
+        (zeros(cx, 1)?, zeros(cx, 2)?, zeros(cx, 3)?)
+    } else {
+        (bag_of, counts, counts)
+    };
+    Ok(vec![
+        Some(output),
+        Some(offset2bag),
+        Some(bag_size),
+        Some(max_indices),
+    ])
+}
+
+/// The (2, K) row and column indices of the upper (triu) or lower (tril) triangle, a constant.
+fn triangle_indices(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let rows = cx.int(n, "row", None)?;
+    let cols = cx.int(n, "col", None)?;
+    let offset = cx.int(n, "offset", Some(0))?;
+    let upper = n.target.contains("triu");
+    let mut row_ids = Vec::new();
+    let mut col_ids = Vec::new();
+    for r in 0..rows {
+        for c in 0..cols {
+            if (upper && c - r >= offset) || (!upper && c - r <= offset) {
+                row_ids.push(r);
+                col_ids.push(c);
+            }
+        }
+    }
+    let out = cx.out_type(n, 0)?;
+    if out.shape != [2, row_ids.len() as i64] {
+        return err(format!(
+            "torch recorded shape {:?} for {} indices",
+            out.shape,
+            row_ids.len()
+        ));
+    }
+    let values: Vec<f64> = row_ids.iter().chain(&col_ids).map(|&v| v as f64).collect();
+    let bytes: Vec<u8> = values
+        .iter()
+        .flat_map(|&v| crate::builder::scalar_bytes(out.elem, v))
+        .collect();
+    let literal = Literal {
+        ty: out,
+        bytes: bytes.into(),
+        splat: false,
+    };
+    Ok(vec![Some(cx.b.constant(literal)?)])
+}
+
 fn index_select(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let dim = norm_dim(cx.int(n, "dim", None)?, cx.b.ty(x).rank())?;
@@ -91,8 +239,18 @@ fn gather(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 /// `x[i0, i1, ...]` with tensor indices (None = whole dimension).
-fn index(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "self")?;
+/// How advanced indexing `x[indices]` addresses `x`: the indexed dims, their (broadcast,
+/// wrapped) indices stacked along a last dim, and where the remaining dims go in the result.
+struct IndexLayout {
+    dims: Vec<i64>,
+    stacked: Value,
+    /// Positions of the non-indexed dims of `x` in the result.
+    window_dims: Vec<i64>,
+    index_rank: i64,
+}
+
+/// `None` when no dim is indexed (`x[...]` is `x`).
+fn index_layout(cx: &mut Ctx, n: &Node, x: Value) -> OpResult<Option<IndexLayout>> {
     let shape = cx.b.shape(x).to_vec();
     let indices = cx.opt_tensors(n, "indices")?;
     let mut dims = Vec::new();
@@ -110,7 +268,7 @@ fn index(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         }
     }
     if dims.is_empty() {
-        return Ok(vec![Some(x)]);
+        return Ok(None);
     }
     let idxs = cx.broadcast_all(&idxs)?;
     let bshape = cx.b.shape(idxs[0]).to_vec();
@@ -120,11 +278,12 @@ fn index(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         .iter()
         .map(|&i| cx.b.reshape(i, &cshape))
         .collect::<Result<Vec<_>, _>>()?;
-    let all = cx.b.concatenate(&parts, bshape.len() as i64)?;
+    let stacked = cx.b.concatenate(&parts, bshape.len() as i64)?;
+    // Adjacent indexed dims keep their place in the result; otherwise they go first (torch).
     let adjacent = dims.windows(2).all(|w| w[1] == w[0] + 1);
     let first = if adjacent { dims[0] } else { 0 };
     let rest: Vec<usize> = (0..shape.len()).filter(|d| !dims.contains(d)).collect();
-    let offset_dims: Vec<i64> = rest
+    let window_dims = rest
         .iter()
         .enumerate()
         .map(|(k, &d)| {
@@ -135,25 +294,106 @@ fn index(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             }
         })
         .collect();
-    let mut slice_sizes = shape.clone();
-    for &d in &dims {
-        slice_sizes[d] = 1;
+    Ok(Some(IndexLayout {
+        dims: dims.iter().map(|&d| d as i64).collect(),
+        stacked,
+        window_dims,
+        index_rank: bshape.len() as i64,
+    }))
+}
+
+fn index(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let Some(layout) = index_layout(cx, n, x)? else {
+        return Ok(vec![Some(x)]);
+    };
+    let mut slice_sizes = cx.b.shape(x).to_vec();
+    for &d in &layout.dims {
+        slice_sizes[d as usize] = 1;
     }
     let g = GatherDims {
-        offset_dims,
-        collapsed_slice_dims: dims.iter().map(|&d| d as i64).collect(),
+        offset_dims: layout.window_dims,
+        collapsed_slice_dims: layout.dims.clone(),
         operand_batching_dims: vec![],
         start_indices_batching_dims: vec![],
-        start_index_map: dims.iter().map(|&d| d as i64).collect(),
-        index_vector_dim: bshape.len() as i64,
+        start_index_map: layout.dims,
+        index_vector_dim: layout.index_rank,
         slice_sizes,
     };
-    Ok(vec![Some(cx.b.gather(x, all, g)?)])
+    Ok(vec![Some(cx.b.gather(x, layout.stacked, g)?)])
+}
+
+/// `x[indices] = values` (or `+=` with accumulate), as a scatter.
+fn index_put(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let values = cx.tensor(n, "values")?;
+    let accumulate = cx.bool(n, "accumulate", false)?;
+    let Some(layout) = index_layout(cx, n, x)? else {
+        let shape = cx.b.shape(x).to_vec();
+        let values = cx.b.convert(values, cx.b.elem(x));
+        let values = cx.b.broadcast_to(values, &shape)?;
+        if accumulate {
+            return Ok(vec![Some(cx.b.binary(BinaryOp::Add, x, values)?)]);
+        }
+        return Ok(vec![Some(values)]);
+    };
+    // The updates have the shape `x[indices]` would have.
+    let shape = cx.b.shape(x).to_vec();
+    let index_shape = cx.b.shape(layout.stacked)[..layout.index_rank as usize].to_vec();
+    let rest: Vec<i64> = (0..shape.len())
+        .filter(|d| !layout.dims.contains(&(*d as i64)))
+        .map(|d| shape[d])
+        .collect();
+    let mut update_shape = vec![0; index_shape.len() + rest.len()];
+    let mut remaining = index_shape.iter();
+    for (k, &w) in layout.window_dims.iter().enumerate() {
+        update_shape[w as usize] = rest[k];
+    }
+    for (pos, slot) in update_shape.iter_mut().enumerate() {
+        if !layout.window_dims.contains(&(pos as i64)) {
+            *slot = *remaining.next().unwrap_or(&1);
+        }
+    }
+    let values = cx.b.convert(values, cx.b.elem(x));
+    let updates = cx.b.broadcast_to(values, &update_shape)?;
+    let dims = ScatterDims {
+        update_window_dims: layout.window_dims,
+        inserted_window_dims: layout.dims.clone(),
+        input_batching_dims: vec![],
+        scatter_indices_batching_dims: vec![],
+        scatter_dims_to_operand_dims: layout.dims,
+        index_vector_dim: layout.index_rank,
+    };
+    let mode = if accumulate {
+        ScatterMode::Combine(BinaryOp::Add)
+    } else {
+        ScatterMode::Replace
+    };
+    Ok(vec![Some(cx.b.scatter(
+        x,
+        layout.stacked,
+        updates,
+        dims,
+        mode,
+    )?)])
 }
 
 pub fn register(r: &mut Registry) {
     r.add(&["aten.embedding.default"], embedding);
+    r.add(
+        &[
+            "aten._embedding_bag.default",
+            "aten._embedding_bag_forward_only.default",
+            "aten.embedding_bag.padding_idx",
+        ],
+        embedding_bag,
+    );
+    r.add(
+        &["aten.triu_indices.default", "aten.tril_indices.default"],
+        triangle_indices,
+    );
     r.add(&["aten.index_select.default"], index_select);
     r.add(&["aten.gather.default"], gather);
     r.add(&["aten.index.Tensor"], index);
+    r.add(&["aten.index_put.default"], index_put);
 }

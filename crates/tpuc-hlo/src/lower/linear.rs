@@ -203,7 +203,21 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         }
     }
     let p = softmax_along(cx, scores, rank - 1, false)?;
-    Ok(vec![Some(matmul_general(cx, p, v)?)])
+    let out = matmul_general(cx, p, v)?;
+    if !n.target.contains("flash_attention") {
+        return Ok(vec![Some(out)]);
+    }
+    // The fused CPU kernel also returns the log-sum-exp of each row of scores (for backward).
+    let last = rank as i64 - 1;
+    let max = cx.b.reduce_by(scores, &[last], BinaryOp::Max)?;
+    let kept: Vec<i64> = (0..last).collect();
+    let max_b = cx.b.broadcast_in_dim(max, &shape, &kept)?;
+    let shifted = cx.b.binary(BinaryOp::Sub, scores, max_b)?;
+    let exp = cx.b.unary(UnaryOp::Exp, shifted)?;
+    let sum = cx.b.reduce_by(exp, &[last], BinaryOp::Add)?;
+    let log = cx.b.unary(UnaryOp::Log, sum)?;
+    let lse = cx.b.binary(BinaryOp::Add, log, max)?;
+    Ok(vec![Some(out), Some(lse)])
 }
 
 pub fn register(r: &mut Registry) {
@@ -211,5 +225,11 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.addmm.default"], addmm);
     r.add(&["aten.mm.default", "aten.bmm.default"], mm);
     r.add(&["aten.matmul.default"], matmul);
-    r.add(&["aten.scaled_dot_product_attention.default"], sdpa);
+    r.add(
+        &[
+            "aten.scaled_dot_product_attention.default",
+            "aten._scaled_dot_product_flash_attention_for_cpu.default",
+        ],
+        sdpa,
+    );
 }

@@ -169,7 +169,21 @@ pub fn supported_ops() -> Vec<&'static str> {
 }
 
 pub fn is_supported(target: &str) -> bool {
-    REGISTRY.contains_key(target)
+    lowering(target).is_some()
+}
+
+/// The lowering of `target`, and whether `target` is the in-place variant of a lowered
+/// functional op (`aten.relu_.default` of `aten.relu.default`). An in-place op is lowered as its
+/// functional op whose result then stands for its `self` argument in later nodes.
+fn lowering(target: &str) -> Option<(&'static LowerFn, bool)> {
+    if let Some(f) = REGISTRY.get(target) {
+        return Some((f, false));
+    }
+    let (name, overload) = target.strip_prefix("aten.")?.split_once('.')?;
+    let functional = name.strip_suffix('_').filter(|f| !f.ends_with('_'))?;
+    REGISTRY
+        .get(format!("aten.{functional}.{overload}").as_str())
+        .map(|f| (f, true))
 }
 
 /// A call operand that is either a tensor or a Python number.
@@ -494,7 +508,7 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
     let mut unsupported: Vec<Unsupported> = g
         .nodes
         .iter()
-        .filter(|n| !REGISTRY.contains_key(n.target.as_str()))
+        .filter(|n| !is_supported(&n.target))
         .map(|n| Unsupported {
             target: n.target.clone(),
             node: n.name.clone(),
@@ -569,8 +583,15 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
             location: n.source(),
             message,
         };
-        let lower_fn = &REGISTRY[n.target.as_str()];
+        let (lower_fn, in_place) =
+            lowering(&n.target).ok_or_else(|| node_err("internal error: no lowering".into()))?;
         let outs = lower_fn(&mut cx, n).map_err(|e| node_err(e.0))?;
+        if in_place {
+            // Later nodes that read the mutated tensor read the result.
+            if let (Some(Arg::Tensor(target)), Some(&Some(v))) = (n.arg("self"), outs.first()) {
+                cx.values.insert(target.as_str(), Some(v));
+            }
+        }
         let names = n.defined_tensors();
         if outs.len() != names.len() {
             return Err(node_err(format!(

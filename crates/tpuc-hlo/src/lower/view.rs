@@ -59,9 +59,15 @@ fn clamp_bounds(start: Option<i64>, end: Option<i64>, size: i64) -> (i64, i64) {
     (s, e)
 }
 
-fn slice(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "self")?;
-    let shape = cx.b.shape(x).to_vec();
+struct SliceRange {
+    dim: usize,
+    start: i64,
+    end: i64,
+    step: i64,
+}
+
+/// The `dim`, `start`, `end`, `step` arguments of slice / slice_scatter, normalised and clamped.
+fn slice_range(cx: &Ctx, n: &Node, shape: &[i64]) -> OpResult<SliceRange> {
     let dim = norm_dim(cx.int(n, "dim", Some(0))?, shape.len())?;
     let step = cx.int(n, "step", Some(1))?;
     if step < 1 {
@@ -69,8 +75,89 @@ fn slice(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             "not supported: slice step {step} (must be positive)"
         ));
     }
-    let (s, e) = clamp_bounds(cx.opt_int(n, "start")?, cx.opt_int(n, "end")?, shape[dim]);
-    Ok(vec![Some(cx.b.slice_dim(x, dim, s, e, step)?)])
+    let (start, end) = clamp_bounds(cx.opt_int(n, "start")?, cx.opt_int(n, "end")?, shape[dim]);
+    Ok(SliceRange {
+        dim,
+        start,
+        end,
+        step,
+    })
+}
+
+fn slice(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let shape = cx.b.shape(x).to_vec();
+    let range = slice_range(cx, n, &shape)?;
+    Ok(vec![Some(cx.b.slice_dim(
+        x,
+        range.dim,
+        range.start,
+        range.end,
+        range.step,
+    )?)])
+}
+
+/// `self` with the elements `start:end:step` along `dim` replaced by `src`: `src` is padded out
+/// to `self`'s shape (interior padding for the step) and selected where it landed.
+fn embed_along(
+    cx: &mut Ctx,
+    x: Value,
+    src: Value,
+    dim: usize,
+    start: i64,
+    step: i64,
+) -> OpResult<Value> {
+    let shape = cx.b.shape(x).to_vec();
+    let count = cx.b.shape(src)[dim];
+    if count == 0 {
+        return Ok(x);
+    }
+    let rank = shape.len();
+    let mut low = vec![0; rank];
+    let mut high = vec![0; rank];
+    let mut interior = vec![0; rank];
+    low[dim] = start;
+    interior[dim] = step - 1;
+    high[dim] = shape[dim] - (start + (count - 1) * step + 1);
+    if high[dim] < 0 {
+        return err(format!(
+            "{count} elements with step {step} from {start} overrun size {}",
+            shape[dim]
+        ));
+    }
+    let src = cx.b.convert(src, cx.b.elem(x));
+    let zero = cx.b.scalar(cx.b.elem(x), 0.0);
+    let placed = cx.b.pad(src, zero, &low, &high, &interior)?;
+    let inside = cx.full_like(src, 1.0, Some(ElemType::I1));
+    let outside = cx.b.scalar(ElemType::I1, 0.0);
+    let mask = cx.b.pad(inside, outside, &low, &high, &interior)?;
+    Ok(cx.b.select(mask, placed, x)?)
+}
+
+fn slice_scatter(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let src = cx.tensor(n, "src")?;
+    let shape = cx.b.shape(x).to_vec();
+    let range = slice_range(cx, n, &shape)?;
+    Ok(vec![Some(embed_along(
+        cx,
+        x,
+        src,
+        range.dim,
+        range.start,
+        range.step,
+    )?)])
+}
+
+fn select_scatter(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let src = cx.tensor(n, "src")?;
+    let shape = cx.b.shape(x).to_vec();
+    let (dim, index) = selected_index(cx, n, &shape)?;
+    let mut expanded = cx.b.shape(src).to_vec();
+    expanded.insert(dim, 1);
+    let src = cx.b.reshape(src, &expanded)?;
+    Ok(vec![Some(embed_along(cx, x, src, dim, index, 1)?)])
 }
 
 fn narrow(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
@@ -97,9 +184,8 @@ fn narrow(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     )?)])
 }
 
-fn select(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "self")?;
-    let shape = cx.b.shape(x).to_vec();
+/// The `dim` and `index` arguments of select / select_scatter, normalised and checked.
+fn selected_index(cx: &Ctx, n: &Node, shape: &[i64]) -> OpResult<(usize, i64)> {
     let dim = norm_dim(cx.int(n, "dim", None)?, shape.len())?;
     let mut index = cx.int(n, "index", None)?;
     if index < 0 {
@@ -111,6 +197,13 @@ fn select(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             shape[dim]
         ));
     }
+    Ok((dim, index))
+}
+
+fn select(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let shape = cx.b.shape(x).to_vec();
+    let (dim, index) = selected_index(cx, n, &shape)?;
     let s = cx.b.slice_dim(x, dim, index, index + 1, 1)?;
     let mut out = shape;
     out.remove(dim);
@@ -217,6 +310,8 @@ fn repeat(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 pub fn register(r: &mut Registry) {
+    r.add(&["aten.slice_scatter.default"], slice_scatter);
+    r.add(&["aten.select_scatter.default"], select_scatter);
     r.add(
         &[
             "aten.view.default",

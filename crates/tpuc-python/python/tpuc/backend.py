@@ -21,6 +21,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from . import _tpuc
+from .decompositions import EXTRA
 from .graph import is_structural, op_name, serialize, source_line, unsupported_ops
 from .options import Options
 from .runtime import BufferCache, CompiledGraph, runtime
@@ -42,7 +43,7 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None 
 def decompositions(opts: Options) -> dict:
     if opts.decompositions == "none":
         return {}
-    table = core_aten_decompositions()
+    table = {**core_aten_decompositions(), **EXTRA}
     keep = set(opts.keep_whole)
     return {op: fn for op, fn in table.items() if str(op) not in keep}
 
@@ -95,7 +96,15 @@ class GraphCompiler:
         """A boxed function running the static graph `gm`."""
         missing = unsupported_ops(gm, self.supported)
         if not missing:
-            return _boxed(self.compile_whole(gm, name))
+            try:
+                return _boxed(self.compile_whole(gm, name))
+            except _tpuc.TpucError as error:
+                # An op tpuc lowers, but not with these arguments: run that node eagerly.
+                node_name = getattr(error, "node", None)
+                if self.opts.strict or node_name is None:
+                    raise
+                warnings.warn(f"tpuc: {name}: {error}; that node runs in eager torch", stacklevel=2)
+                return make_boxed_func(self.partition(gm, name, frozenset({node_name})).forward)
         report = describe_unsupported(gm, missing)
         if self.opts.strict:
             raise _tpuc.TpucError(f"{name}: tpuc cannot lower these ops (strict mode):\n{report}")
@@ -106,21 +115,27 @@ class GraphCompiler:
         )
         return make_boxed_func(self.partition(gm, name).forward)
 
-    def partition(self, gm: torch.fx.GraphModule, name: str) -> torch.fx.GraphModule:
-        """`gm` with each maximal supported region replaced by a compiled module."""
+    def partition(self, gm: torch.fx.GraphModule, name: str, refused: frozenset[str] = frozenset()):
+        """`gm` with each maximal supported region replaced by a compiled module. `refused`
+        names nodes whose op is lowered but not with their arguments (found by compiling)."""
+        import copy
+
         from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
         from torch.fx.passes.operator_support import OperatorSupportBase
 
         supported = self.supported
 
+        def lowered(node):
+            return op_name(node) in supported and node.name not in refused
+
         class Support(OperatorSupportBase):
             def is_node_supported(self, submodules, node):
                 if node.op != "call_function":
                     return False
-                if is_structural(node):
-                    return op_name(node.args[0]) in supported
-                return op_name(node) in supported
+                return lowered(node.args[0]) if is_structural(node) else lowered(node)
 
+        original = gm
+        gm = copy.deepcopy(gm)
         partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
         fused = partitioner.fuse_partitions(partitioner.propose_partitions())
         for index, node in enumerate(n for n in fused.graph.nodes if n.op == "call_module"):
@@ -129,7 +144,14 @@ class GraphCompiler:
             for placeholder, arg in zip(placeholders, node.args):
                 if "val" not in placeholder.meta and isinstance(arg, torch.fx.Node):
                     placeholder.meta["val"] = arg.meta.get("val")
-            compiled = self.compile_whole(submodule, f"{name}_part{index}")
+            try:
+                compiled = self.compile_whole(submodule, f"{name}_part{index}")
+            except _tpuc.TpucError as error:
+                node_name = getattr(error, "node", None)
+                if self.opts.strict or node_name is None or node_name in refused:
+                    raise
+                warnings.warn(f"tpuc: {name}: {error}; that node runs in eager torch", stacklevel=2)
+                return self.partition(original, name, refused | {node_name})
             setattr(fused, node.target, _CompiledModule(compiled))
         fused.recompile()
         return fused

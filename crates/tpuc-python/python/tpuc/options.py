@@ -5,9 +5,10 @@ import dataclasses
 import os
 from typing import Any
 
-# Ops the lowering handles whole that core-ATen decomposition would otherwise break apart.
-# Keeping attention whole lets tpuc emit it without materialising intermediate masks.
-DEFAULT_KEEP_WHOLE = ("aten.scaled_dot_product_attention.default",)
+# On CPU tensors, aot_autograd dispatches scaled_dot_product_attention to this fused op before
+# decompositions apply; keeping it whole hands attention to tpuc's attention lowering in one
+# piece (its backward is decomposed by tpuc.decompositions).
+ATTENTION = "aten._scaled_dot_product_flash_attention_for_cpu.default"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,8 +18,9 @@ class Options:
     plugin:           PJRT plugin: "cpu", "tpu", "cuda" or a path (default $TPUC_PJRT_PLUGIN, else cpu).
     decompositions:   "core" (torch's core-ATen decompositions, default) or "none" (the ATen ops
                       aot_autograd produces, undecomposed).
-    keep_whole:       op overloads (e.g. "aten.scaled_dot_product_attention.default") excluded from
-                      decomposition so the lowering sees them whole.
+    keep_whole:       op overloads excluded from decomposition so the lowering sees them whole;
+                      e.g. (tpuc.options.ATTENTION,) for attention. Default: none (torch's
+                      core-ATen decompositions throughout).
     strict:           an op tpuc cannot lower is an error instead of an eager fallback
                       (also TPUC_STRICT=1).
     dump_dir:         write each compiled graph's FX graph, StableHLO and compile times there
@@ -28,7 +30,7 @@ class Options:
 
     plugin: str | None = None
     decompositions: str = "core"
-    keep_whole: tuple[str, ...] = DEFAULT_KEEP_WHOLE
+    keep_whole: tuple[str, ...] = ()
     strict: bool = False
     dump_dir: str | None = None
     matmul_precision: str = "highest"

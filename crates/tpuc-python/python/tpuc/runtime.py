@@ -39,6 +39,10 @@ def dtype_name(dtype: torch.dtype) -> str:
     return name
 
 
+# Counts of host-to-device uploads and of reused device buffers, for tests and diagnostics.
+STATS = {"uploads": 0, "reused": 0}
+
+
 class BufferCache:
     """Device buffers of input tensors. A tensor keeps its buffer while its storage, version,
     shape and dtype stay the same (parameters between optimizer steps, say); the entry goes
@@ -69,10 +73,12 @@ class BufferCache:
             with self.lock:
                 entry = self.entries.get(id(tensor))
             if entry is not None and entry[0]() is tensor and entry[1] == key:
+                STATS["reused"] += 1
                 return entry[2]
         source = tensor if tensor.is_contiguous() else tensor.contiguous()
         if source.requires_grad:
             source = source.detach()
+        STATS["uploads"] += 1
         buffer = self.runtime.buffer(
             source.data_ptr(),
             source.numel() * source.element_size(),

@@ -1,0 +1,158 @@
+"""The torch.compile backend: registration, options, numerics, caching, fallbacks, shapes."""
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import tpuc
+from tpuc.runtime import STATS
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.norm = nn.LayerNorm(32)
+        self.fc2 = nn.Linear(32, 8)
+
+    def forward(self, x):
+        return torch.softmax(self.fc2(torch.nn.functional.gelu(self.norm(self.fc1(x)))), dim=-1)
+
+
+def close(a, b, tol=1e-5):
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+def test_backend_is_registered_without_import():
+    code = (
+        "import sys, torch\n"
+        "f = torch.compile(lambda x: torch.sin(x) * 2 + 1, backend='tpuc')\n"
+        "x = torch.linspace(-3, 3, 7)\n"
+        "torch.testing.assert_close(f(x), torch.sin(x) * 2 + 1)\n"
+        "print('tpuc' in sys.modules)\n"
+    )
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"  # loaded by torch through the entry point
+
+
+def test_inference_matches_eager():
+    model = MLP().eval()
+    x = torch.randn(4, 16)
+    compiled = torch.compile(model, backend="tpuc")
+    with torch.no_grad():
+        close(compiled(x), model(x))
+
+
+def test_options_pass_through_and_are_checked(tmp_path):
+    model = MLP().eval()
+    x = torch.randn(2, 16)
+    compiled = torch.compile(model, backend="tpuc", options={"plugin": "cpu", "dump_dir": str(tmp_path)})
+    with torch.no_grad():
+        close(compiled(x), model(x))
+    names = sorted(os.listdir(tmp_path))
+    assert any(n.endswith(".mlir") for n in names), names
+    assert any(n.endswith(".fx.txt") for n in names), names
+    report = json.loads((tmp_path / next(n for n in names if n.endswith(".json"))).read_text())
+    assert report["xla_compile_seconds"] > 0
+    mlir = (tmp_path / next(n for n in names if n.endswith(".mlir"))).read_text()
+    assert "stablehlo.dot_general" in mlir and "test_backend.py" in mlir  # source locations
+
+    bad = torch.compile(model, backend="tpuc", options={"plugn": "cpu"})
+    with pytest.raises(Exception, match="unknown tpuc option"):
+        bad(x)
+
+
+def test_parameters_stay_on_device_between_calls():
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="tpuc")
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        compiled(x)
+        before = dict(STATS)
+        compiled(x.clone())
+        after = dict(STATS)
+        params = len(list(model.parameters()))
+        assert after["uploads"] - before["uploads"] == 1  # the input only
+        assert after["reused"] - before["reused"] == params
+        # An in-place update bumps the parameter's version: it is uploaded again.
+        model.fc2.bias.add_(1.0)
+        close(compiled(x), model(x))
+        assert STATS["uploads"] - after["uploads"] == 1
+
+
+def test_shape_and_dtype_changes_recompile():
+    f = torch.compile(lambda a, b: (a @ b).relu().sum(-1), backend="tpuc", dynamic=False)
+    for n in (3, 5):
+        a, b = torch.randn(n, 4), torch.randn(4, 6)
+        close(f(a, b), (a @ b).relu().sum(-1))
+    a, b = torch.randn(3, 4, dtype=torch.float64), torch.randn(4, 6, dtype=torch.float64)
+    close(f(a, b), (a @ b).relu().sum(-1))
+
+
+def test_dynamic_shapes_are_specialised_per_size():
+    f = torch.compile(lambda x: torch.cumsum(x * 2, dim=0) + x.shape[0], backend="tpuc", dynamic=True)
+    for n in (4, 7, 9):
+        x = torch.randn(n, 3)
+        close(f(x), torch.cumsum(x * 2, dim=0) + n)
+
+
+def unsupported_fn(x):
+    y = torch.special.i0(x) + 1  # not lowered by tpuc
+    return torch.tanh(y) * 3
+
+
+def test_unsupported_ops_fall_back_with_one_warning():
+    x = torch.randn(5)
+    f = torch.compile(unsupported_fn, backend="tpuc")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        close(f(x), unsupported_fn(x))
+    messages = [str(w.message) for w in caught if "tpuc" in str(w.message)]
+    assert len(messages) == 1, messages
+    assert "aten.i0.default x1" in messages[0] and "test_backend.py" in messages[0]
+
+
+def test_strict_mode_refuses_unsupported_ops():
+    f = torch.compile(unsupported_fn, backend="tpuc", options={"strict": True})
+    with pytest.raises(Exception, match=r"(?s)cannot lower.*aten\.i0\.default.*test_backend\.py:\d+"):
+        f(torch.randn(5))
+
+
+def test_strict_mode_from_the_environment(monkeypatch):
+    monkeypatch.setenv("TPUC_STRICT", "1")
+    f = torch.compile(unsupported_fn, backend="tpuc")
+    with pytest.raises(Exception, match="strict mode"):
+        f(torch.randn(5))
+
+
+def test_dump_dir_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("TPUC_DUMP_DIR", str(tmp_path))
+    f = torch.compile(lambda x: x * 2, backend="tpuc")
+    f(torch.ones(2))
+    assert any(n.endswith(".mlir") for n in os.listdir(tmp_path))
+
+
+def test_outputs_and_inputs_of_many_dtypes():
+    def f(a, b, c):
+        return a.to(torch.bfloat16) * 2, (b > 1) & c, b * 3, a.half() + 1
+
+    a = torch.randn(3, 4)
+    b = torch.arange(12).reshape(3, 4)
+    c = torch.rand(3, 4) > 0.5
+    got = torch.compile(f, backend="tpuc")(a, b, c)
+    for g, e in zip(got, f(a, b, c)):
+        assert g.dtype == e.dtype
+        close(g, e, tol=1e-3)
+
+
+def test_non_contiguous_inputs():
+    f = torch.compile(lambda x: x.exp() - 1, backend="tpuc")
+    x = torch.randn(6, 4).t()
+    close(f(x), x.exp() - 1)

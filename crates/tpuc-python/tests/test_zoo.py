@@ -1,0 +1,65 @@
+"""The model zoo against eager torch: through torch.compile(backend="tpuc") in strict mode (no
+eager fallback), and through torch.export -> `tpuc compile` -> `tpuc run`."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._pytree import tree_leaves
+
+from models import zoo
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+MODELS = {name: (model, inputs) for name, model, inputs in zoo()}
+
+# float32 through XLA's kernels: sums in another order than torch's. Deeper models accumulate
+# more rounding; 1e-4 relative bounds them all with room (measured: at most ~8e-6 absolute).
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def tpuc_binary() -> str:
+    for profile in ("debug", "release"):
+        path = os.path.join(ROOT, "target", profile, "tpuc")
+        if os.path.exists(path):
+            return path
+    pytest.skip("the tpuc binary is not built (cargo build -p tpuc-cli)")
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_torch_compile_matches_eager(name):
+    model, inputs = MODELS[name]
+    compiled = torch.compile(model, backend="tpuc", options={"strict": True})
+    with torch.no_grad():
+        expected = model(*inputs)
+        torch.testing.assert_close(compiled(*inputs), expected, rtol=RTOL, atol=ATOL)
+        # Steady state: the second call reuses the compiled graph and the cached weights.
+        torch.testing.assert_close(compiled(*inputs), expected, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["raw", "core_aten"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_export_compile_run_matches_eager(name, decompose, tmp_path):
+    model, inputs = MODELS[name]
+    program = torch.export.export(model, inputs)
+    if decompose:
+        program = program.run_decompositions()
+    archive = tmp_path / f"{name}.pt2"
+    torch.export.save(program, str(archive))
+    with torch.no_grad():
+        expected = model(*inputs)
+    np.savez(tmp_path / "inputs.npz", *[t.numpy() for t in tree_leaves(inputs)])
+    np.savez(tmp_path / "expected.npz", *[t.numpy() for t in tree_leaves(expected)])
+    binary = tpuc_binary()
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    module = tmp_path / f"{name}.mlir"
+    compiled = subprocess.run([binary, "compile", str(archive), "-o", str(module)], capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stderr
+    run = subprocess.run(
+        [binary, "run", str(module), "--weights", str(archive), "--input", str(tmp_path / "inputs.npz"),
+         "--out", str(tmp_path / "out"), "--expect", str(tmp_path / "expected.npz"),
+         "--rtol", str(RTOL), "--atol", str(ATOL)],
+        capture_output=True, text=True, env=env,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "outputs match the reference" in run.stdout
