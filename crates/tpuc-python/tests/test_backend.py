@@ -156,3 +156,15 @@ def test_non_contiguous_inputs():
     f = torch.compile(lambda x: x.exp() - 1, backend="tpuc")
     x = torch.randn(6, 4).t()
     close(f(x), x.exp() - 1)
+
+
+def test_identical_graphs_compile_once():
+    def f(x):
+        return torch.tanh(x) @ x.t()
+
+    x = torch.randn(3, 3)
+    torch.compile(f, backend="tpuc")(x)
+    before = STATS["compiles"]
+    torch._dynamo.reset()  # Dynamo forgets; tpuc's executable cache does not
+    close(torch.compile(f, backend="tpuc")(x), f(x))
+    assert STATS["compiles"] == before

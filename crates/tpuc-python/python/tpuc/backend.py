@@ -24,7 +24,7 @@ from . import _tpuc
 from .decompositions import EXTRA
 from .graph import is_structural, op_name, serialize, source_line, unsupported_ops
 from .options import Options
-from .runtime import BufferCache, CompiledGraph, runtime
+from .runtime import CompiledGraph, session
 
 _GRAPH_IDS = itertools.count()
 
@@ -76,8 +76,7 @@ class GraphCompiler:
 
     def __init__(self, opts: Options):
         self.opts = opts
-        self.runtime = runtime(opts.plugin)
-        self.cache = BufferCache(self.runtime)
+        self.session = session(opts.plugin)
         self.supported = frozenset(_tpuc.supported_ops())
 
     def forward(self, gm, example_inputs):
@@ -182,10 +181,10 @@ class GraphCompiler:
         if unused:
             gm = _without(gm, unused)
         program = serialize(gm, tensor_outputs)
-        compiled = self.runtime.compile(program, name, self.opts.matmul_precision)
+        compiled = self.session.compile(program, name, self.opts.matmul_precision)
         if self.opts.dump_dir:
             _dump(self.opts.dump_dir, name, gm, compiled)
-        return CompiledGraph(compiled, self.cache, inputs, outputs, single)
+        return CompiledGraph(compiled, self.session.buffers, inputs, outputs, single)
 
 
 def _without(gm: torch.fx.GraphModule, unused: list[torch.fx.Node]) -> torch.fx.GraphModule:

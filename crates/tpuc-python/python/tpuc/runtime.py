@@ -2,15 +2,21 @@
 unchanged, aliasing its memory where the plugin allows), outputs copied into new tensors."""
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import weakref
+from collections import OrderedDict
 
 import torch
 
 from . import _tpuc
 
-_RUNTIMES: dict[str, _tpuc.Runtime] = {}
+# Counts of plugin compilations, host-to-device uploads and reused device buffers, for tests
+# and diagnostics.
+STATS = {"compiles": 0, "uploads": 0, "reused": 0}
+
+_RUNTIMES: dict[str, "Session"] = {}
 _RUNTIMES_LOCK = threading.Lock()
 
 _DTYPES = {
@@ -22,13 +28,44 @@ _DTYPES = {
 }
 
 
-def runtime(plugin: str | None) -> _tpuc.Runtime:
-    """The process's client of `plugin` (one per plugin)."""
+class Session:
+    """One plugin's client, the device buffers of input tensors, and the compiled executables,
+    shared by every graph compiled for that plugin in this process."""
+
+    # Executables kept per session, most recently used last.
+    MAX_EXECUTABLES = 256
+
+    def __init__(self, plugin: str):
+        self.runtime = _tpuc.Runtime(plugin)
+        self.buffers = BufferCache(self.runtime)
+        self.executables: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+
+    def compile(self, program: bytes, name: str, matmul_precision: str) -> _tpuc.CompiledGraph:
+        """The executable of `program`, compiled once per distinct graph (its serialized form
+        holds the ops, the input and output types, and the source locations)."""
+        key = (hashlib.sha256(program).digest(), matmul_precision)
+        with self.lock:
+            found = self.executables.get(key)
+            if found is not None:
+                self.executables.move_to_end(key)
+                return found
+        STATS["compiles"] += 1
+        compiled = self.runtime.compile(program, name, matmul_precision)
+        with self.lock:
+            self.executables[key] = compiled
+            while len(self.executables) > self.MAX_EXECUTABLES:
+                self.executables.popitem(last=False)
+        return compiled
+
+
+def session(plugin: str | None) -> Session:
+    """The process's session of `plugin` (one per plugin)."""
     key = plugin or os.environ.get("TPUC_PJRT_PLUGIN") or "cpu"
     with _RUNTIMES_LOCK:
         found = _RUNTIMES.get(key)
         if found is None:
-            found = _RUNTIMES[key] = _tpuc.Runtime(key)
+            found = _RUNTIMES[key] = Session(key)
         return found
 
 
@@ -39,8 +76,6 @@ def dtype_name(dtype: torch.dtype) -> str:
     return name
 
 
-# Counts of host-to-device uploads and of reused device buffers, for tests and diagnostics.
-STATS = {"uploads": 0, "reused": 0}
 
 
 class BufferCache:
