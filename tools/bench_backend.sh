@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop -q --release -m crates/tpuc-python/Cargo.toml >&2
+PATH="$PWD/.venv/bin:$PATH" VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop -q --release -m crates/tpuc-python/Cargo.toml >&2
 touch .venv/.tpuc-python-built
 .venv/bin/python tools/bench_backend.py "$@"

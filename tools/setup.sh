@@ -47,7 +47,7 @@ if [ ! -f "$stamp" ] || ! have_modules tpuc || ! compgen -G 'crates/tpuc-python/
    || [ -n "$(find crates proto Cargo.toml Cargo.lock -newer "$stamp" -type f \
               -not -name '*.so' -not -path '*/__pycache__/*' -print -quit)" ]; then
   log "building tpuc's Python extension (crates/tpuc-python) into .venv"
-  VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop -q -m crates/tpuc-python/Cargo.toml >&2
+  PATH="$PWD/.venv/bin:$PATH" VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop -q -m crates/tpuc-python/Cargo.toml >&2
   touch "$stamp"
 fi
 log "ready"

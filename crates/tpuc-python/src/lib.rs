@@ -216,6 +216,8 @@ struct DeviceBuffer {
     buffer: Buffer,
 }
 
+mod dlpack;
+
 /// A graph compiled on a plugin.
 #[pyclass(frozen, module = "tpuc._tpuc")]
 struct CompiledGraph {
@@ -225,6 +227,18 @@ struct CompiledGraph {
     num_args: usize,
     lower_seconds: f64,
     compile_seconds: f64,
+}
+
+impl CompiledGraph {
+    fn check_args(&self, given: usize) -> PyResult<()> {
+        if given != self.num_args {
+            return Err(error(format!(
+                "the graph takes {} arguments, {given} given",
+                self.num_args
+            )));
+        }
+        Ok(())
+    }
 }
 
 #[pymethods]
@@ -252,6 +266,16 @@ impl CompiledGraph {
         (self.lower_seconds, self.compile_seconds)
     }
 
+    /// Runs the graph on `args` and returns its outputs as DLPack capsules that alias the
+    /// plugin's output memory (for plugins whose device memory is host memory: the CPU
+    /// plugin). `torch.from_dlpack` turns each into a tensor without a copy.
+    fn run_dlpack<'py>(&self, py: Python<'py>, args: Vec<PyRef<'_, DeviceBuffer>>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        self.check_args(args.len())?;
+        let buffers: Vec<&Buffer> = args.iter().map(|a| &a.buffer).collect();
+        let results = py.detach(|| self.exe.execute_on_one_device(&buffers)).map_err(error)?;
+        results.into_iter().map(|b| dlpack::capsule(py, b)).collect()
+    }
+
     /// Runs the graph on `args` and copies output `i` to `outputs[i]` = (address, nbytes) of a
     /// contiguous CPU tensor of that output's dtype and shape.
     fn run(
@@ -260,13 +284,7 @@ impl CompiledGraph {
         args: Vec<PyRef<'_, DeviceBuffer>>,
         outputs: Vec<(usize, usize)>,
     ) -> PyResult<()> {
-        if args.len() != self.num_args {
-            return Err(error(format!(
-                "the graph takes {} arguments, {} given",
-                self.num_args,
-                args.len()
-            )));
-        }
+        self.check_args(args.len())?;
         if outputs.len() != self.outputs.len() {
             return Err(error(format!(
                 "the graph has {} outputs, {} destinations given",

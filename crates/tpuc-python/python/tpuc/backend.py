@@ -184,7 +184,7 @@ class GraphCompiler:
         compiled = self.session.compile(program, name, self.opts.matmul_precision)
         if self.opts.dump_dir:
             _dump(self.opts.dump_dir, name, gm, compiled)
-        return CompiledGraph(compiled, self.session.buffers, inputs, outputs, single)
+        return CompiledGraph(compiled, self.session, inputs, outputs, single)
 
 
 def _without(gm: torch.fx.GraphModule, unused: list[torch.fx.Node]) -> torch.fx.GraphModule:

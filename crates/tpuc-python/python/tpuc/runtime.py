@@ -9,6 +9,7 @@ import weakref
 from collections import OrderedDict
 
 import torch
+from torch.utils.dlpack import from_dlpack
 
 from . import _tpuc
 
@@ -38,6 +39,8 @@ class Session:
     def __init__(self, plugin: str):
         self.runtime = _tpuc.Runtime(plugin)
         self.buffers = BufferCache(self.runtime)
+        # The CPU plugin's device memory is host memory: outputs become tensors without a copy.
+        self.host_memory = self.runtime.platform == "cpu"
         self.executables: OrderedDict = OrderedDict()
         self.lock = threading.Lock()
 
@@ -95,21 +98,27 @@ class BufferCache:
                 del self.entries[tensor_id]
 
     def buffer(self, tensor: torch.Tensor) -> _tpuc.DeviceBuffer:
+        # Hot path (every argument of every call): a dict read, atomic under the GIL.
+        entry = self.entries.get(id(tensor))
+        if entry is not None and entry[0]() is tensor:
+            try:
+                unchanged = entry[1] == tensor._version and entry[2] == tensor.data_ptr()
+            except RuntimeError:  # inference-mode tensors have no version counter
+                unchanged = False
+            if unchanged:
+                STATS["reused"] += 1
+                return entry[3]
+        return self._upload(tensor)
+
+    def _upload(self, tensor: torch.Tensor) -> _tpuc.DeviceBuffer:
         if tensor.device.type != "cpu":
             raise _tpuc.TpucError(
                 f"tpuc takes CPU tensors (the plugin places them on its device); got one on {tensor.device}"
             )
         try:
             version = tensor._version
-        except RuntimeError:  # inference-mode tensors have no version counter: never cached
+        except RuntimeError:  # inference-mode tensors: never cached
             version = None
-        key = (version, tensor.data_ptr(), tuple(tensor.shape), tensor.dtype)
-        if version is not None:
-            with self.lock:
-                entry = self.entries.get(id(tensor))
-            if entry is not None and entry[0]() is tensor and entry[1] == key:
-                STATS["reused"] += 1
-                return entry[2]
         source = tensor if tensor.is_contiguous() else tensor.contiguous()
         if source.requires_grad:
             source = source.detach()
@@ -121,11 +130,13 @@ class BufferCache:
             list(source.shape),
             source.untyped_storage(),  # keeps the memory alive, not the tensor
         )
+        # A tensor's version changes with every in-place update, including resizes; its data
+        # pointer with set_(). Either makes the cached buffer stale.
         if version is not None and source.data_ptr() == tensor.data_ptr():
             tensor_id = id(tensor)
             ref = weakref.ref(tensor, lambda r, i=tensor_id: self._forget(i, r))
             with self.lock:
-                self.entries[tensor_id] = (ref, key, buffer)
+                self.entries[tensor_id] = (ref, version, tensor.data_ptr(), buffer)
         return buffer
 
 
@@ -138,21 +149,26 @@ class CompiledGraph:
     single:   the original graph returned one value rather than a tuple.
     """
 
-    def __init__(self, compiled: _tpuc.CompiledGraph, cache: BufferCache, inputs: list[int],
+    def __init__(self, compiled: _tpuc.CompiledGraph, session: "Session", inputs: list[int],
                  outputs: list[tuple], single: bool):
         self.compiled = compiled
-        self.cache = cache
+        self.cache = session.buffers
         self.inputs = inputs
         self.outputs = outputs
         self.single = single
         self.specs = [(_DTYPES[d], tuple(s)) for d, s in compiled.output_specs]
+        self.zero_copy = session.host_memory and all(0 not in shape for _, shape in self.specs)
 
     def __call__(self, *args):
         return self.call(list(args))
 
     def call(self, args: list):
-        buffers = [self.cache.buffer(args[i]) for i in self.inputs]
-        results = [torch.empty(shape, dtype=dtype) for dtype, shape in self.specs]
-        self.compiled.run(buffers, [(r.data_ptr(), r.numel() * r.element_size()) for r in results])
+        buffer = self.cache.buffer
+        buffers = [buffer(args[i]) for i in self.inputs]
+        if self.zero_copy:
+            results = [from_dlpack(c) for c in self.compiled.run_dlpack(buffers)]
+        else:
+            results = [torch.empty(shape, dtype=dtype) for dtype, shape in self.specs]
+            self.compiled.run(buffers, [(r.data_ptr(), r.numel() * r.element_size()) for r in results])
         values = [results[x] if kind == "tensor" else x for kind, x in self.outputs]
         return values[0] if self.single else values

@@ -1,0 +1,127 @@
+//! Device buffers handed to torch through DLPack (the legacy, unversioned `dltensor` capsule),
+//! without copying: the capsule owns the PJRT buffer until the consumer's tensor is freed.
+//! Only for memory the host can address (the CPU plugin's device memory is host memory).
+use pyo3::ffi;
+use pyo3::prelude::*;
+use std::ffi::{c_void, CStr};
+use tpuc_pjrt::{Buffer, ElementType};
+
+const CAPSULE_NAME: &CStr = c"dltensor";
+
+/// `kDLCPU`.
+const DEVICE_CPU: i32 = 1;
+
+#[repr(C)]
+struct DLDevice {
+    device_type: i32,
+    device_id: i32,
+}
+
+#[repr(C)]
+struct DLDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+
+#[repr(C)]
+struct DLTensor {
+    data: *mut c_void,
+    device: DLDevice,
+    ndim: i32,
+    dtype: DLDataType,
+    shape: *mut i64,
+    /// Null: compact row-major.
+    strides: *mut i64,
+    byte_offset: u64,
+}
+
+#[repr(C)]
+struct DLManagedTensor {
+    dl_tensor: DLTensor,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+/// What a capsule owns; `managed` comes first so a pointer to it is a pointer to this.
+#[repr(C)]
+struct Exported {
+    managed: DLManagedTensor,
+    shape: Vec<i64>,
+    _buffer: Buffer,
+}
+
+unsafe extern "C" fn delete_exported(managed: *mut DLManagedTensor) {
+    // SAFETY: `managed` is the first field of an `Exported` boxed in `capsule`, deleted once
+    // (by the consumer, or by the capsule when nobody consumed it).
+    drop(unsafe { Box::from_raw(managed.cast::<Exported>()) });
+}
+
+unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
+    // A consumer renames the capsule it takes ("used_dltensor") and deletes the tensor itself.
+    // SAFETY: called by Python with a live capsule object.
+    unsafe {
+        if ffi::PyCapsule_IsValid(capsule, CAPSULE_NAME.as_ptr()) == 1 {
+            let managed = ffi::PyCapsule_GetPointer(capsule, CAPSULE_NAME.as_ptr()).cast::<DLManagedTensor>();
+            if let Some(deleter) = (*managed).deleter {
+                deleter(managed);
+            }
+        }
+    }
+}
+
+fn data_type(element_type: ElementType) -> DLDataType {
+    // DLPack codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6.
+    let code = match element_type {
+        ElementType::Pred => 6,
+        ElementType::S8 | ElementType::S16 | ElementType::S32 | ElementType::S64 => 0,
+        ElementType::U8 | ElementType::U16 | ElementType::U32 | ElementType::U64 => 1,
+        ElementType::F16 | ElementType::F32 | ElementType::F64 => 2,
+        ElementType::BF16 => 4,
+    };
+    DLDataType {
+        code,
+        bits: (element_type.size() * 8) as u8,
+        lanes: 1,
+    }
+}
+
+/// A `dltensor` capsule owning `buffer`, whose memory must be host-addressable.
+pub fn capsule(py: Python<'_>, buffer: Buffer) -> PyResult<Bound<'_, PyAny>> {
+    let element_type = buffer.element_type().map_err(super::error)?;
+    let shape = buffer.dims().map_err(super::error)?;
+    let address = buffer.device_address().map_err(super::error)?;
+    let mut exported = Box::new(Exported {
+        managed: DLManagedTensor {
+            dl_tensor: DLTensor {
+                data: address as *mut c_void,
+                device: DLDevice {
+                    device_type: DEVICE_CPU,
+                    device_id: 0,
+                },
+                ndim: shape.len() as i32,
+                dtype: data_type(element_type),
+                shape: std::ptr::null_mut(),
+                strides: std::ptr::null_mut(),
+                byte_offset: 0,
+            },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete_exported),
+        },
+        shape,
+        _buffer: buffer,
+    });
+    // The shape lives in the same box, which does not move.
+    exported.managed.dl_tensor.shape = exported.shape.as_mut_ptr();
+    let managed = Box::into_raw(exported).cast::<c_void>();
+    // SAFETY: `managed` points to a boxed `Exported`; the capsule's destructor frees it unless
+    // a consumer took it over.
+    unsafe {
+        let object = ffi::PyCapsule_New(managed, CAPSULE_NAME.as_ptr(), Some(destroy_capsule));
+        if object.is_null() {
+            delete_exported(managed.cast());
+            return Err(PyErr::fetch(py));
+        }
+        Ok(Bound::from_owned_ptr(py, object))
+    }
+}
