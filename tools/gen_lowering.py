@@ -222,6 +222,33 @@ class Embedding(nn.Module):
         return e.mean(1), e.permute(2, 0, 1).contiguous(), torch.cumsum(e, dim=1)
 
 
+class ScatterOps(nn.Module):
+    """Ops that write into tensors or build them from parts: transposed convolution, embedding
+    bags, index_put (accumulating), slice/select assignment, in-place ops, triangles, masks."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.bag_sum = nn.EmbeddingBag(12, 3, mode="sum")
+        self.bag_mean = nn.EmbeddingBag(12, 3, mode="mean", padding_idx=0)
+
+    def forward(self, image, tokens, offsets, x):
+        up = self.up(image)
+        weights = torch.linspace(0.5, 2.0, tokens.shape[0])
+        summed = self.bag_sum(tokens, offsets, per_sample_weights=weights)
+        mean = self.bag_mean(tokens, offsets)
+        counts = torch.zeros(12).index_put((tokens,), torch.ones(tokens.shape[0]), accumulate=True)
+        y = x.clone() - 0.25
+        y.relu_()
+        y.add_(x)
+        tri = torch.tril(x, diagonal=1) + torch.triu(x, diagonal=2)
+        masked = x.masked_fill(x > 0.5, float("-inf"))
+        outer = torch.outer(x[0], x[1])
+        powers = 2.0 ** x
+        pairs = torch.triu_indices(4, 4, offset=1)
+        return up, summed, mean, counts, y, tri, masked, outer, powers, pairs
+
+
 class Unsupported(nn.Module):
     """Ops tpuc does not lower yet: `tpuc compile` must name every one in a single error."""
 
@@ -256,9 +283,27 @@ def cases():
     yield "multi_out", MultiOut(), (seeded(3, 6),)
     yield "conv1d_pool", Conv1dPool(), (seeded(2, 4, 12),)
     yield "embedding", Embedding(), (torch.randint(0, 20, (2, 5)),)
+    yield "scatter_ops", ScatterOps(), (
+        seeded(1, 4, 5, 5),
+        torch.tensor([3, 0, 7, 7, 11, 2, 0, 5]),
+        torch.tensor([0, 3, 3, 6]),
+        seeded(4, 6),
+    )
 
 
-ERROR_CASES = {"unsupported": (Unsupported(), (torch.randn(3, 4),))}
+class ViewMutation(nn.Module):
+    """Assignment through a view: raw export keeps it as an in-place op on a slice."""
+
+    def forward(self, x):
+        y = x.clone()
+        y[:, 1:3] = 0.0
+        return y
+
+
+ERROR_CASES = {
+    "unsupported": (Unsupported(), (torch.randn(3, 4),)),
+    "view_mutation": (ViewMutation(), (torch.randn(3, 4),)),
+}
 
 
 def to_numpy(t):

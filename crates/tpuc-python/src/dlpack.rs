@@ -62,7 +62,8 @@ unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
     // SAFETY: called by Python with a live capsule object.
     unsafe {
         if ffi::PyCapsule_IsValid(capsule, CAPSULE_NAME.as_ptr()) == 1 {
-            let managed = ffi::PyCapsule_GetPointer(capsule, CAPSULE_NAME.as_ptr()).cast::<DLManagedTensor>();
+            let managed =
+                ffi::PyCapsule_GetPointer(capsule, CAPSULE_NAME.as_ptr()).cast::<DLManagedTensor>();
             if let Some(deleter) = (*managed).deleter {
                 deleter(managed);
             }

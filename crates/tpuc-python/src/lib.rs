@@ -269,11 +269,20 @@ impl CompiledGraph {
     /// Runs the graph on `args` and returns its outputs as DLPack capsules that alias the
     /// plugin's output memory (for plugins whose device memory is host memory: the CPU
     /// plugin). `torch.from_dlpack` turns each into a tensor without a copy.
-    fn run_dlpack<'py>(&self, py: Python<'py>, args: Vec<PyRef<'_, DeviceBuffer>>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    fn run_dlpack<'py>(
+        &self,
+        py: Python<'py>,
+        args: Vec<PyRef<'_, DeviceBuffer>>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         self.check_args(args.len())?;
         let buffers: Vec<&Buffer> = args.iter().map(|a| &a.buffer).collect();
-        let results = py.detach(|| self.exe.execute_on_one_device(&buffers)).map_err(error)?;
-        results.into_iter().map(|b| dlpack::capsule(py, b)).collect()
+        let results = py
+            .detach(|| self.exe.execute_on_one_device(&buffers))
+            .map_err(error)?;
+        results
+            .into_iter()
+            .map(|b| dlpack::capsule(py, b))
+            .collect()
     }
 
     /// Runs the graph on `args` and copies output `i` to `outputs[i]` = (address, nbytes) of a

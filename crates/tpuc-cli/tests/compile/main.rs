@@ -144,6 +144,17 @@ fn unsupported_ops_listed_together() -> Result<(), Failed> {
     )
 }
 
+fn in_place_on_views_refused() -> Result<(), Failed> {
+    expect_error(
+        &lowering_dir().join("errors/view_mutation.pt2"),
+        &[
+            "in-place aten.fill_.Scalar",
+            "a view made by aten.slice.Tensor",
+            "run_decompositions",
+        ],
+    )
+}
+
 fn bad_files() -> Result<(), Failed> {
     let dir = tempfile::tempdir()?;
     let good = std::fs::read(lowering_dir().join("mlp.pt2"))?;
@@ -290,6 +301,10 @@ fn main() {
             unsupported_ops_listed_together,
         ),
         Trial::test("errors::bad_files", bad_files),
+        Trial::test(
+            "errors::in_place_on_views_refused",
+            in_place_on_views_refused,
+        ),
         Trial::test("errors::invalid_graphs", invalid_graphs),
     ]);
     trials.extend(execution::trials(&cases));

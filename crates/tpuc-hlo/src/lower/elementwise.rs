@@ -336,11 +336,11 @@ fn dropout(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 
 fn full(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let ty = cx.out_type(n, 0)?;
-    let name = if n.arg("fill_value").is_some() {
-        "fill_value"
-    } else {
-        "s"
-    };
+    // full / full_like / new_full: fill_value; scalar_tensor: s; fill: value.
+    let name = ["fill_value", "s", "value"]
+        .into_iter()
+        .find(|name| n.arg(name).is_some())
+        .unwrap_or("fill_value");
     let value = cx.float(n, name, None)?;
     Ok(vec![Some(cx.b.splat(&ty, value))])
 }
@@ -366,6 +366,44 @@ fn arange(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let scaled = cx.b.binary(BinaryOp::Mul, iota, s)?;
     let r = cx.b.binary(BinaryOp::Add, scaled, o)?;
     Ok(vec![Some(cx.b.convert(r, ty.elem))])
+}
+
+/// `steps` values from `start` to `end`, computed as torch's CPU kernel does: from the start
+/// for the first half, from the end for the second, so both ends are exact.
+fn linspace(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let ty = cx.out_type(n, 0)?;
+    let start = cx.float(n, "start", None)?;
+    let end = cx.float(n, "end", None)?;
+    let steps = cx.int(n, "steps", None)?;
+    let wide = ty.with_elem(ElemType::F64);
+    if steps <= 1 {
+        let value = cx.b.splat(&wide, start);
+        return Ok(vec![Some(cx.b.convert(value, ty.elem))]);
+    }
+    let step = (end - start) / (steps - 1) as f64;
+    let i = cx.b.iota(wide.clone(), 0)?;
+    let step_v = cx.b.splat(&wide, step);
+    let from_start = cx.b.binary(BinaryOp::Mul, i, step_v)?;
+    let start_v = cx.b.splat(&wide, start);
+    let from_start = cx.b.binary(BinaryOp::Add, from_start, start_v)?;
+    let last = cx.b.splat(&wide, (steps - 1) as f64);
+    let back = cx.b.binary(BinaryOp::Sub, last, i)?;
+    let back = cx.b.binary(BinaryOp::Mul, back, step_v)?;
+    let end_v = cx.b.splat(&wide, end);
+    let from_end = cx.b.binary(BinaryOp::Sub, end_v, back)?;
+    let halfway = cx.b.splat(&wide, (steps / 2) as f64);
+    let first_half = cx.b.compare(CompareDir::Lt, i, halfway)?;
+    let r = cx.b.select(first_half, from_start, from_end)?;
+    Ok(vec![Some(cx.b.convert(r, ty.elem))])
+}
+
+/// `src` converted to `self`'s dtype and broadcast to its shape (the functional copy_).
+fn copy(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let src = cx.tensor(n, "src")?;
+    let shape = cx.b.shape(x).to_vec();
+    let src = cx.b.convert(src, cx.b.elem(x));
+    Ok(vec![Some(cx.b.broadcast_to(src, &shape)?)])
 }
 
 macro_rules! lowering {
@@ -688,9 +726,12 @@ pub fn register(r: &mut Registry) {
             "aten.full_like.default",
             "aten.scalar_tensor.default",
             "aten.new_full.default",
+            "aten.fill.Scalar",
         ],
         full,
     );
+    r.add(&["aten.linspace.default"], linspace);
+    r.add(&["aten.copy.default"], copy);
     r.add(
         &[
             "aten.zeros.default",

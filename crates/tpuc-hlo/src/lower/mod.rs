@@ -172,6 +172,81 @@ pub fn is_supported(target: &str) -> bool {
     lowering(target).is_some()
 }
 
+/// Ops whose output may share storage with an input (views, and ops that may return their
+/// input itself). An in-place op on such a tensor, or on a tensor viewed by one, would have to
+/// update every alias; tpuc refuses that rather than compute a stale value.
+fn may_alias(target: &str) -> bool {
+    const VIEWS: &[&str] = &[
+        "alias",
+        "as_strided",
+        "chunk",
+        "contiguous",
+        "detach",
+        "diagonal",
+        "expand",
+        "expand_as",
+        "flatten",
+        "movedim",
+        "narrow",
+        "permute",
+        "reshape",
+        "select",
+        "slice",
+        "split",
+        "split_with_sizes",
+        "squeeze",
+        "swapaxes",
+        "t",
+        "transpose",
+        "unbind",
+        "unflatten",
+        "unfold",
+        "unsqueeze",
+        "view",
+        "view_as",
+        "_unsafe_view",
+        "_reshape_alias",
+        "unsafe_split",
+    ];
+    let name = target
+        .strip_prefix("aten.")
+        .and_then(|rest| rest.split('.').next())
+        .unwrap_or("");
+    VIEWS.contains(&name)
+}
+
+/// Refuses in-place ops whose `self` aliases other tensors of the graph (see [`may_alias`]).
+fn check_in_place(g: &tpuc_fx::Graph, node: &Node) -> Result<(), String> {
+    let Some(Arg::Tensor(target)) = node.arg("self") else {
+        return Ok(());
+    };
+    let producer = g
+        .nodes
+        .iter()
+        .find(|n| n.defined_tensors().contains(&target.as_str()));
+    if let Some(p) = producer.filter(|p| may_alias(&p.target)) {
+        return Err(format!(
+            "not supported: in-place {} on {target}, a view made by {} (node {}); export the \
+             program functionalized (ep.run_decompositions()) instead",
+            node.target, p.target, p.name
+        ));
+    }
+    let viewed_by = g.nodes.iter().find(|n| {
+        may_alias(&n.target)
+            && n.inputs
+                .iter()
+                .any(|a| matches!(&a.arg, Arg::Tensor(t) if t == target))
+    });
+    if let Some(v) = viewed_by {
+        return Err(format!(
+            "not supported: in-place {} on {target}, which {} (node {}) views; export the \
+             program functionalized (ep.run_decompositions()) instead",
+            node.target, v.target, v.name
+        ));
+    }
+    Ok(())
+}
+
 /// The lowering of `target`, and whether `target` is the in-place variant of a lowered
 /// functional op (`aten.relu_.default` of `aten.relu.default`). An in-place op is lowered as its
 /// functional op whose result then stands for its `self` argument in later nodes.
@@ -585,6 +660,9 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
         };
         let (lower_fn, in_place) =
             lowering(&n.target).ok_or_else(|| node_err("internal error: no lowering".into()))?;
+        if in_place {
+            check_in_place(g, n).map_err(node_err)?;
+        }
         let outs = lower_fn(&mut cx, n).map_err(|e| node_err(e.0))?;
         if in_place {
             // Later nodes that read the mutated tensor read the result.
