@@ -97,7 +97,12 @@ impl Runtime {
         py.detach(|| {
             let path = tpuc_pjrt::discover::resolve(plugin.as_deref()).map_err(error)?;
             let loaded = Plugin::load(&path).map_err(error)?;
-            let client = Client::new(&loaded, &ClientOptions::default()).map_err(|e| {
+            // The backend runs each graph on one device; the CPU plugin otherwise makes four.
+            let options = ClientOptions {
+                cpu_device_count: tpuc_pjrt::discover::is_cpu_plugin(&path).then_some(1),
+                ..ClientOptions::default()
+            };
+            let client = Client::new(&loaded, &options).map_err(|e| {
                 error(format!(
                     "the PJRT plugin {} cannot start: {e}",
                     path.display()
