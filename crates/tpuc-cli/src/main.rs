@@ -95,8 +95,13 @@ enum Command {
         #[arg(long, value_enum, default_value_t = FxWeights::Inline)]
         weights: FxWeights,
     },
-    /// List the ATen ops tpuc lowers.
-    Ops,
+    /// Coverage of torch's core ATen opset: each overload with its status (lowered, decomposed
+    /// by torch into ops tpuc lowers, not supported), then the other overloads tpuc lowers.
+    Ops {
+        /// Print only the overloads tpuc lowers, one per line.
+        #[arg(long)]
+        lowered: bool,
+    },
     /// List the PJRT plugins found on this machine: path, API version, platform, StableHLO
     /// versions and devices.
     Plugins {
@@ -204,9 +209,33 @@ fn run() -> Result<()> {
             };
             tpuc_fx::fxfile::write_fx(&program, &output, storage)?;
         }
-        Command::Ops => {
-            for op in tpuc_hlo::lower::supported_ops() {
-                say!("{op}")?;
+        Command::Ops { lowered } => {
+            let supported = tpuc_hlo::lower::supported_ops();
+            if lowered {
+                for op in supported {
+                    say!("{op}")?;
+                }
+                return Ok(());
+            }
+            let core = tpuc_hlo::lower::core_aten_coverage();
+            let count = |c: tpuc_hlo::lower::Coverage| core.iter().filter(|(_, s)| *s == c).count();
+            use tpuc_hlo::lower::Coverage::*;
+            say!(
+                "# core ATen: {} overloads, {} lowered, {} decomposed, {} not supported",
+                core.len(),
+                count(Lowered),
+                count(Decomposed),
+                count(NotSupported)
+            )?;
+            for (op, coverage) in &core {
+                say!("{:<14}{op}", coverage.name())?;
+            }
+            say!("# other overloads tpuc lowers")?;
+            for op in supported
+                .iter()
+                .filter(|op| !core.iter().any(|(c, _)| c == *op))
+            {
+                say!("{:<14}{op}", "lowered")?;
             }
         }
         Command::Plugins { plugin } => return plugins::list(plugin.as_deref()),

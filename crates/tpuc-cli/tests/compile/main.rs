@@ -137,7 +137,7 @@ fn unsupported_ops_listed_together() -> Result<(), Failed> {
         &lowering_dir().join("errors/unsupported.pt2"),
         &[
             "2 unsupported ops (3 nodes)",
-            "aten.topk.default (node topk)",
+            "aten.cdist.default (node cdist)",
             "aten.special_i0.default (node special_i0_1)",
             "gen_lowering.py:",
         ],

@@ -185,6 +185,34 @@ fn unary_in_out_type(cx: &mut Ctx, n: &Node, op: UnaryOp) -> OpResult<Vec<Option
     Ok(vec![Some(cx.b.unary(op, x)?)])
 }
 
+/// log base 2 or 10: the natural log scaled, computed in the output dtype.
+fn log_base(cx: &mut Ctx, n: &Node, base: f64) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let elem = out_elem(cx, n)?;
+    let x = cx.b.convert(x, elem);
+    let ln = cx.b.unary(UnaryOp::Log, x)?;
+    let scale = cx.full_like(ln, 1.0 / base.ln(), None);
+    Ok(vec![Some(cx.b.binary(BinaryOp::Mul, ln, scale)?)])
+}
+
+/// `scale * x` for positive x, `scale * alpha * (exp(input_scale * x) - 1)` otherwise.
+fn elu(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let alpha = cx.float(n, "alpha", Some(1.0))?;
+    let scale = cx.float(n, "scale", Some(1.0))?;
+    let input_scale = cx.float(n, "input_scale", Some(1.0))?;
+    let zero = cx.full_like(x, 0.0, None);
+    let positive = cx.b.compare(CompareDir::Gt, x, zero)?;
+    let scaled_in = cx.full_like(x, input_scale, None);
+    let inner = cx.b.binary(BinaryOp::Mul, x, scaled_in)?;
+    let expm1 = cx.b.unary(UnaryOp::Expm1, inner)?;
+    let alpha_v = cx.full_like(x, alpha, None);
+    let negative = cx.b.binary(BinaryOp::Mul, expm1, alpha_v)?;
+    let chosen = cx.b.select(positive, x, negative)?;
+    let scale_v = cx.full_like(x, scale, None);
+    Ok(vec![Some(cx.b.binary(BinaryOp::Mul, chosen, scale_v)?)])
+}
+
 fn relu(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let zero = cx.full_like(x, 0.0, None);
@@ -656,6 +684,9 @@ pub fn register(r: &mut Registry) {
     );
     r.add(&["aten.triu.default", "aten.tril.default"], triangle);
     r.add(&["aten.outer.default"], outer);
+    r.add(&["aten.log2.default"], |cx, n| log_base(cx, n, 2.0));
+    r.add(&["aten.log10.default"], |cx, n| log_base(cx, n, 10.0));
+    r.add(&["aten.elu.default"], elu);
     r.add(
         &[
             "aten.clamp.default",
@@ -739,6 +770,7 @@ pub fn register(r: &mut Registry) {
             "aten.new_zeros.default",
             "aten.empty.memory_format",
             "aten.empty_like.default",
+            "aten.empty_strided.default",
         ],
         |cx, n| filled(cx, n, 0.0),
     );

@@ -196,6 +196,95 @@ fn triangle_indices(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.constant(literal)?)])
 }
 
+/// torch's scatter along `dim`: `x[i][index[i][j]] = src[i][j]` (for dim 1), the update
+/// combined with the element there by `mode`. Each element of `index` addresses one element.
+fn scatter_along(
+    cx: &mut Ctx,
+    n: &Node,
+    src: Option<Value>,
+    mode: ScatterMode,
+) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let index = cx.tensor(n, "index")?;
+    let rank = cx.b.ty(x).rank();
+    let dim = norm_dim(cx.int(n, "dim", None)?, rank)?;
+    let index_shape = cx.b.shape(index).to_vec();
+    if index_shape.len() != rank {
+        return err(format!(
+            "index has rank {}, self has rank {rank}",
+            index_shape.len()
+        ));
+    }
+    let elem = cx.b.elem(x);
+    let updates = match src {
+        Some(src) => {
+            // Only the leading index-shaped part of src is scattered.
+            let zeros = vec![0; rank];
+            let ones = vec![1; rank];
+            let src = cx.b.convert(src, elem);
+            cx.b.slice(src, &zeros, &index_shape, &ones)?
+        }
+        None => {
+            let value = cx.float(n, "value", None)?;
+            cx.b.splat(&TensorType::new(index_shape.clone(), elem), value)
+        }
+    };
+    let size = cx.b.shape(x)[dim];
+    let index = wrap_negative(cx, index, size)?;
+    // Full coordinates of each update: its own position, with `index` along `dim`.
+    let mut coordinate_shape = index_shape.clone();
+    coordinate_shape.push(1);
+    let mut coordinates = Vec::with_capacity(rank);
+    for d in 0..rank {
+        let c = if d == dim {
+            index
+        } else {
+            cx.b.iota(
+                TensorType::new(index_shape.clone(), ElemType::I64),
+                d as i64,
+            )?
+        };
+        coordinates.push(cx.b.reshape(c, &coordinate_shape)?);
+    }
+    let coordinates = cx.b.concatenate(&coordinates, rank as i64)?;
+    let all: Vec<i64> = (0..rank as i64).collect();
+    let dims = ScatterDims {
+        update_window_dims: vec![],
+        inserted_window_dims: all.clone(),
+        input_batching_dims: vec![],
+        scatter_indices_batching_dims: vec![],
+        scatter_dims_to_operand_dims: all,
+        index_vector_dim: rank as i64,
+    };
+    Ok(vec![Some(cx.b.scatter(
+        x,
+        coordinates,
+        updates,
+        dims,
+        mode,
+    )?)])
+}
+
+fn scatter_reduce(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let src = cx.tensor(n, "src")?;
+    let reduce = cx.opt_str(n, "reduce")?.unwrap_or("sum");
+    if !cx.bool(n, "include_self", true)? {
+        return err("not supported: scatter_reduce with include_self=False");
+    }
+    let op = match reduce {
+        "sum" => BinaryOp::Add,
+        "prod" => BinaryOp::Mul,
+        "amax" => BinaryOp::Max,
+        "amin" => BinaryOp::Min,
+        other => {
+            return err(format!(
+                "not supported: scatter_reduce with reduce={other:?}"
+            ))
+        }
+    };
+    scatter_along(cx, n, Some(src), ScatterMode::Combine(op))
+}
+
 fn index_select(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let dim = norm_dim(cx.int(n, "dim", None)?, cx.b.ty(x).rank())?;
@@ -396,4 +485,16 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.gather.default"], gather);
     r.add(&["aten.index.Tensor"], index);
     r.add(&["aten.index_put.default"], index_put);
+    r.add(&["aten.scatter.src"], |cx, n| {
+        let src = cx.tensor(n, "src")?;
+        scatter_along(cx, n, Some(src), ScatterMode::Replace)
+    });
+    r.add(&["aten.scatter.value"], |cx, n| {
+        scatter_along(cx, n, None, ScatterMode::Replace)
+    });
+    r.add(&["aten.scatter_add.default"], |cx, n| {
+        let src = cx.tensor(n, "src")?;
+        scatter_along(cx, n, Some(src), ScatterMode::Combine(BinaryOp::Add))
+    });
+    r.add(&["aten.scatter_reduce.two"], scatter_reduce);
 }

@@ -8,6 +8,7 @@ mod linear;
 mod norm;
 mod promote;
 mod reduction;
+mod sort;
 mod view;
 
 use std::collections::HashMap;
@@ -143,6 +144,7 @@ static REGISTRY: LazyLock<HashMap<&'static str, LowerFn>> = LazyLock::new(|| {
     conv::register(&mut r);
     norm::register(&mut r);
     indexing::register(&mut r);
+    sort::register(&mut r);
     r.0
 });
 
@@ -166,6 +168,45 @@ pub fn supported_ops() -> Vec<&'static str> {
     let mut v: Vec<&str> = REGISTRY.keys().copied().collect();
     v.sort_unstable();
     v
+}
+
+/// How tpuc handles a core ATen overload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coverage {
+    /// tpuc lowers it.
+    Lowered,
+    /// torch's core-ATen decompositions rewrite it into other ops (the torch.compile path).
+    Decomposed,
+    NotSupported,
+}
+
+impl Coverage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Coverage::Lowered => "lowered",
+            Coverage::Decomposed => "decomposed",
+            Coverage::NotSupported => "not supported",
+        }
+    }
+}
+
+/// torch's core ATen opset (as `tools/gen_ops_doc.py` lists it from torch), with tpuc's
+/// coverage of each overload.
+pub fn core_aten_coverage() -> Vec<(&'static str, Coverage)> {
+    include_str!("core_aten_ops.txt")
+        .lines()
+        .filter_map(|line| line.split_once('\t'))
+        .map(|(op, recorded)| {
+            let coverage = if is_supported(op) {
+                Coverage::Lowered
+            } else if recorded == "decomposed" {
+                Coverage::Decomposed
+            } else {
+                Coverage::NotSupported
+            };
+            (op, coverage)
+        })
+        .collect()
 }
 
 pub fn is_supported(target: &str) -> bool {

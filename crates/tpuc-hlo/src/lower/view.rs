@@ -134,6 +134,41 @@ fn embed_along(
     Ok(cx.b.select(mask, placed, x)?)
 }
 
+fn flip(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let rank = cx.b.ty(x).rank();
+    let dims = cx
+        .ints(n, "dims", None)?
+        .into_iter()
+        .map(|d| norm_dim(d, rank).map(|d| d as i64))
+        .collect::<OpResult<Vec<_>>>()?;
+    if rank == 0 {
+        return Ok(vec![Some(x)]);
+    }
+    Ok(vec![Some(cx.b.reverse(x, &dims)?)])
+}
+
+/// Pads (or, for negative amounts, crops) the last dimensions: `pad` lists (low, high) pairs
+/// from the last dimension backwards.
+fn constant_pad_nd(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let pad = cx.ints(n, "pad", None)?;
+    let value = cx.float(n, "value", Some(0.0))?;
+    let rank = cx.b.ty(x).rank();
+    if pad.len() % 2 != 0 || pad.len() / 2 > rank {
+        return err(format!("pad {pad:?} does not fit a tensor of rank {rank}"));
+    }
+    let mut low = vec![0; rank];
+    let mut high = vec![0; rank];
+    for (i, pair) in pad.chunks(2).enumerate() {
+        low[rank - 1 - i] = pair[0];
+        high[rank - 1 - i] = pair[1];
+    }
+    let elem = cx.b.elem(x);
+    let v = cx.b.scalar(elem, value);
+    Ok(vec![Some(cx.b.pad(x, v, &low, &high, &vec![0; rank])?)])
+}
+
 fn slice_scatter(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let src = cx.tensor(n, "src")?;
@@ -311,6 +346,8 @@ fn repeat(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 
 pub fn register(r: &mut Registry) {
     r.add(&["aten.slice_scatter.default"], slice_scatter);
+    r.add(&["aten.flip.default"], flip);
+    r.add(&["aten.constant_pad_nd.default"], constant_pad_nd);
     r.add(&["aten.select_scatter.default"], select_scatter);
     r.add(
         &[

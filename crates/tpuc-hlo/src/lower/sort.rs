@@ -1,0 +1,66 @@
+//! Sorting and top-k (values with their indices), stable, NaN ordered after numbers as torch does.
+
+use tpuc_fx::Node;
+
+use super::*;
+
+/// `x` sorted along `dim`, with the int64 indices of the sorted elements.
+fn sorted(cx: &mut Ctx, x: Value, dim: usize, descending: bool) -> OpResult<(Value, Value)> {
+    let ty = cx.b.ty(x).clone();
+    if ty.rank() == 0 {
+        let zero = cx.b.splat(&TensorType::new(vec![], ElemType::I64), 0.0);
+        return Ok((x, zero));
+    }
+    let indices = cx.b.iota(ty.with_elem(ElemType::I64), dim as i64)?;
+    let order = if descending {
+        SortOrder::Descending
+    } else {
+        SortOrder::Ascending
+    };
+    if !ty.elem.is_float() {
+        let r = cx.b.sort(&[x, indices], dim as i64, order)?;
+        return Ok((r[0], r[1]));
+    }
+    // The comparison is a total order (NaN after every number, as torch sorts), which would
+    // also put -0.0 before 0.0; torch treats them as equal, so the sort key folds -0.0 into 0.0
+    // and the values ride along unchanged.
+    let zero = cx.full_like(x, 0.0, None);
+    let is_zero = cx.b.compare(CompareDir::Eq, x, zero)?;
+    let key = cx.b.select(is_zero, zero, x)?;
+    let r = cx.b.sort(&[key, x, indices], dim as i64, order)?;
+    Ok((r[1], r[2]))
+}
+
+fn sort(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let dim = norm_dim(cx.int(n, "dim", Some(-1))?, cx.b.ty(x).rank())?;
+    let descending = cx.bool(n, "descending", false)?;
+    let (values, indices) = sorted(cx, x, dim, descending)?;
+    Ok(vec![Some(values), Some(indices)])
+}
+
+fn topk(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let rank = cx.b.ty(x).rank();
+    let dim = norm_dim(cx.int(n, "dim", Some(-1))?, rank)?;
+    let k = cx.int(n, "k", None)?;
+    let largest = cx.bool(n, "largest", true)?;
+    let size = cx.b.shape(x).get(dim).copied().unwrap_or(1);
+    if k < 0 || k > size {
+        return err(format!(
+            "k={k} is out of range for a dimension of size {size}"
+        ));
+    }
+    let (values, indices) = sorted(cx, x, dim, largest)?;
+    if rank == 0 {
+        return Ok(vec![Some(values), Some(indices)]);
+    }
+    let values = cx.b.slice_dim(values, dim, 0, k, 1)?;
+    let indices = cx.b.slice_dim(indices, dim, 0, k, 1)?;
+    Ok(vec![Some(values), Some(indices)])
+}
+
+pub fn register(r: &mut Registry) {
+    r.add(&["aten.sort.default", "aten.sort.stable"], sort);
+    r.add(&["aten.topk.default"], topk);
+}
