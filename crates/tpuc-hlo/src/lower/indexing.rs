@@ -286,7 +286,11 @@ fn scatter_reduce(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 fn index_select(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "self")?;
+    let mut x = cx.tensor(n, "self")?;
+    if cx.b.ty(x).rank() == 0 {
+        // A 0-d tensor indexes like a 1-element vector.
+        x = cx.b.reshape(x, &[1])?;
+    }
     let dim = norm_dim(cx.int(n, "dim", None)?, cx.b.ty(x).rank())?;
     let idx = cx.tensor(n, "index")?;
     let size = cx.b.shape(x).get(dim).copied().unwrap_or(1);

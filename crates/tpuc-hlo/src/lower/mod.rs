@@ -704,7 +704,19 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
         if in_place {
             check_in_place(g, n).map_err(node_err)?;
         }
-        let outs = lower_fn(&mut cx, n).map_err(|e| node_err(e.0))?;
+        // A lowering that panics is a bug in tpuc; it must not take the caller (a Python
+        // process, say) down with it: it becomes an error naming the node.
+        let lowered =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lower_fn(&mut cx, n)))
+                .map_err(|panic| {
+                    let what = panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("unknown panic");
+                    node_err(format!("internal error in the lowering: {what}"))
+                })?;
+        let outs = lowered.map_err(|e| node_err(e.0))?;
         if in_place {
             // Later nodes that read the mutated tensor read the result.
             if let (Some(Arg::Tensor(target)), Some(&Some(v))) = (n.arg("self"), outs.first()) {

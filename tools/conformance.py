@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""PyTorch's OpInfo database through torch.compile(backend="tpuc") in strict mode.
+
+For each OpInfo op and each dtype it defines among float32, bfloat16, float16, int64, int32 and
+bool: its first sample inputs are compiled with tpuc (no eager fallback) and the results are
+compared with eager torch using torch.testing.assert_close's default tolerances for the dtype
+(the tolerances OpInfo's tests use unless a test overrides them).
+
+Each (op, dtype) sample set is
+  passed       every sample matches eager,
+  failed       a sample differs or tpuc's compiled code errs (reason given),
+  not reached  a sample's graph contains an op tpuc does not lower (strict mode refuses it),
+  skipped      eager torch itself rejects the sample, or Dynamo produced no graph.
+The pass rate is passed / (passed + failed).
+
+usage: .venv/bin/python tools/conformance.py [--subset ci | --ops NAME ...] [--dtypes ...]
+                                             [--samples N] [--write]
+  --write  writes docs/conformance.md and docs/conformance.json (the full run writes these).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import torch  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DTYPES = {
+    "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+    "int64": torch.int64, "int32": torch.int32, "bool": torch.bool,
+}
+# A documented subset for CI (float32 and int64, first sample): common ops of each family.
+CI_OPS = [
+    "abs", "add", "addmm", "amax", "argmax", "bmm", "cat", "clamp", "cos", "cumsum", "div",
+    "eq", "exp", "flip", "floor_divide", "fmod", "gather", "index_select", "log", "log_softmax",
+    "logical_and", "lt", "matmul", "max_pool2d_with_indices_backward", "maximum", "mean", "minimum",
+    "mm", "mul", "neg", "nn.functional.conv2d", "nn.functional.gelu", "nn.functional.layer_norm",
+    "nn.functional.linear", "nn.functional.relu", "permute", "pow", "remainder", "reshape",
+    "rsqrt", "scatter_add", "sigmoid", "sin", "softmax", "sort", "sqrt", "stack", "sub", "sum",
+    "tanh", "topk", "transpose", "tril", "where",
+]
+CI_DTYPES = ["float32", "int64"]
+
+
+def leaves(value):
+    return [t for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+class Recorder:
+    """The ATen ops of the graphs tpuc compiles while a sample runs."""
+
+    def __init__(self):
+        import tpuc.backend as backend
+
+        self.ops = set()
+        original = backend.GraphCompiler.compile_whole
+
+        def compile_whole(compiler, gm, name):
+            from tpuc.graph import op_name
+
+            self.ops.update(op_name(n) for n in gm.graph.nodes if n.op == "call_function")
+            return original(compiler, gm, name)
+
+        backend.GraphCompiler.compile_whole = compile_whole
+
+
+def run_sample(opinfo, sample, recorder):
+    """'passed', ('failed', why), ('not reached', why) or ('skipped', why)."""
+    def call(*_):
+        return opinfo.op(sample.input, *sample.args, **sample.kwargs)
+
+    try:
+        expected = call()
+    except Exception as e:  # eager rejects it: nothing to compare
+        return ("skipped", f"eager: {type(e).__name__}")
+    torch._dynamo.reset()
+    recorder.ops.clear()
+    compiled = torch.compile(call, backend="tpuc", options={"strict": True}, fullgraph=False)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            actual = compiled()
+    except Exception as e:
+        message = str(e)
+        if "cannot lower these ops" in message:
+            ops = [line.strip().split(" x")[0] for line in message.splitlines() if line.strip().startswith("aten.") or line.strip().startswith("prims.")]
+            return ("not reached", ", ".join(ops) or message.splitlines()[-1][:120])
+        first = next((line for line in message.splitlines() if "Error" in line or "not supported" in line), message.splitlines()[0] if message else type(e).__name__)
+        return ("failed", first.strip()[:200])
+    if not recorder.ops:
+        return ("skipped", "no graph (Dynamo ran it eagerly)")
+    try:
+        torch.testing.assert_close(actual, expected, equal_nan=True)
+    except Exception as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        return ("failed", "; ".join(lines[:3])[:200])
+    return "passed"
+
+
+def run(op_names, dtype_names, samples):
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    recorder = Recorder()
+    wanted = set(op_names) if op_names else None
+    results = []
+    for opinfo in op_db:
+        if wanted is not None and opinfo.name not in wanted:
+            continue
+        supported = opinfo.supported_dtypes("cpu")
+        for dtype_name in dtype_names:
+            dtype = DTYPES[dtype_name]
+            if dtype not in supported:
+                continue
+            status, reasons, ops = "skipped", [], set()
+            try:
+                sample_list = list(opinfo.sample_inputs("cpu", dtype, requires_grad=False))[:samples]
+            except Exception as e:
+                results.append({"op": opinfo.name, "dtype": dtype_name, "status": "skipped",
+                                "reason": f"samples: {type(e).__name__}", "aten": []})
+                continue
+            outcomes = []
+            for sample in sample_list:
+                outcome = run_sample(opinfo, sample, recorder)
+                outcomes.append(outcome)
+                ops |= recorder.ops
+            kinds = [o if isinstance(o, str) else o[0] for o in outcomes]
+            for kind in ("failed", "not reached", "passed", "skipped"):
+                if kind in kinds:
+                    status = kind
+                    break
+            reasons = sorted({o[1] for o in outcomes if not isinstance(o, str) and o[0] == status})
+            results.append({"op": opinfo.name, "dtype": dtype_name, "status": status,
+                            "reason": "; ".join(reasons)[:300], "aten": sorted(ops)})
+    return results
+
+
+def summary(results):
+    counts = {k: sum(1 for r in results if r["status"] == k) for k in ("passed", "failed", "not reached", "skipped")}
+    judged = counts["passed"] + counts["failed"]
+    rate = counts["passed"] / judged if judged else 1.0
+    return counts, rate
+
+
+def write(results, seconds, args):
+    counts, rate = summary(results)
+    passed_dtypes = {}
+    for r in results:
+        if r["status"] == "passed":
+            for op in r["aten"]:
+                passed_dtypes.setdefault(op, set()).add(r["dtype"])
+    with open(os.path.join(ROOT, "docs", "conformance.json"), "w") as f:
+        json.dump({"passed_dtypes_by_op": {k: sorted(v) for k, v in sorted(passed_dtypes.items())},
+                   "results": results}, f, indent=0)
+    lines = [
+        "# OpInfo conformance",
+        "",
+        f"Generated by `tools/conformance.py --write` (torch {torch.__version__.split('+')[0]}, "
+        f"{args.samples} sample(s) per op and dtype, {seconds / 60:.0f} min).",
+        "",
+        f"{len(results)} (op, dtype) sample sets: {counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['not reached']} not reached (an op tpuc does not lower), {counts['skipped']} skipped. "
+        f"Pass rate (passed / (passed + failed)): {rate:.1%}.",
+        "",
+        "| op | dtype | status | reason |",
+        "|---|---|---|---|",
+    ]
+    for r in results:
+        reason = r["reason"].replace("|", "\\|")
+        lines.append(f"| `{r['op']}` | {r['dtype']} | {r['status']} | {reason} |")
+    with open(os.path.join(ROOT, "docs", "conformance.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--subset", choices=["ci"])
+    parser.add_argument("--ops", nargs="+")
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
+    parser.add_argument("--samples", type=int, default=2)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    ops, dtypes = args.ops, args.dtypes
+    if args.subset == "ci":
+        ops, dtypes, args.samples = CI_OPS, CI_DTYPES, 1
+    start = time.time()
+    results = run(ops, dtypes, args.samples)
+    seconds = time.time() - start
+    counts, rate = summary(results)
+    for r in results:
+        if r["status"] in ("failed", "not reached"):
+            print(f"{r['status']:<12} {r['op']} {r['dtype']}: {r['reason']}")
+    print(f"{counts} pass rate {rate:.1%} in {seconds:.0f} s")
+    if args.write:
+        write(results, seconds, args)
+    return counts, rate
+
+
+if __name__ == "__main__":
+    main()
