@@ -9,7 +9,8 @@ compared with eager torch using torch.testing.assert_close's default tolerances 
 Each (op, dtype) sample set is
   passed       every sample matches eager,
   failed       a sample differs or tpuc's compiled code errs (reason given),
-  not reached  a sample's graph contains an op tpuc does not lower (strict mode refuses it),
+  not reached  a sample's graph contains an op tpuc does not lower (strict mode refuses it), or
+               a lowering refuses an argument or dtype it does not handle (a clear error),
   skipped      eager torch itself rejects the sample, or Dynamo produced no graph.
 The pass rate is passed / (passed + failed).
 
@@ -89,6 +90,10 @@ def run_sample(opinfo, sample, recorder):
         if "cannot lower these ops" in message:
             ops = [line.strip().split(" x")[0] for line in message.splitlines() if line.strip().startswith("aten.") or line.strip().startswith("prims.")]
             return ("not reached", ", ".join(ops) or message.splitlines()[-1][:120])
+        if "not supported" in message or "unsupported dtype" in message:
+            # A lowering refusing an argument (or dtype) it does not handle, by design.
+            line = next((l for l in message.splitlines() if "not supported" in l or "unsupported dtype" in l), message)
+            return ("not reached", line.strip()[:200])
         first = next((line for line in message.splitlines() if "Error" in line or "not supported" in line), message.splitlines()[0] if message else type(e).__name__)
         return ("failed", first.strip()[:200])
     if not recorder.ops:

@@ -40,7 +40,7 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let dilation = per_dim(cx.ints(n, "dilation", Some(&[1]))?, spatial, 1, "dilation")?;
     let groups = cx.int(n, "groups", Some(1))?;
     let elem = cx.b.elem(x);
-    let precision = if elem == ElemType::F32 || elem == ElemType::F64 {
+    let precision = if elem.is_float() {
         cx.opts.precision
     } else {
         Precision::Default
@@ -82,7 +82,20 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         };
         (w, attrs)
     };
+    // torch computes 16-bit float convolutions in float32 and rounds once.
+    let half = matches!(elem, ElemType::F16 | ElemType::BF16);
+    let (x, w) = if half {
+        (
+            cx.b.convert(x, ElemType::F32),
+            cx.b.convert(w, ElemType::F32),
+        )
+    } else {
+        (x, w)
+    };
     let mut y = cx.b.convolution(x, w, attrs)?;
+    if half {
+        y = cx.b.convert(y, elem);
+    }
     if let Some(bias) = cx.opt_tensor(n, "bias")? {
         let shape = cx.b.shape(y).to_vec();
         let bias = cx.b.broadcast_in_dim(bias, &shape, &[1])?;

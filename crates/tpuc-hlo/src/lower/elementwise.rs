@@ -181,6 +181,10 @@ fn bitwise(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>>
 fn unary_in_out_type(cx: &mut Ctx, n: &Node, op: UnaryOp) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let elem = out_elem(cx, n)?;
+    if matches!(op, UnaryOp::Floor | UnaryOp::Ceil) && !elem.is_float() {
+        // Integers are already whole.
+        return Ok(vec![Some(x)]);
+    }
     let x = cx.b.convert(x, elem);
     Ok(vec![Some(cx.b.unary(op, x)?)])
 }

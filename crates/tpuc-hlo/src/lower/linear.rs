@@ -32,7 +32,21 @@ pub fn batched_matmul(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
         lhs_contracting: vec![ra - 1],
         rhs_contracting: vec![rb - 2],
     };
-    let p = precision(cx, cx.b.elem(a));
+    dot(cx, a, b, dims)
+}
+
+/// dot_general as torch computes it: 16-bit floats are multiplied and accumulated in float32
+/// and rounded once at the end.
+pub(super) fn dot(cx: &mut Ctx, a: Value, b: Value, dims: DotDims) -> OpResult<Value> {
+    let elem = cx.b.elem(a);
+    if matches!(elem, ElemType::F16 | ElemType::BF16) {
+        let a = cx.b.convert(a, ElemType::F32);
+        let b = cx.b.convert(b, ElemType::F32);
+        let p = precision(cx, ElemType::F32);
+        let r = cx.b.dot_general(a, b, dims, p)?;
+        return Ok(cx.b.convert(r, elem));
+    }
+    let p = precision(cx, elem);
     Ok(cx.b.dot_general(a, b, dims, p)?)
 }
 
@@ -73,9 +87,31 @@ fn matmul_general(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
     Ok(cx.b.reshape(r, &out)?)
 }
 
+/// The dtype 16-bit float matmuls compute in (float32), as torch's CPU kernels do, with the
+/// dtype to round the result to once at the end.
+fn widened(cx: &mut Ctx, values: &mut [Value]) -> Option<ElemType> {
+    let elem = cx.b.elem(values[0]);
+    if !matches!(elem, ElemType::F16 | ElemType::BF16) {
+        return None;
+    }
+    for v in values.iter_mut() {
+        *v = cx.b.convert(*v, ElemType::F32);
+    }
+    Some(elem)
+}
+
+fn narrowed(cx: &mut Ctx, v: Value, to: Option<ElemType>) -> Value {
+    match to {
+        Some(elem) => cx.b.convert(v, elem),
+        None => v,
+    }
+}
+
 fn linear(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "input")?;
-    let w = cx.tensor(n, "weight")?;
+    let mut xw = [cx.tensor(n, "input")?, cx.tensor(n, "weight")?];
+    let bias = cx.opt_tensor(n, "bias")?;
+    let half = widened(cx, &mut xw);
+    let [x, w] = xw;
     let rx = cx.b.ty(x).rank() as i64;
     let dims = DotDims {
         lhs_batch: vec![],
@@ -83,14 +119,14 @@ fn linear(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         lhs_contracting: vec![rx - 1],
         rhs_contracting: vec![cx.b.ty(w).rank() as i64 - 1],
     };
-    let p = precision(cx, cx.b.elem(x));
-    let mut y = cx.b.dot_general(x, w, dims, p)?;
-    if let Some(bias) = cx.opt_tensor(n, "bias")? {
+    let mut y = dot(cx, x, w, dims)?;
+    if let Some(bias) = bias {
+        let bias = cx.b.convert(bias, cx.b.elem(y));
         let shape = cx.b.shape(y).to_vec();
         let bias = cx.b.broadcast_to(bias, &shape)?;
         y = cx.b.binary(BinaryOp::Add, y, bias)?;
     }
-    Ok(vec![Some(y)])
+    Ok(vec![Some(narrowed(cx, y, half))])
 }
 
 fn scaled(cx: &mut Ctx, v: Value, factor: f64) -> OpResult<Value> {
@@ -102,20 +138,25 @@ fn scaled(cx: &mut Ctx, v: Value, factor: f64) -> OpResult<Value> {
 }
 
 fn addmm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let bias = cx.tensor(n, "self")?;
-    let a = cx.tensor(n, "mat1")?;
-    let b = cx.tensor(n, "mat2")?;
+    let mut operands = [
+        cx.tensor(n, "mat1")?,
+        cx.tensor(n, "mat2")?,
+        cx.tensor(n, "self")?,
+    ];
     let beta = cx.float(n, "beta", Some(1.0))?;
     let alpha = cx.float(n, "alpha", Some(1.0))?;
+    let half = widened(cx, &mut operands);
+    let [a, b, bias] = operands;
     let prod = batched_matmul(cx, a, b)?;
     let prod = scaled(cx, prod, alpha)?;
     if beta == 0.0 {
-        return Ok(vec![Some(prod)]);
+        return Ok(vec![Some(narrowed(cx, prod, half))]);
     }
     let shape = cx.b.shape(prod).to_vec();
     let bias = cx.b.broadcast_to(bias, &shape)?;
     let bias = scaled(cx, bias, beta)?;
-    Ok(vec![Some(cx.b.binary(BinaryOp::Add, prod, bias)?)])
+    let sum = cx.b.binary(BinaryOp::Add, prod, bias)?;
+    Ok(vec![Some(narrowed(cx, sum, half))])
 }
 
 fn mm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {

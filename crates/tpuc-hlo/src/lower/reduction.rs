@@ -12,9 +12,12 @@ fn reduce_dims(cx: &Ctx, n: &Node, x: Value) -> OpResult<Vec<i64>> {
     if dims.is_empty() {
         return Ok((0..rank as i64).collect());
     }
-    dims.iter()
+    let dims = dims
+        .iter()
         .map(|&d| norm_dim(d, rank).map(|d| d as i64))
-        .collect()
+        .collect::<OpResult<Vec<_>>>()?;
+    // A 0-d tensor accepts dim 0 or -1 and has nothing to reduce.
+    Ok(if rank == 0 { vec![] } else { dims })
 }
 
 fn accumulation_type(elem: ElemType) -> ElemType {
@@ -123,6 +126,10 @@ fn std(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 /// (values, indices) of the max/min along one dimension, first index on ties.
 fn arg_reduce(cx: &mut Ctx, x: Value, dim: usize, body: ReduceBody) -> OpResult<(Value, Value)> {
     let ty = cx.b.ty(x).clone();
+    if ty.rank() == 0 {
+        let zero = cx.b.scalar(ElemType::I64, 0.0);
+        return Ok((x, zero));
+    }
     let idx = cx.b.iota(ty.with_elem(ElemType::I64), dim as i64)?;
     let op = if body == ReduceBody::ArgMax {
         BinaryOp::Max

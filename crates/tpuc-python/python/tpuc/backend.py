@@ -117,8 +117,6 @@ class GraphCompiler:
     def partition(self, gm: torch.fx.GraphModule, name: str, refused: frozenset[str] = frozenset()):
         """`gm` with each maximal supported region replaced by a compiled module. `refused`
         names nodes whose op is lowered but not with their arguments (found by compiling)."""
-        import copy
-
         from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
         from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -134,7 +132,7 @@ class GraphCompiler:
                 return lowered(node.args[0]) if is_structural(node) else lowered(node)
 
         original = gm
-        gm = copy.deepcopy(gm)
+        gm = _copy_module(gm)
         partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
         fused = partitioner.fuse_partitions(partitioner.propose_partitions())
         for index, node in enumerate(n for n in fused.graph.nodes if n.op == "call_module"):
@@ -157,6 +155,7 @@ class GraphCompiler:
 
     def compile_whole(self, gm: torch.fx.GraphModule, name: str) -> CompiledGraph:
         """Compiles every op of the static graph `gm`."""
+        gm, constants = _lift_constants(gm, name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         inputs = []
         for i, p in enumerate(placeholders):
@@ -184,14 +183,52 @@ class GraphCompiler:
         compiled = self.session.compile(program, name, self.opts.matmul_precision)
         if self.opts.dump_dir:
             _dump(self.opts.dump_dir, name, gm, compiled)
-        return CompiledGraph(compiled, self.session, inputs, outputs, single)
+        return CompiledGraph(compiled, self.session, inputs, outputs, single, constants)
+
+
+def _lift_constants(gm: torch.fx.GraphModule, name: str):
+    """`gm` with its constant tensors (get_attr nodes) turned into trailing inputs, and those
+    tensors, which the compiled graph is then called with after the graph's own arguments."""
+    import operator
+
+    if not any(n.op == "get_attr" for n in gm.graph.nodes):
+        return gm, []
+    gm = _copy_module(gm)
+    nodes = list(gm.graph.nodes)
+    anchor = next((n for n in reversed(nodes) if n.op == "placeholder"), None)
+    constants = []
+    for node in [n for n in nodes if n.op == "get_attr"]:
+        value = operator.attrgetter(node.target)(gm)
+        if not isinstance(value, torch.Tensor):
+            raise _tpuc.TpucError(f"{name}: constant {node.target} is a {type(value).__name__}, not a tensor")
+        if anchor is None:
+            context = gm.graph.inserting_before(next(iter(gm.graph.nodes)))
+        else:
+            context = gm.graph.inserting_after(anchor)
+        with context:
+            placeholder = gm.graph.placeholder(f"constant_{len(constants)}")
+        placeholder.meta["val"] = node.meta.get("val", value)
+        node.replace_all_uses_with(placeholder)
+        gm.graph.erase_node(node)
+        anchor = placeholder
+        constants.append(value)
+    gm.recompile()
+    return gm, constants
+
+
+def _copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of `gm` whose graph can be changed; node metadata (fake tensors, which do not
+    deep-copy) is shared, the module's tensors too."""
+    graph = torch.fx.Graph()
+    env: dict = {}
+    for node in gm.graph.nodes:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    return torch.fx.GraphModule(gm, graph)
 
 
 def _without(gm: torch.fx.GraphModule, unused: list[torch.fx.Node]) -> torch.fx.GraphModule:
     """A copy of `gm` without the unused placeholders `unused`."""
-    import copy
-
-    gm = copy.deepcopy(gm)
+    gm = _copy_module(gm)
     names = {p.name for p in unused}
     for node in list(gm.graph.nodes):
         if node.op == "placeholder" and node.name in names:

@@ -143,19 +143,21 @@ class BufferCache:
 class CompiledGraph:
     """A compiled graph as a function of the graph's original inputs and outputs.
 
-    inputs:   positions of the original arguments the compiled graph takes (tensors).
+    inputs:   positions of the original arguments (then the constants) the compiled graph takes.
     outputs:  the original output structure: ("tensor", i) for the compiled graph's i-th output,
               ("value", v) for a constant (None, an int) returned as it is.
     single:   the original graph returned one value rather than a tuple.
     """
 
     def __init__(self, compiled: _tpuc.CompiledGraph, session: "Session", inputs: list[int],
-                 outputs: list[tuple], single: bool):
+                 outputs: list[tuple], single: bool, constants: list | None = None):
         self.compiled = compiled
         self.cache = session.buffers
         self.inputs = inputs
         self.outputs = outputs
         self.single = single
+        # Constant tensors of the graph, passed after its own arguments.
+        self.constants = list(constants or [])
         self.specs = [(_DTYPES[d], tuple(s)) for d, s in compiled.output_specs]
         self.zero_copy = session.host_memory and all(0 not in shape for _, shape in self.specs)
 
@@ -163,6 +165,8 @@ class CompiledGraph:
         return self.call(list(args))
 
     def call(self, args: list):
+        if self.constants:
+            args = list(args) + self.constants
         buffer = self.cache.buffer
         buffers = [buffer(args[i]) for i in self.inputs]
         if self.zero_copy:
