@@ -308,7 +308,6 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
         None => None,
     };
     let runner = Runner::new(&request.model, request.weights.as_deref(), options)?;
-    let inputs = runner.check_inputs(inputs)?;
     let start = Instant::now();
     let outputs = runner.run(inputs)?;
     let elapsed = start.elapsed();

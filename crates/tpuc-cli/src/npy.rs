@@ -142,13 +142,6 @@ pub fn write_npy(path: &Path, tensor: &HostTensor) -> Result<()> {
             writer.finish()?;
         }};
     }
-    let halves = || -> Vec<u16> {
-        tensor
-            .bytes()
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-            .collect()
-    };
     match tensor.element_type() {
         ElementType::Pred => write_as!(bool, tensor.to_vec::<bool>()?),
         ElementType::S8 => write_as!(i8, tensor.to_vec::<i8>()?),
@@ -159,12 +152,10 @@ pub fn write_npy(path: &Path, tensor: &HostTensor) -> Result<()> {
         ElementType::U16 => write_as!(u16, tensor.to_vec::<u16>()?),
         ElementType::U32 => write_as!(u32, tensor.to_vec::<u32>()?),
         ElementType::U64 => write_as!(u64, tensor.to_vec::<u64>()?),
-        ElementType::F16 => write_as!(half::f16, halves().into_iter().map(half::f16::from_bits)),
+        ElementType::F16 => write_as!(half::f16, halves(tensor).map(half::f16::from_bits)),
         ElementType::BF16 => write_as!(
             f32,
-            halves()
-                .into_iter()
-                .map(|b| half::bf16::from_bits(b).to_f32())
+            halves(tensor).map(|b| half::bf16::from_bits(b).to_f32())
         ),
         ElementType::F32 => write_as!(f32, tensor.to_vec::<f32>()?),
         ElementType::F64 => write_as!(f64, tensor.to_vec::<f64>()?),
@@ -175,14 +166,16 @@ pub fn write_npy(path: &Path, tensor: &HostTensor) -> Result<()> {
     Ok(())
 }
 
+/// The elements of a 16-bit tensor as their bit patterns.
+fn halves(tensor: &HostTensor) -> impl Iterator<Item = u16> + '_ {
+    tensor
+        .bytes()
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+}
+
 /// Values of a float or integer tensor as f64, for comparisons (bfloat16 and float16 widened).
 pub fn to_f64(tensor: &HostTensor) -> Result<Vec<f64>> {
-    let halves = || {
-        tensor
-            .bytes()
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-    };
     Ok(match tensor.element_type() {
         ElementType::Pred => tensor
             .to_vec::<bool>()?
@@ -205,8 +198,10 @@ pub fn to_f64(tensor: &HostTensor) -> Result<Vec<f64>> {
             .into_iter()
             .map(|v| v as f64)
             .collect(),
-        ElementType::F16 => halves().map(|b| half::f16::from_bits(b).to_f64()).collect(),
-        ElementType::BF16 => halves()
+        ElementType::F16 => halves(tensor)
+            .map(|b| half::f16::from_bits(b).to_f64())
+            .collect(),
+        ElementType::BF16 => halves(tensor)
             .map(|b| half::bf16::from_bits(b).to_f64())
             .collect(),
         ElementType::F32 => tensor.to_vec::<f32>()?.into_iter().map(f64::from).collect(),

@@ -87,10 +87,15 @@ fn data_type(element_type: ElementType) -> DLDataType {
     }
 }
 
-/// A `dltensor` capsule owning `buffer`, whose memory must be host-addressable.
-pub fn capsule(py: Python<'_>, buffer: Buffer) -> PyResult<Bound<'_, PyAny>> {
-    let element_type = buffer.element_type().map_err(super::error)?;
-    let shape = buffer.dims().map_err(super::error)?;
+/// A `dltensor` capsule owning `buffer`, of the given (known) type and shape, whose memory must
+/// be host-addressable.
+pub fn capsule<'py>(
+    py: Python<'py>,
+    buffer: Buffer,
+    element_type: ElementType,
+    shape: &[i64],
+) -> PyResult<Bound<'py, PyAny>> {
+    let shape = shape.to_vec();
     let address = buffer.device_address().map_err(super::error)?;
     let mut exported = Box::new(Exported {
         managed: DLManagedTensor {

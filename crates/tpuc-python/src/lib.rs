@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use tpuc_hlo::{EmitFormat, LowerOptions, Precision, WeightsMode};
 use tpuc_pjrt::{
-    Buffer, Client, ClientOptions, CompileOptions, ElementType, Executable, HostBytes, Plugin,
+    Buffer, Client, ClientOptions, CompileOptions, Device, ElementType, Executable, HostBytes,
+    Plugin,
 };
 
 pyo3::create_exception!(
@@ -23,7 +24,7 @@ fn error(e: impl std::fmt::Display) -> PyErr {
     TpucError::new_err(e.to_string())
 }
 
-fn anyhow_error(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> PyErr {
+fn error_with_causes(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> PyErr {
     let e = e.into();
     let mut message = e.to_string();
     let mut source = e.source();
@@ -60,6 +61,8 @@ fn supported_ops() -> Vec<&'static str> {
 #[pyclass(frozen, module = "tpuc._tpuc")]
 struct Runtime {
     client: Client,
+    /// The device graphs run on (looked up once: every input upload needs it).
+    device: Device,
     plugin_path: String,
 }
 
@@ -108,8 +111,17 @@ impl Runtime {
                     path.display()
                 ))
             })?;
+            let device = client
+                .addressable_devices()
+                .map_err(error)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| {
+                    error(format!("the PJRT plugin {} has no device", path.display()))
+                })?;
             Ok(Runtime {
                 client,
+                device,
                 plugin_path: path.display().to_string(),
             })
         })
@@ -146,14 +158,15 @@ impl Runtime {
         };
         py.detach(|| {
             let start = Instant::now();
-            let program =
-                tpuc_fx::program_from_json(Path::new(name), program_json).map_err(anyhow_error)?;
+            let program = tpuc_fx::program_from_json(Path::new(name), program_json)
+                .map_err(error_with_causes)?;
             let options = LowerOptions {
                 weights: WeightsMode::Args,
                 precision,
             };
             let lowered = tpuc_hlo::lower(&program, &options).map_err(lowering_error)?;
-            let module = tpuc_hlo::emit(&lowered.module, EmitFormat::Text).map_err(anyhow_error)?;
+            let module =
+                tpuc_hlo::emit(&lowered.module, EmitFormat::Text).map_err(error_with_causes)?;
             let lower_seconds = start.elapsed().as_secs_f64();
             let start = Instant::now();
             let exe = self
@@ -165,10 +178,7 @@ impl Runtime {
                 .main
                 .result_types()
                 .iter()
-                .map(|t| {
-                    let dtype = tpuc_cli::run::element_type(t.elem);
-                    (dtype.name().to_string(), t.shape.clone())
-                })
+                .map(|t| (tpuc_cli::run::element_type(t.elem), t.shape.clone()))
                 .collect();
             Ok(CompiledGraph {
                 exe,
@@ -193,13 +203,6 @@ impl Runtime {
         owner: Py<PyAny>,
     ) -> PyResult<DeviceBuffer> {
         let element_type = element_type(dtype)?;
-        let device = self
-            .client
-            .addressable_devices()
-            .map_err(error)?
-            .into_iter()
-            .next();
-        let device = device.ok_or_else(|| error("the plugin has no addressable device"))?;
         let memory: Arc<dyn HostBytes> = Arc::new(PythonMemory {
             address,
             len: nbytes,
@@ -208,7 +211,7 @@ impl Runtime {
         let buffer = py
             .detach(|| {
                 self.client
-                    .buffer_sharing(element_type, &shape, memory, &device)
+                    .buffer_sharing(element_type, &shape, memory, &self.device)
             })
             .map_err(error)?;
         Ok(DeviceBuffer { buffer })
@@ -228,7 +231,8 @@ mod dlpack;
 struct CompiledGraph {
     exe: Executable,
     stablehlo: String,
-    outputs: Vec<(String, Vec<i64>)>,
+    /// Element type and shape of each output, known from the lowering.
+    outputs: Vec<(ElementType, Vec<i64>)>,
     num_args: usize,
     lower_seconds: f64,
     compile_seconds: f64,
@@ -256,8 +260,11 @@ impl CompiledGraph {
 
     /// (dtype name, shape) of each output.
     #[getter]
-    fn output_specs(&self) -> Vec<(String, Vec<i64>)> {
-        self.outputs.clone()
+    fn output_specs(&self) -> Vec<(&'static str, Vec<i64>)> {
+        self.outputs
+            .iter()
+            .map(|(t, shape)| (t.name(), shape.clone()))
+            .collect()
     }
 
     #[getter]
@@ -286,7 +293,8 @@ impl CompiledGraph {
             .map_err(error)?;
         results
             .into_iter()
-            .map(|b| dlpack::capsule(py, b))
+            .zip(&self.outputs)
+            .map(|(b, (element_type, shape))| dlpack::capsule(py, b, *element_type, shape))
             .collect()
     }
 

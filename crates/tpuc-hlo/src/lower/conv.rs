@@ -39,12 +39,11 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let padding = per_dim(cx.ints(n, "padding", Some(&[0]))?, spatial, 0, "padding")?;
     let dilation = per_dim(cx.ints(n, "dilation", Some(&[1]))?, spatial, 1, "dilation")?;
     let groups = cx.int(n, "groups", Some(1))?;
-    let elem = cx.b.elem(x);
-    let precision = if elem.is_float() {
-        cx.opts.precision
-    } else {
-        Precision::Default
-    };
+    // torch computes 16-bit float convolutions in float32 and rounds once.
+    let mut operands = [x, w];
+    let half = super::linear::widened(cx, &mut operands);
+    let [x, w] = operands;
+    let precision = super::linear::precision(cx, cx.b.elem(x));
     let (w, attrs) = if transposed {
         let output_padding = per_dim(
             cx.ints(n, "output_padding", Some(&[0]))?,
@@ -82,20 +81,8 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         };
         (w, attrs)
     };
-    // torch computes 16-bit float convolutions in float32 and rounds once.
-    let half = matches!(elem, ElemType::F16 | ElemType::BF16);
-    let (x, w) = if half {
-        (
-            cx.b.convert(x, ElemType::F32),
-            cx.b.convert(w, ElemType::F32),
-        )
-    } else {
-        (x, w)
-    };
-    let mut y = cx.b.convolution(x, w, attrs)?;
-    if half {
-        y = cx.b.convert(y, elem);
-    }
+    let y = cx.b.convolution(x, w, attrs)?;
+    let mut y = super::linear::narrowed(cx, y, half);
     if let Some(bias) = cx.opt_tensor(n, "bias")? {
         let shape = cx.b.shape(y).to_vec();
         let bias = cx.b.broadcast_in_dim(bias, &shape, &[1])?;

@@ -126,11 +126,7 @@ fn embedding_bag(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         lhs_contracting: vec![0],
         rhs_contracting: vec![0],
     };
-    let precision = if elem == ElemType::F32 || elem == ElemType::F64 {
-        cx.opts.precision
-    } else {
-        Precision::Default
-    };
+    let precision = super::linear::precision(cx, elem);
     let mut output = cx.b.dot_general(weights, gathered, dims, precision)?;
     let counts = cx.b.convert(member, ElemType::I64);
     let counts = cx.b.reduce_by(counts, &[0], BinaryOp::Add)?;

@@ -6,7 +6,8 @@ use super::elementwise::arith;
 use super::reduction::softmax_along;
 use super::*;
 
-fn precision(cx: &Ctx, elem: ElemType) -> Precision {
+/// The precision of a dot or convolution computed in `elem`: the option for 32/64-bit floats.
+pub(super) fn precision(cx: &Ctx, elem: ElemType) -> Precision {
     if elem == ElemType::F32 || elem == ElemType::F64 {
         cx.opts.precision
     } else {
@@ -38,16 +39,12 @@ pub fn batched_matmul(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
 /// dot_general as torch computes it: 16-bit floats are multiplied and accumulated in float32
 /// and rounded once at the end.
 pub(super) fn dot(cx: &mut Ctx, a: Value, b: Value, dims: DotDims) -> OpResult<Value> {
-    let elem = cx.b.elem(a);
-    if matches!(elem, ElemType::F16 | ElemType::BF16) {
-        let a = cx.b.convert(a, ElemType::F32);
-        let b = cx.b.convert(b, ElemType::F32);
-        let p = precision(cx, ElemType::F32);
-        let r = cx.b.dot_general(a, b, dims, p)?;
-        return Ok(cx.b.convert(r, elem));
-    }
-    let p = precision(cx, elem);
-    Ok(cx.b.dot_general(a, b, dims, p)?)
+    let mut operands = [a, b];
+    let half = widened(cx, &mut operands);
+    let [a, b] = operands;
+    let p = precision(cx, cx.b.elem(a));
+    let r = cx.b.dot_general(a, b, dims, p)?;
+    Ok(narrowed(cx, r, half))
 }
 
 /// torch.matmul with its 1-d and broadcasting rules.
@@ -87,9 +84,9 @@ fn matmul_general(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
     Ok(cx.b.reshape(r, &out)?)
 }
 
-/// The dtype 16-bit float matmuls compute in (float32), as torch's CPU kernels do, with the
-/// dtype to round the result to once at the end.
-fn widened(cx: &mut Ctx, values: &mut [Value]) -> Option<ElemType> {
+/// Widens 16-bit float operands to float32, in which torch's CPU kernels compute matmuls and
+/// convolutions; returns the dtype to round the result to once at the end.
+pub(super) fn widened(cx: &mut Ctx, values: &mut [Value]) -> Option<ElemType> {
     let elem = cx.b.elem(values[0]);
     if !matches!(elem, ElemType::F16 | ElemType::BF16) {
         return None;
@@ -100,7 +97,7 @@ fn widened(cx: &mut Ctx, values: &mut [Value]) -> Option<ElemType> {
     Some(elem)
 }
 
-fn narrowed(cx: &mut Ctx, v: Value, to: Option<ElemType>) -> Value {
+pub(super) fn narrowed(cx: &mut Ctx, v: Value, to: Option<ElemType>) -> Value {
     match to {
         Some(elem) => cx.b.convert(v, elem),
         None => v,

@@ -59,10 +59,6 @@ def source_line(node: torch.fx.Node) -> str | None:
     return None
 
 
-def is_tensor_value(value) -> bool:
-    return isinstance(value, torch.Tensor)
-
-
 def serialize(gm: torch.fx.GraphModule, tensor_outputs: list[int]) -> bytes:
     """A copy of `gm` returning only the outputs at `tensor_outputs`, with every placeholder a
     user input, serialized as an ExportedProgram JSON."""
