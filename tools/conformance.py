@@ -7,11 +7,13 @@ compared with eager torch using torch.testing.assert_close's default tolerances 
 (the tolerances OpInfo's tests use unless a test overrides them).
 
 Each (op, dtype) sample set is
-  passed       every sample matches eager,
+  passed       every sample matches eager (indices of sorting-like ops may order equal
+               elements differently: they must pick the same values),
   failed       a sample differs or tpuc's compiled code errs (reason given),
   not reached  a sample's graph contains an op tpuc does not lower (strict mode refuses it), or
                a lowering refuses an argument or dtype it does not handle (a clear error),
-  skipped      eager torch itself rejects the sample, or Dynamo produced no graph.
+  skipped      eager torch itself rejects the sample, Dynamo produced no graph, the graph
+               draws random numbers (docs/random.md), or eager returns uninitialized memory.
 The pass rate is passed / (passed + failed).
 
 usage: .venv/bin/python tools/conformance.py [--subset ci | --ops NAME ...] [--dtypes ...]
@@ -69,6 +71,18 @@ class Recorder:
         backend.GraphCompiler.compile_whole = compile_whole
 
 
+# OpInfos whose eager results are uninitialized memory: nothing to compare.
+UNINITIALIZED = {"empty", "new_empty", "empty_like", "empty_strided", "new_empty_strided", "empty_permuted"}
+# OpInfos returning indices whose order among equal elements torch leaves unspecified.
+TIES = {"sort", "argsort", "topk", "kthvalue", "mode", "median", "nanmedian", "msort", "max", "min",
+        "max.reduction_with_dim", "min.reduction_with_dim", "argmax", "argmin"}
+
+# ATen ops whose values are random draws.
+RANDOM_OPS = {"rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm",
+              "bernoulli", "native_dropout", "uniform", "normal", "exponential", "multinomial",
+              "poisson", "geometric", "log_normal", "cauchy"}
+
+
 def run_sample(opinfo, sample, recorder):
     """'passed', ('failed', why), ('not reached', why) or ('skipped', why)."""
     def call(*_):
@@ -98,12 +112,47 @@ def run_sample(opinfo, sample, recorder):
         return ("failed", first.strip()[:200])
     if not recorder.ops:
         return ("skipped", "no graph (Dynamo ran it eagerly)")
+    random = sorted(op for op in recorder.ops if op.startswith("aten.") and op.split(".")[1] in RANDOM_OPS)
+    if random:
+        # tpuc's random numbers are not torch's (docs/random.md); tests/test_random.py checks
+        # their distributions instead.
+        return ("skipped", f"random ({', '.join(random)}): checked by distribution, not value")
+    if opinfo.name in UNINITIALIZED:
+        return ("skipped", "eager's result is uninitialized memory")
     try:
         torch.testing.assert_close(actual, expected, equal_nan=True)
     except Exception as e:
+        if opinfo.name in TIES and equal_up_to_ties(actual, expected, sample.input):
+            return "passed"
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         return ("failed", "; ".join(lines[:3])[:200])
     return "passed"
+
+
+def equal_up_to_ties(actual, expected, source):
+    """Whether index outputs that differ from eager's pick equal elements of `source` (ties
+    in another order), with every other output equal."""
+    actual = list(actual) if isinstance(actual, (tuple, list)) else [actual]
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    if not isinstance(source, torch.Tensor) or len(actual) != len(expected):
+        return False
+    for a, e in zip(actual, expected):
+        if a.dtype != torch.int64 or a.shape != e.shape or source.dim() == 0:
+            if not torch.equal(a, e) and not (a.is_floating_point() and torch.allclose(a, e, equal_nan=True)):
+                return False
+            continue
+        if torch.equal(a, e):
+            continue
+        def picked(dim, index):
+            try:
+                return source.gather(dim, index)
+            except (RuntimeError, IndexError):
+                return None
+        if not any((x := picked(d, a)) is not None and (y := picked(d, e)) is not None
+                   and torch.equal(torch.nan_to_num(x), torch.nan_to_num(y))
+                   for d in range(source.dim())):
+            return False
+    return True
 
 
 def run(op_names, dtype_names, samples):

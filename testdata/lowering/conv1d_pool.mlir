@@ -12,33 +12,34 @@ module {
     %3 = "stablehlo.constant"() {value = dense<0xFF800000> : tensor<f32>} : () -> tensor<f32> loc(#loc4)
     %4 = "stablehlo.reduce_window"(%2, %3) ({
     ^bb0(%arg3: tensor<f32> loc("max_pool1d"(#loc1)), %arg4: tensor<f32> loc("max_pool1d"(#loc1))):
-      %16 = "stablehlo.maximum"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc4)
-      "stablehlo.return"(%16) : (tensor<f32>) -> () loc(#loc4)
+      %17 = "stablehlo.maximum"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc4)
+      "stablehlo.return"(%17) : (tensor<f32>) -> () loc(#loc4)
     }) {padding = dense<0> : tensor<3x2xi64>, window_dimensions = array<i64: 1, 1, 2>, window_strides = array<i64: 1, 1, 2>} : (tensor<2x6x12xf32>, tensor<f32>) -> tensor<2x6x6xf32> loc(#loc4)
     %5 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc5)
     %6 = "stablehlo.reduce_window"(%4, %5) ({
     ^bb0(%arg3: tensor<f32> loc("avg_pool1d"(#loc2)), %arg4: tensor<f32> loc("avg_pool1d"(#loc2))):
-      %16 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc5)
-      "stablehlo.return"(%16) : (tensor<f32>) -> () loc(#loc5)
+      %17 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc5)
+      "stablehlo.return"(%17) : (tensor<f32>) -> () loc(#loc5)
     }) {padding = dense<[[0, 0], [0, 0], [1, 1]]> : tensor<3x2xi64>, window_dimensions = array<i64: 1, 1, 3>, window_strides = array<i64: 1, 1, 1>} : (tensor<2x6x6xf32>, tensor<f32>) -> tensor<2x6x6xf32> loc(#loc5)
-    %7 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<2x6x6xf32>} : () -> tensor<2x6x6xf32> loc(#loc5)
-    %8 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc5)
-    %9 = "stablehlo.pad"(%7, %8) {edge_padding_high = array<i64: 0, 0, 1>, edge_padding_low = array<i64: 0, 0, 1>, interior_padding = array<i64: 0, 0, 0>} : (tensor<2x6x6xf32>, tensor<f32>) -> tensor<2x6x8xf32> loc(#loc5)
-    %10 = "stablehlo.reduce_window"(%9, %5) ({
+    %7 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc5)
+    %8 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<2x6x6xf32>} : () -> tensor<2x6x6xf32> loc(#loc5)
+    %9 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc5)
+    %10 = "stablehlo.pad"(%8, %9) {edge_padding_high = array<i64: 0, 0, 1>, edge_padding_low = array<i64: 0, 0, 1>, interior_padding = array<i64: 0, 0, 0>} : (tensor<2x6x6xf32>, tensor<f32>) -> tensor<2x6x8xf32> loc(#loc5)
+    %11 = "stablehlo.reduce_window"(%10, %7) ({
     ^bb0(%arg3: tensor<f32> loc("avg_pool1d"(#loc2)), %arg4: tensor<f32> loc("avg_pool1d"(#loc2))):
-      %16 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc5)
-      "stablehlo.return"(%16) : (tensor<f32>) -> () loc(#loc5)
+      %17 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc5)
+      "stablehlo.return"(%17) : (tensor<f32>) -> () loc(#loc5)
     }) {padding = dense<0> : tensor<3x2xi64>, window_dimensions = array<i64: 1, 1, 3>, window_strides = array<i64: 1, 1, 1>} : (tensor<2x6x8xf32>, tensor<f32>) -> tensor<2x6x6xf32> loc(#loc5)
-    %11 = "stablehlo.divide"(%6, %10) : (tensor<2x6x6xf32>, tensor<2x6x6xf32>) -> tensor<2x6x6xf32> loc(#loc5)
-    %12 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc6)
-    %13 = "stablehlo.reduce_window"(%4, %12) ({
+    %12 = "stablehlo.divide"(%6, %11) : (tensor<2x6x6xf32>, tensor<2x6x6xf32>) -> tensor<2x6x6xf32> loc(#loc5)
+    %13 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc6)
+    %14 = "stablehlo.reduce_window"(%4, %13) ({
     ^bb0(%arg3: tensor<f32> loc("adaptive_avg_pool1d"(#loc2)), %arg4: tensor<f32> loc("adaptive_avg_pool1d"(#loc2))):
-      %16 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc6)
-      "stablehlo.return"(%16) : (tensor<f32>) -> () loc(#loc6)
+      %17 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc6)
+      "stablehlo.return"(%17) : (tensor<f32>) -> () loc(#loc6)
     }) {padding = dense<0> : tensor<3x2xi64>, window_dimensions = array<i64: 1, 1, 3>, window_strides = array<i64: 1, 1, 3>} : (tensor<2x6x6xf32>, tensor<f32>) -> tensor<2x6x2xf32> loc(#loc6)
-    %14 = "stablehlo.constant"() {value = dense<3.000000e+00> : tensor<2x6x2xf32>} : () -> tensor<2x6x2xf32> loc(#loc6)
-    %15 = "stablehlo.divide"(%13, %14) : (tensor<2x6x2xf32>, tensor<2x6x2xf32>) -> tensor<2x6x2xf32> loc(#loc6)
-    return %11, %15 : tensor<2x6x6xf32>, tensor<2x6x2xf32> loc(#loc)
+    %15 = "stablehlo.constant"() {value = dense<3.000000e+00> : tensor<2x6x2xf32>} : () -> tensor<2x6x2xf32> loc(#loc6)
+    %16 = "stablehlo.divide"(%14, %15) : (tensor<2x6x2xf32>, tensor<2x6x2xf32>) -> tensor<2x6x2xf32> loc(#loc6)
+    return %12, %16 : tensor<2x6x6xf32>, tensor<2x6x2xf32> loc(#loc)
   } loc(#loc)
 } loc(#loc)
 #loc3 = loc("conv1d"(#loc1))

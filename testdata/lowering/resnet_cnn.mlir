@@ -23,8 +23,8 @@ module {
     %14 = "stablehlo.constant"() {value = dense<0xFF800000> : tensor<f32>} : () -> tensor<f32> loc(#loc9)
     %15 = "stablehlo.reduce_window"(%13, %14) ({
     ^bb0(%arg21: tensor<f32> loc("max_pool2d"(#loc1)), %arg22: tensor<f32> loc("max_pool2d"(#loc1))):
-      %62 = "stablehlo.maximum"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc9)
-      "stablehlo.return"(%62) : (tensor<f32>) -> () loc(#loc9)
+      %63 = "stablehlo.maximum"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc9)
+      "stablehlo.return"(%63) : (tensor<f32>) -> () loc(#loc9)
     }) {padding = dense<[[0, 0], [0, 0], [1, 1], [1, 1]]> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 3, 3>, window_strides = array<i64: 1, 1, 2, 2>} : (tensor<2x8x8x8xf32>, tensor<f32>) -> tensor<2x8x4x4xf32> loc(#loc9)
     %16 = "stablehlo.convolution"(%15, %arg3) {batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>, feature_group_count = 1 : i64, lhs_dilation = array<i64: 1, 1>, padding = dense<1> : tensor<2x2xi64>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>], rhs_dilation = array<i64: 1, 1>, window_strides = array<i64: 1, 1>} : (tensor<2x8x4x4xf32>, tensor<8x8x3x3xf32>) -> tensor<2x8x4x4xf32> loc(#loc10)
     %17 = "stablehlo.constant"() {value = dense<9.99999974E-6> : tensor<8xf32>} : () -> tensor<8xf32> loc(#loc11)
@@ -58,37 +58,38 @@ module {
     %45 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc17)
     %46 = "stablehlo.reduce_window"(%44, %45) ({
     ^bb0(%arg21: tensor<f32> loc("avg_pool2d"(#loc4)), %arg22: tensor<f32> loc("avg_pool2d"(#loc4))):
-      %62 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc17)
-      "stablehlo.return"(%62) : (tensor<f32>) -> () loc(#loc17)
+      %63 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc17)
+      "stablehlo.return"(%63) : (tensor<f32>) -> () loc(#loc17)
     }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 2, 2>, window_strides = array<i64: 1, 1, 2, 2>} : (tensor<2x8x4x4xf32>, tensor<f32>) -> tensor<2x8x2x2xf32> loc(#loc17)
-    %47 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<2x8x4x4xf32>} : () -> tensor<2x8x4x4xf32> loc(#loc17)
-    %48 = "stablehlo.reduce_window"(%47, %45) ({
+    %47 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc17)
+    %48 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<2x8x4x4xf32>} : () -> tensor<2x8x4x4xf32> loc(#loc17)
+    %49 = "stablehlo.reduce_window"(%48, %47) ({
     ^bb0(%arg21: tensor<f32> loc("avg_pool2d"(#loc4)), %arg22: tensor<f32> loc("avg_pool2d"(#loc4))):
-      %62 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc17)
-      "stablehlo.return"(%62) : (tensor<f32>) -> () loc(#loc17)
+      %63 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc17)
+      "stablehlo.return"(%63) : (tensor<f32>) -> () loc(#loc17)
     }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 2, 2>, window_strides = array<i64: 1, 1, 2, 2>} : (tensor<2x8x4x4xf32>, tensor<f32>) -> tensor<2x8x2x2xf32> loc(#loc17)
-    %49 = "stablehlo.divide"(%46, %48) : (tensor<2x8x2x2xf32>, tensor<2x8x2x2xf32>) -> tensor<2x8x2x2xf32> loc(#loc17)
-    %50 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc18)
-    %51 = "stablehlo.reduce_window"(%49, %50) ({
+    %50 = "stablehlo.divide"(%46, %49) : (tensor<2x8x2x2xf32>, tensor<2x8x2x2xf32>) -> tensor<2x8x2x2xf32> loc(#loc17)
+    %51 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc18)
+    %52 = "stablehlo.reduce_window"(%50, %51) ({
     ^bb0(%arg21: tensor<f32> loc("adaptive_avg_pool2d"(#loc4)), %arg22: tensor<f32> loc("adaptive_avg_pool2d"(#loc4))):
-      %62 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc18)
-      "stablehlo.return"(%62) : (tensor<f32>) -> () loc(#loc18)
+      %63 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc18)
+      "stablehlo.return"(%63) : (tensor<f32>) -> () loc(#loc18)
     }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 2, 1>, window_strides = array<i64: 1, 1, 2, 1>} : (tensor<2x8x2x2xf32>, tensor<f32>) -> tensor<2x8x1x2xf32> loc(#loc18)
-    %52 = "stablehlo.constant"() {value = dense<2.000000e+00> : tensor<2x8x1x2xf32>} : () -> tensor<2x8x1x2xf32> loc(#loc18)
-    %53 = "stablehlo.divide"(%51, %52) : (tensor<2x8x1x2xf32>, tensor<2x8x1x2xf32>) -> tensor<2x8x1x2xf32> loc(#loc18)
-    %54 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc18)
-    %55 = "stablehlo.reduce_window"(%53, %54) ({
+    %53 = "stablehlo.constant"() {value = dense<2.000000e+00> : tensor<2x8x1x2xf32>} : () -> tensor<2x8x1x2xf32> loc(#loc18)
+    %54 = "stablehlo.divide"(%52, %53) : (tensor<2x8x1x2xf32>, tensor<2x8x1x2xf32>) -> tensor<2x8x1x2xf32> loc(#loc18)
+    %55 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc18)
+    %56 = "stablehlo.reduce_window"(%54, %55) ({
     ^bb0(%arg21: tensor<f32> loc("adaptive_avg_pool2d"(#loc4)), %arg22: tensor<f32> loc("adaptive_avg_pool2d"(#loc4))):
-      %62 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc18)
-      "stablehlo.return"(%62) : (tensor<f32>) -> () loc(#loc18)
+      %63 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc18)
+      "stablehlo.return"(%63) : (tensor<f32>) -> () loc(#loc18)
     }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 1, 2>, window_strides = array<i64: 1, 1, 1, 2>} : (tensor<2x8x1x2xf32>, tensor<f32>) -> tensor<2x8x1x1xf32> loc(#loc18)
-    %56 = "stablehlo.constant"() {value = dense<2.000000e+00> : tensor<2x8x1x1xf32>} : () -> tensor<2x8x1x1xf32> loc(#loc18)
-    %57 = "stablehlo.divide"(%55, %56) : (tensor<2x8x1x1xf32>, tensor<2x8x1x1xf32>) -> tensor<2x8x1x1xf32> loc(#loc18)
-    %58 = "stablehlo.reshape"(%57) : (tensor<2x8x1x1xf32>) -> tensor<2x8xf32> loc(#loc19)
-    %59 = "stablehlo.dot_general"(%58, %arg9) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<2x8xf32>, tensor<10x8xf32>) -> tensor<2x10xf32> loc(#loc20)
-    %60 = "stablehlo.broadcast_in_dim"(%arg10) {broadcast_dimensions = array<i64: 1>} : (tensor<10xf32>) -> tensor<2x10xf32> loc(#loc20)
-    %61 = "stablehlo.add"(%59, %60) : (tensor<2x10xf32>, tensor<2x10xf32>) -> tensor<2x10xf32> loc(#loc20)
-    return %61 : tensor<2x10xf32> loc(#loc)
+    %57 = "stablehlo.constant"() {value = dense<2.000000e+00> : tensor<2x8x1x1xf32>} : () -> tensor<2x8x1x1xf32> loc(#loc18)
+    %58 = "stablehlo.divide"(%56, %57) : (tensor<2x8x1x1xf32>, tensor<2x8x1x1xf32>) -> tensor<2x8x1x1xf32> loc(#loc18)
+    %59 = "stablehlo.reshape"(%58) : (tensor<2x8x1x1xf32>) -> tensor<2x8xf32> loc(#loc19)
+    %60 = "stablehlo.dot_general"(%59, %arg9) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<2x8xf32>, tensor<10x8xf32>) -> tensor<2x10xf32> loc(#loc20)
+    %61 = "stablehlo.broadcast_in_dim"(%arg10) {broadcast_dimensions = array<i64: 1>} : (tensor<10xf32>) -> tensor<2x10xf32> loc(#loc20)
+    %62 = "stablehlo.add"(%60, %61) : (tensor<2x10xf32>, tensor<2x10xf32>) -> tensor<2x10xf32> loc(#loc20)
+    return %62 : tensor<2x10xf32> loc(#loc)
   } loc(#loc)
 } loc(#loc)
 #loc2 = loc("/work/main/tools/gen_lowering.py":108:0)

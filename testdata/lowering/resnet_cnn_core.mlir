@@ -23,8 +23,8 @@ module {
     %14 = "stablehlo.constant"() {value = dense<0xFF800000> : tensor<f32>} : () -> tensor<f32> loc(#loc9)
     %15 = "stablehlo.reduce_window"(%13, %14) ({
     ^bb0(%arg21: tensor<f32> loc("max_pool2d_with_indices"(#loc1)), %arg22: tensor<f32> loc("max_pool2d_with_indices"(#loc1))):
-      %60 = "stablehlo.maximum"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc9)
-      "stablehlo.return"(%60) : (tensor<f32>) -> () loc(#loc9)
+      %61 = "stablehlo.maximum"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc9)
+      "stablehlo.return"(%61) : (tensor<f32>) -> () loc(#loc9)
     }) {padding = dense<[[0, 0], [0, 0], [1, 1], [1, 1]]> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 3, 3>, window_strides = array<i64: 1, 1, 2, 2>} : (tensor<2x8x8x8xf32>, tensor<f32>) -> tensor<2x8x4x4xf32> loc(#loc9)
     %16 = "stablehlo.convolution"(%15, %arg3) {batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>, feature_group_count = 1 : i64, lhs_dilation = array<i64: 1, 1>, padding = dense<1> : tensor<2x2xi64>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>], rhs_dilation = array<i64: 1, 1>, window_strides = array<i64: 1, 1>} : (tensor<2x8x4x4xf32>, tensor<8x8x3x3xf32>) -> tensor<2x8x4x4xf32> loc(#loc10)
     %17 = "stablehlo.constant"() {value = dense<9.99999974E-6> : tensor<8xf32>} : () -> tensor<8xf32> loc(#loc11)
@@ -58,31 +58,32 @@ module {
     %45 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc17)
     %46 = "stablehlo.reduce_window"(%44, %45) ({
     ^bb0(%arg21: tensor<f32> loc("avg_pool2d"(#loc4)), %arg22: tensor<f32> loc("avg_pool2d"(#loc4))):
-      %60 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc17)
-      "stablehlo.return"(%60) : (tensor<f32>) -> () loc(#loc17)
+      %61 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc17)
+      "stablehlo.return"(%61) : (tensor<f32>) -> () loc(#loc17)
     }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 2, 2>, window_strides = array<i64: 1, 1, 2, 2>} : (tensor<2x8x4x4xf32>, tensor<f32>) -> tensor<2x8x2x2xf32> loc(#loc17)
-    %47 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<2x8x4x4xf32>} : () -> tensor<2x8x4x4xf32> loc(#loc17)
-    %48 = "stablehlo.reduce_window"(%47, %45) ({
+    %47 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc17)
+    %48 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<2x8x4x4xf32>} : () -> tensor<2x8x4x4xf32> loc(#loc17)
+    %49 = "stablehlo.reduce_window"(%48, %47) ({
     ^bb0(%arg21: tensor<f32> loc("avg_pool2d"(#loc4)), %arg22: tensor<f32> loc("avg_pool2d"(#loc4))):
-      %60 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc17)
-      "stablehlo.return"(%60) : (tensor<f32>) -> () loc(#loc17)
+      %61 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc17)
+      "stablehlo.return"(%61) : (tensor<f32>) -> () loc(#loc17)
     }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 2, 2>, window_strides = array<i64: 1, 1, 2, 2>} : (tensor<2x8x4x4xf32>, tensor<f32>) -> tensor<2x8x2x2xf32> loc(#loc17)
-    %49 = "stablehlo.divide"(%46, %48) : (tensor<2x8x2x2xf32>, tensor<2x8x2x2xf32>) -> tensor<2x8x2x2xf32> loc(#loc17)
-    %50 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc18)
-    %51 = "stablehlo.reduce"(%49, %50) ({
+    %50 = "stablehlo.divide"(%46, %49) : (tensor<2x8x2x2xf32>, tensor<2x8x2x2xf32>) -> tensor<2x8x2x2xf32> loc(#loc17)
+    %51 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc18)
+    %52 = "stablehlo.reduce"(%50, %51) ({
     ^bb0(%arg21: tensor<f32> loc("mean"(#loc4)), %arg22: tensor<f32> loc("mean"(#loc4))):
-      %60 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc18)
-      "stablehlo.return"(%60) : (tensor<f32>) -> () loc(#loc18)
+      %61 = "stablehlo.add"(%arg21, %arg22) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc18)
+      "stablehlo.return"(%61) : (tensor<f32>) -> () loc(#loc18)
     }) {dimensions = array<i64: 2, 3>} : (tensor<2x8x2x2xf32>, tensor<f32>) -> tensor<2x8xf32> loc(#loc18)
-    %52 = "stablehlo.reshape"(%51) : (tensor<2x8xf32>) -> tensor<2x8x1x1xf32> loc(#loc18)
-    %53 = "stablehlo.constant"() {value = dense<4.000000e+00> : tensor<2x8x1x1xf32>} : () -> tensor<2x8x1x1xf32> loc(#loc18)
-    %54 = "stablehlo.divide"(%52, %53) : (tensor<2x8x1x1xf32>, tensor<2x8x1x1xf32>) -> tensor<2x8x1x1xf32> loc(#loc18)
-    %55 = "stablehlo.reshape"(%54) : (tensor<2x8x1x1xf32>) -> tensor<2x8xf32> loc(#loc19)
-    %56 = "stablehlo.transpose"(%arg9) {permutation = array<i64: 1, 0>} : (tensor<10x8xf32>) -> tensor<8x10xf32> loc(#loc20)
-    %57 = "stablehlo.dot_general"(%55, %56) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<2x8xf32>, tensor<8x10xf32>) -> tensor<2x10xf32> loc(#loc21)
-    %58 = "stablehlo.broadcast_in_dim"(%arg10) {broadcast_dimensions = array<i64: 1>} : (tensor<10xf32>) -> tensor<2x10xf32> loc(#loc21)
-    %59 = "stablehlo.add"(%57, %58) : (tensor<2x10xf32>, tensor<2x10xf32>) -> tensor<2x10xf32> loc(#loc21)
-    return %59 : tensor<2x10xf32> loc(#loc)
+    %53 = "stablehlo.reshape"(%52) : (tensor<2x8xf32>) -> tensor<2x8x1x1xf32> loc(#loc18)
+    %54 = "stablehlo.constant"() {value = dense<4.000000e+00> : tensor<2x8x1x1xf32>} : () -> tensor<2x8x1x1xf32> loc(#loc18)
+    %55 = "stablehlo.divide"(%53, %54) : (tensor<2x8x1x1xf32>, tensor<2x8x1x1xf32>) -> tensor<2x8x1x1xf32> loc(#loc18)
+    %56 = "stablehlo.reshape"(%55) : (tensor<2x8x1x1xf32>) -> tensor<2x8xf32> loc(#loc19)
+    %57 = "stablehlo.transpose"(%arg9) {permutation = array<i64: 1, 0>} : (tensor<10x8xf32>) -> tensor<8x10xf32> loc(#loc20)
+    %58 = "stablehlo.dot_general"(%56, %57) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<2x8xf32>, tensor<8x10xf32>) -> tensor<2x10xf32> loc(#loc21)
+    %59 = "stablehlo.broadcast_in_dim"(%arg10) {broadcast_dimensions = array<i64: 1>} : (tensor<10xf32>) -> tensor<2x10xf32> loc(#loc21)
+    %60 = "stablehlo.add"(%58, %59) : (tensor<2x10xf32>, tensor<2x10xf32>) -> tensor<2x10xf32> loc(#loc21)
+    return %60 : tensor<2x10xf32> loc(#loc)
   } loc(#loc)
 } loc(#loc)
 #loc2 = loc("/work/main/tools/gen_lowering.py":108:0)

@@ -139,6 +139,10 @@ enum Command {
         /// Precision of f32 matmuls and convolutions.
         #[arg(long, value_enum, default_value_t = MatmulPrecision::Highest)]
         matmul_precision: MatmulPrecision,
+        /// Seed of the model's random ops (rand, dropout, ...): the same seed gives the same
+        /// numbers (see docs/random.md).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
         /// Reference outputs (.npz, e.g. torch eager results) to compare with; exit status 1
         /// when an output is outside the tolerance.
         #[arg(long, value_name = "NPZ")]
@@ -247,6 +251,7 @@ fn run() -> Result<()> {
             plugin,
             devices,
             matmul_precision,
+            seed,
             expect,
             rtol,
             atol,
@@ -254,6 +259,7 @@ fn run() -> Result<()> {
             let options = RunOptions {
                 plugin,
                 devices,
+                seed,
                 lower: LowerOptions {
                     weights: WeightsMode::Args,
                     precision: matmul_precision.into(),

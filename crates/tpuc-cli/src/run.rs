@@ -25,6 +25,8 @@ pub struct RunOptions {
     pub plugin: Option<String>,
     /// Devices to run on, data-parallel when more than one.
     pub devices: usize,
+    /// Seed of the model's random ops.
+    pub seed: u64,
     /// Lowering options for `.pt2` / `.fx` models (weights are always arguments).
     pub lower: LowerOptions,
 }
@@ -34,6 +36,7 @@ impl Default for RunOptions {
         RunOptions {
             plugin: None,
             devices: 1,
+            seed: 0,
             lower: LowerOptions::default(),
         }
     }
@@ -68,6 +71,8 @@ pub struct Runner {
     slots: Vec<Slot>,
     /// `weights[device][i]`.
     weights: Vec<Vec<Buffer>>,
+    /// Per device, the seed of the random ops, when the model has any.
+    seeds: Vec<Buffer>,
     inputs: Vec<InputSpec>,
     /// Indices of the results that are user outputs (not buffer mutations).
     user_outputs: Vec<usize>,
@@ -78,6 +83,7 @@ pub struct Runner {
 enum Slot {
     Weight(usize),
     Input(usize),
+    Seed,
 }
 
 /// Weight bytes of the archive, shared with device buffers.
@@ -188,6 +194,7 @@ impl Runner {
                     slots.push(Slot::Weight(weight_names.len()));
                     weight_names.push(name.clone());
                 }
+                ArgRole::RngSeed => slots.push(Slot::Seed),
                 ArgRole::UserInput(name) => {
                     slots.push(Slot::Input(inputs.len()));
                     inputs.push(InputSpec {
@@ -263,7 +270,7 @@ impl Runner {
             .zip(&arg_types)
             .filter_map(|(role, ty)| match role {
                 ArgRole::Weight(name) => Some((name, ty)),
-                ArgRole::UserInput(_) => None,
+                ArgRole::UserInput(_) | ArgRole::RngSeed => None,
             })
             .collect();
         let mut weights = Vec::new();
@@ -282,12 +289,24 @@ impl Runner {
             }
             weights.push(on_device);
         }
+        let mut seeds = Vec::new();
+        if slots.iter().any(|s| matches!(s, Slot::Seed)) {
+            let seed = HostTensor::from_bytes(
+                ElementType::U64,
+                &[2],
+                &[options.seed.to_le_bytes(), 0u64.to_le_bytes()].concat(),
+            )?;
+            for device in executable.devices() {
+                seeds.push(client.buffer_from_host(&seed, device)?);
+            }
+        }
         timings.weights = start.elapsed();
         Ok(Runner {
             client,
             executable,
             slots,
             weights,
+            seeds,
             inputs,
             user_outputs,
             timings,
@@ -373,6 +392,7 @@ impl Runner {
                     .map(|slot| match *slot {
                         Slot::Weight(i) => &self.weights[d][i],
                         Slot::Input(i) => &input_buffers[d][i],
+                        Slot::Seed => &self.seeds[d],
                     })
                     .collect()
             })

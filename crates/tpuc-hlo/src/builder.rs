@@ -125,6 +125,19 @@ impl Builder {
         Ok(self.push1(OpKind::Constant(lit), vec![], ty))
     }
 
+    /// A constant tensor of `ty` with these elements, in row-major order.
+    pub fn dense(&mut self, ty: TensorType, values: &[f64]) -> BuildResult<Value> {
+        let bytes: Vec<u8> = values
+            .iter()
+            .flat_map(|&v| scalar_bytes(ty.elem, v))
+            .collect();
+        self.constant(Literal {
+            ty,
+            bytes: bytes.into(),
+            splat: false,
+        })
+    }
+
     /// A tensor of `ty` filled with `value` (converted to the element type as torch would).
     pub fn splat(&mut self, ty: &TensorType, value: f64) -> Value {
         let lit = Literal {
@@ -588,6 +601,8 @@ impl Builder {
             || attrs.lhs_dilation.len() != spatial
             || attrs.rhs_dilation.len() != spatial
             || attrs.groups < 1
+            || attrs.batch_groups < 1
+            || (attrs.groups > 1 && attrs.batch_groups > 1)
         {
             return fail(
                 OP,
@@ -605,7 +620,16 @@ impl Builder {
                 ),
             );
         }
-        let mut shape = vec![tx.shape[0], tw.shape[0]];
+        if tx.shape[0] % attrs.batch_groups != 0 || tw.shape[0] % attrs.batch_groups != 0 {
+            return fail(
+                OP,
+                format!(
+                    "batch {} and {} output channels do not split into {} batch groups",
+                    tx.shape[0], tw.shape[0], attrs.batch_groups
+                ),
+            );
+        }
+        let mut shape = vec![tx.shape[0] / attrs.batch_groups, tw.shape[0]];
         for i in 0..spatial {
             let input = (tx.shape[i + 2] - 1) * attrs.lhs_dilation[i] + 1;
             let padded = input + attrs.padding[i].0 + attrs.padding[i].1;
@@ -852,6 +876,33 @@ impl Builder {
         let types = xs.iter().map(|&x| self.ty(x).clone()).collect();
         Ok(self.push(OpKind::Sort { dim, order }, xs.to_vec(), types))
     }
+
+    // ----- random numbers --------------------------------------------------------------------
+
+    /// Random bits of `shape` (u32 or u64 elements) from a THREE_FRY generator `state`
+    /// (tensor<2xui64>); returns (the next state, the bits).
+    pub fn rng_bit_generator(
+        &mut self,
+        state: Value,
+        shape: &[i64],
+        elem: ElemType,
+    ) -> BuildResult<(Value, Value)> {
+        let ts = self.ty(state).clone();
+        if ts != TensorType::new(vec![2], ElemType::U64)
+            || !matches!(elem, ElemType::U32 | ElemType::U64)
+        {
+            return fail(
+                "stablehlo.rng_bit_generator",
+                format!("state {ts} or bits of {elem:?} unsupported"),
+            );
+        }
+        let out = self.push(
+            OpKind::RngBitGenerator,
+            vec![state],
+            vec![ts, TensorType::new(shape.to_vec(), elem)],
+        );
+        Ok((out[0], out[1]))
+    }
 }
 
 /// The reduction identity of `op` for `elem` (lowest value for max, and so on).
@@ -994,6 +1045,7 @@ mod tests {
             lhs_dilation: vec![1, 1],
             rhs_dilation: vec![1, 1],
             groups: 2,
+            batch_groups: 1,
             precision: Precision::Default,
         };
         let y = b.convolution(x, w, attrs).unwrap();

@@ -400,7 +400,7 @@ impl<'c> Emitter<'c> {
                             format!("#stablehlo.conv<[b, f, {s}]x[o, i, {s}]->[b, f, {s}]>"),
                         ),
                         ("feature_group_count", format!("{} : i64", c.groups)),
-                        ("batch_group_count", "1 : i64".into()),
+                        ("batch_group_count", format!("{} : i64", c.batch_groups)),
                         ("precision_config", precision_attr(c.precision)),
                     ],
                     vec![],
@@ -507,6 +507,14 @@ impl<'c> Emitter<'c> {
                     vec![self.sort_body(*order, &elems, &op.loc)?],
                 )
             }
+            OpKind::RngBitGenerator => (
+                "stablehlo.rng_bit_generator",
+                vec![(
+                    "rng_algorithm",
+                    "#stablehlo<rng_algorithm THREE_FRY>".into(),
+                )],
+                vec![],
+            ),
         })
     }
 

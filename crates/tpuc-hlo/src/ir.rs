@@ -46,6 +46,10 @@ pub enum UnaryOp {
     Asinh,
     Acosh,
     Atanh,
+    Lgamma,
+    Digamma,
+    ErfInv,
+    Erfc,
 }
 
 impl UnaryOp {
@@ -81,6 +85,10 @@ impl UnaryOp {
             Asinh => "chlo.asinh",
             Acosh => "chlo.acosh",
             Atanh => "chlo.atanh",
+            Lgamma => "chlo.lgamma",
+            Digamma => "chlo.digamma",
+            ErfInv => "chlo.erf_inv",
+            Erfc => "chlo.erfc",
         }
     }
 
@@ -219,7 +227,11 @@ pub struct ConvAttrs {
     pub padding: Vec<(i64, i64)>,
     pub lhs_dilation: Vec<i64>,
     pub rhs_dilation: Vec<i64>,
+    /// feature_group_count: input channels split into groups, each with its own kernels.
     pub groups: i64,
+    /// batch_group_count: the input batch split into groups, each producing its share of the
+    /// output channels (how a grouped convolution's kernel gradient is computed).
+    pub batch_groups: i64,
     pub precision: Precision,
 }
 
@@ -315,6 +327,8 @@ pub enum OpKind {
         dim: i64,
         order: SortOrder,
     },
+    /// stablehlo.rng_bit_generator with the THREE_FRY algorithm: (state) -> (next state, bits).
+    RngBitGenerator,
 }
 
 /// Where an op came from: the FX node and, when known, the Python source line.

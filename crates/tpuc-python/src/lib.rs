@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
-use tpuc_hlo::{EmitFormat, LowerOptions, Precision, WeightsMode};
+use tpuc_hlo::{ArgRole, EmitFormat, LowerOptions, Precision, WeightsMode};
 use tpuc_pjrt::{
     Buffer, Client, ClientOptions, CompileOptions, Device, ElementType, Executable, HostBytes,
     Plugin,
@@ -55,6 +55,13 @@ fn lowering_error(e: tpuc_hlo::LowerError) -> PyErr {
 #[pyfunction]
 fn supported_ops() -> Vec<&'static str> {
     tpuc_hlo::lower::supported_ops()
+}
+
+/// Whether tpuc lowers `op` (`aten.relu_.default`, an in-place or `out=` variant of a lowered
+/// op, counts).
+#[pyfunction]
+fn is_supported(op: &str) -> bool {
+    tpuc_hlo::lower::is_supported(op)
 }
 
 /// A client of one PJRT plugin.
@@ -185,6 +192,7 @@ impl Runtime {
                 stablehlo: String::from_utf8_lossy(&module).into_owned(),
                 outputs,
                 num_args: lowered.args.len(),
+                random: lowered.args.last() == Some(&ArgRole::RngSeed),
                 lower_seconds,
                 compile_seconds: start.elapsed().as_secs_f64(),
             })
@@ -234,6 +242,8 @@ struct CompiledGraph {
     /// Element type and shape of each output, known from the lowering.
     outputs: Vec<(ElementType, Vec<i64>)>,
     num_args: usize,
+    /// The last argument is the seed of the graph's random ops.
+    random: bool,
     lower_seconds: f64,
     compile_seconds: f64,
 }
@@ -270,6 +280,12 @@ impl CompiledGraph {
     #[getter]
     fn num_args(&self) -> usize {
         self.num_args
+    }
+
+    /// Whether the graph has random ops: its last argument is then their seed, two uint64.
+    #[getter]
+    fn random(&self) -> bool {
+        self.random
     }
 
     /// Seconds spent lowering to StableHLO and in the plugin's compiler.
@@ -337,6 +353,7 @@ impl CompiledGraph {
 #[pymodule]
 fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(is_supported, m)?)?;
     m.add_class::<Runtime>()?;
     m.add_class::<DeviceBuffer>()?;
     m.add_class::<CompiledGraph>()?;

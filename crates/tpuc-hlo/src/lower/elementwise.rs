@@ -63,7 +63,7 @@ fn true_div(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
     Ok(cx.b.binary(BinaryOp::Div, v[0], v[1])?)
 }
 
-fn floor_div(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
+pub(super) fn floor_div(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
     let elem = promoted(cx, &[a, b])?;
     let v = prepare(cx, &[a, b], elem)?;
     let (x, y) = (v[0], v[1]);
@@ -505,6 +505,84 @@ lowering!(atan2, |cx, n| {
     let v = prepare(cx, &[a, b], elem)?;
     cx.b.binary(BinaryOp::Atan2, v[0], v[1])?
 });
+/// fmax / fmin: like maximum / minimum, but a NaN loses to a number.
+fn nan_ignoring(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    let elem = out_elem(cx, n)?;
+    let v = prepare(cx, &[a, b], elem)?;
+    let r = cx.b.binary(op, v[0], v[1])?;
+    if !elem.is_float() {
+        return Ok(vec![Some(r)]);
+    }
+    let a_nan = cx.b.compare(CompareDir::Ne, v[0], v[0])?;
+    let b_nan = cx.b.compare(CompareDir::Ne, v[1], v[1])?;
+    let r = cx.b.select(b_nan, v[0], r)?;
+    Ok(vec![Some(cx.b.select(a_nan, v[1], r)?)])
+}
+
+/// Whether the sign bit of float `x` is set: negative numbers and -0.0 (1/-0 is -inf).
+fn sign_bit(cx: &mut Ctx, x: Value) -> OpResult<Value> {
+    let zero = cx.full_like(x, 0.0, None);
+    let one = cx.full_like(x, 1.0, None);
+    let negative = cx.b.compare(CompareDir::Lt, x, zero)?;
+    let inverse = cx.b.binary(BinaryOp::Div, one, x)?;
+    let negative_zero = cx.b.compare(CompareDir::Lt, inverse, zero)?;
+    let is_zero = cx.b.compare(CompareDir::Eq, x, zero)?;
+    let negative_zero = cx.b.binary(BinaryOp::And, is_zero, negative_zero)?;
+    Ok(cx.b.binary(BinaryOp::Or, negative, negative_zero)?)
+}
+
+lowering!(signbit, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    let elem = cx.b.elem(x);
+    if elem.is_float() {
+        sign_bit(cx, x)?
+    } else {
+        let zero = cx.full_like(x, 0.0, None);
+        cx.b.compare(CompareDir::Lt, x, zero)?
+    }
+});
+lowering!(copysign, |cx, n| {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    let elem = out_elem(cx, n)?;
+    let v = prepare(cx, &[a, b], elem)?;
+    let magnitude = cx.b.unary(UnaryOp::Abs, v[0])?;
+    let negated = cx.b.unary(UnaryOp::Neg, magnitude)?;
+    let negative = sign_bit(cx, v[1])?;
+    cx.b.select(negative, negated, magnitude)?
+});
+/// digamma with torch's value at 0: -inf (the pole's limit from the right) where CHLO's
+/// expansion gives NaN.
+fn digamma_of(cx: &mut Ctx, x: Value) -> OpResult<Value> {
+    let d = cx.b.unary(UnaryOp::Digamma, x)?;
+    let zero = cx.full_like(x, 0.0, None);
+    let at_zero = cx.b.compare(CompareDir::Eq, x, zero)?;
+    let minus_inf = cx.full_like(x, f64::NEG_INFINITY, None);
+    Ok(cx.b.select(at_zero, minus_inf, d)?)
+}
+
+lowering!(digamma, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    let elem = out_elem(cx, n)?;
+    let x = cx.b.convert(x, elem);
+    digamma_of(cx, x)?
+});
+lowering!(exp2, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    let elem = out_elem(cx, n)?;
+    let x = cx.b.convert(x, elem);
+    let two = cx.full_like(x, 2.0, None);
+    cx.b.binary(BinaryOp::Pow, two, x)?
+});
+lowering!(ldexp, |cx, n| {
+    // self * 2^other, in the output's (float) type.
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    let elem = out_elem(cx, n)?;
+    let v = prepare(cx, &[a, b], elem)?;
+    let two = cx.full_like(v[1], 2.0, None);
+    let scale = cx.b.binary(BinaryOp::Pow, two, v[1])?;
+    cx.b.binary(BinaryOp::Mul, v[0], scale)?
+});
 lowering!(neg, |cx, n| {
     let x = cx.tensor(n, "self")?;
     cx.b.unary(UnaryOp::Neg, x)?
@@ -636,6 +714,17 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.maximum.default"], maximum);
     r.add(&["aten.minimum.default"], minimum);
     r.add(&["aten.atan2.default"], atan2);
+    r.add(&["aten.fmax.default"], |cx, n| {
+        nan_ignoring(cx, n, BinaryOp::Max)
+    });
+    r.add(&["aten.fmin.default"], |cx, n| {
+        nan_ignoring(cx, n, BinaryOp::Min)
+    });
+    r.add(&["aten.signbit.default"], signbit);
+    r.add(&["aten.copysign.Tensor", "aten.copysign.Scalar"], copysign);
+    r.add(&["aten.exp2.default"], exp2);
+    r.add(&["aten.digamma.default"], digamma);
+    r.add(&["aten.ldexp.Tensor"], ldexp);
     for (dir, names) in [
         (CompareDir::Eq, ["aten.eq.Tensor", "aten.eq.Scalar"]),
         (CompareDir::Ne, ["aten.ne.Tensor", "aten.ne.Scalar"]),
@@ -731,6 +820,9 @@ pub fn register(r: &mut Registry) {
         (UnaryOp::Asinh, "aten.asinh.default"),
         (UnaryOp::Acosh, "aten.acosh.default"),
         (UnaryOp::Atanh, "aten.atanh.default"),
+        (UnaryOp::Lgamma, "aten.lgamma.default"),
+        (UnaryOp::ErfInv, "aten.erfinv.default"),
+        (UnaryOp::Erfc, "aten.erfc.default"),
     ] {
         r.add(&[name], move |cx, n| unary_in_out_type(cx, n, op));
     }

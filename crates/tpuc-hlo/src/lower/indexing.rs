@@ -4,6 +4,7 @@
 use tpuc_fx::Node;
 
 use super::*;
+use crate::builder::reduction_identity;
 
 /// Wraps negative indices (`i < 0` -> `i + size`), as torch's indexing does.
 fn wrap_negative(cx: &mut Ctx, idx: Value, size: i64) -> OpResult<Value> {
@@ -16,7 +17,7 @@ fn wrap_negative(cx: &mut Ctx, idx: Value, size: i64) -> OpResult<Value> {
 }
 
 /// Takes whole slices of `x` along `dim` at `idx` (any shape); the index dims replace `dim`.
-fn take_along(cx: &mut Ctx, x: Value, dim: usize, idx: Value) -> OpResult<Value> {
+pub(super) fn take_along(cx: &mut Ctx, x: Value, dim: usize, idx: Value) -> OpResult<Value> {
     let shape = cx.b.shape(x).to_vec();
     let ishape = cx.b.shape(idx).to_vec();
     let idx = cx.b.convert(idx, ElemType::I64);
@@ -180,26 +181,177 @@ fn triangle_indices(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         ));
     }
     let values: Vec<f64> = row_ids.iter().chain(&col_ids).map(|&v| v as f64).collect();
-    let bytes: Vec<u8> = values
-        .iter()
-        .flat_map(|&v| crate::builder::scalar_bytes(out.elem, v))
-        .collect();
-    let literal = Literal {
-        ty: out,
-        bytes: bytes.into(),
-        splat: false,
-    };
-    Ok(vec![Some(cx.b.constant(literal)?)])
+    Ok(vec![Some(cx.b.dense(out, &values)?)])
 }
 
-/// torch's scatter along `dim`: `x[i][index[i][j]] = src[i][j]` (for dim 1), the update
-/// combined with the element there by `mode`. Each element of `index` addresses one element.
-fn scatter_along(
+/// The elements of `x`, in its row-major order, at the flat positions `indices` (a constant),
+/// shaped `shape`.
+pub(super) fn take_flat(cx: &mut Ctx, x: Value, indices: &[i64], shape: &[i64]) -> OpResult<Value> {
+    let numel = cx.b.ty(x).numel();
+    if let Some(bad) = indices.iter().find(|&&i| i < 0 || i >= numel) {
+        return err(format!(
+            "position {bad} is outside the input's {numel} elements"
+        ));
+    }
+    let flat = cx.b.reshape(x, &[numel])?;
+    let values: Vec<f64> = indices.iter().map(|&i| i as f64).collect();
+    let idx =
+        cx.b.dense(TensorType::new(shape.to_vec(), ElemType::I64), &values)?;
+    take_along(cx, flat, 0, idx)
+}
+
+/// `x` with the elements at the flat (row-major) positions `positions` (a constant) replaced by
+/// `values`, taken in row-major order.
+pub(super) fn put_flat(
+    cx: &mut Ctx,
+    x: Value,
+    positions: &[i64],
+    values: Value,
+) -> OpResult<Value> {
+    let shape = cx.b.shape(x).to_vec();
+    let numel = cx.b.ty(x).numel();
+    let count = positions.len() as i64;
+    if count == 0 {
+        return Ok(x);
+    }
+    let flat = cx.b.reshape(x, &[numel])?;
+    let values = cx.b.convert(values, cx.b.elem(x));
+    let values = cx.b.reshape(values, &[count])?;
+    let index: Vec<f64> = positions.iter().map(|&p| p as f64).collect();
+    let index =
+        cx.b.dense(TensorType::new(vec![count], ElemType::I64), &index)?;
+    let put = scatter_into(cx, flat, 0, index, values, ScatterMode::Replace)?;
+    Ok(cx.b.reshape(put, &shape)?)
+}
+
+/// nonzero_static(self, size, fill_value): the coordinates of the first `size` nonzero
+/// elements (row-major), one row each, the remaining rows filled with `fill_value`.
+fn nonzero_static(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let size = cx.int(n, "size", None)?;
+    let fill = cx.int(n, "fill_value", Some(-1))?;
+    let out = cx.out_type(n, 0)?;
+    let shape = cx.b.shape(x).to_vec();
+    let rank = shape.len() as i64;
+    let numel = cx.b.ty(x).numel();
+    let filled = cx.b.splat(
+        &TensorType::new(vec![size + 1, rank], ElemType::I64),
+        fill as f64,
+    );
+    if numel == 0 || size == 0 {
+        let empty = cx.b.slice(filled, &[0, 0], &[size, rank], &[1, 1])?;
+        return Ok(vec![Some(cx.b.convert(empty, out.elem))]);
+    }
+    let flat = cx.b.reshape(x, &[numel])?;
+    let zero = cx.full_like(flat, 0.0, None);
+    let set = cx.b.compare(CompareDir::Ne, flat, zero)?;
+    let ones = cx.b.convert(set, ElemType::I64);
+    let start = cx.b.scalar(ElemType::I64, 0.0);
+    let running = cx.b.reduce_window(
+        ones,
+        start,
+        &[numel],
+        &[1],
+        &[(numel - 1, 0)],
+        BinaryOp::Add,
+    )?;
+    let one = cx.full_like(running, 1.0, None);
+    let row = cx.b.binary(BinaryOp::Sub, running, one)?;
+    // Unset elements, and set ones past `size`, go to the spare last row, cut off below.
+    let spare = cx.full_like(row, size as f64, None);
+    let row = cx.b.binary(BinaryOp::Min, row, spare)?;
+    let row = cx.b.select(set, row, spare)?;
+    // Coordinates of every flat position: [numel, rank].
+    let coordinates: Vec<f64> = (0..numel)
+        .flat_map(|p| {
+            let mut rest = p;
+            let mut c = vec![0.0; shape.len()];
+            for d in (0..shape.len()).rev() {
+                c[d] = (rest % shape[d]) as f64;
+                rest /= shape[d];
+            }
+            c
+        })
+        .collect();
+    let coordinates = cx.b.dense(
+        TensorType::new(vec![numel, rank], ElemType::I64),
+        &coordinates,
+    )?;
+    let dims = ScatterDims {
+        update_window_dims: vec![1],
+        inserted_window_dims: vec![0],
+        input_batching_dims: vec![],
+        scatter_indices_batching_dims: vec![],
+        scatter_dims_to_operand_dims: vec![0],
+        index_vector_dim: 1,
+    };
+    let row = cx.b.reshape(row, &[numel, 1])?;
+    let scattered =
+        cx.b.scatter(filled, row, coordinates, dims, ScatterMode::Replace)?;
+    let rows = cx.b.slice(scattered, &[0, 0], &[size, rank], &[1, 1])?;
+    Ok(vec![Some(cx.b.convert(rows, out.elem))])
+}
+
+/// The flat positions of a strided view: `offset + sum(i_k * stride_k)` over every index of
+/// `size`, in row-major order.
+pub(super) fn strided_positions(size: &[i64], stride: &[i64], offset: i64) -> Vec<i64> {
+    let mut out = vec![offset];
+    for (&n, &s) in size.iter().zip(stride) {
+        out = out
+            .iter()
+            .flat_map(|&base| (0..n).map(move |i| base + i * s))
+            .collect();
+    }
+    out
+}
+
+/// masked_scatter: the positions where `mask` is set take consecutive elements of `source`
+/// (in row-major order); the others keep `self`.
+fn masked_scatter(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let mask = cx.tensor(n, "mask")?;
+    let source = cx.tensor(n, "source")?;
+    let [x, mask] = cx.broadcast_all(&[x, mask])?[..] else {
+        unreachable!("two values in, two out")
+    };
+    Ok(vec![Some(scatter_masked(cx, x, mask, source)?)])
+}
+
+/// `x` with the positions where `mask` (x's shape) is set replaced, in row-major order, by
+/// consecutive elements of `source`.
+fn scatter_masked(cx: &mut Ctx, x: Value, mask: Value, source: Value) -> OpResult<Value> {
+    let shape = cx.b.shape(x).to_vec();
+    let numel = cx.b.ty(x).numel();
+    let source_numel = cx.b.ty(source).numel();
+    if numel == 0 || source_numel == 0 {
+        return Ok(x);
+    }
+    // The k-th set position takes source[k]: k is the running count of set positions before it.
+    let flat_mask = cx.b.reshape(mask, &[numel])?;
+    let ones = cx.b.convert(flat_mask, ElemType::I64);
+    let zero = cx.b.scalar(ElemType::I64, 0.0);
+    let running =
+        cx.b.reduce_window(ones, zero, &[numel], &[1], &[(numel - 1, 0)], BinaryOp::Add)?;
+    let one = cx.full_like(running, 1.0, None);
+    let k = cx.b.binary(BinaryOp::Sub, running, one)?;
+    // Unset positions may point past the source; clamp (their gathered value is discarded).
+    let lo = cx.full_like(k, 0.0, None);
+    let hi = cx.full_like(k, (source_numel - 1) as f64, None);
+    let k = cx.b.clamp(lo, k, hi)?;
+    let flat_source = cx.b.reshape(source, &[source_numel])?;
+    let taken = take_along(cx, flat_source, 0, k)?;
+    let taken = cx.b.reshape(taken, &shape)?;
+    let taken = cx.b.convert(taken, cx.b.elem(x));
+    Ok(cx.b.select(mask, taken, x)?)
+}
+
+/// The operands of torch's scatter ops: (self, dim, index, updates), the updates being the
+/// index-shaped leading part of `src` in self's type, or `value` everywhere when `src` is None.
+fn scatter_operands(
     cx: &mut Ctx,
     n: &Node,
     src: Option<Value>,
-    mode: ScatterMode,
-) -> OpResult<Vec<Option<Value>>> {
+) -> OpResult<(Value, usize, Value, Value)> {
     let x = cx.tensor(n, "self")?;
     let index = cx.tensor(n, "index")?;
     let rank = cx.b.ty(x).rank();
@@ -214,17 +366,41 @@ fn scatter_along(
     let elem = cx.b.elem(x);
     let updates = match src {
         Some(src) => {
-            // Only the leading index-shaped part of src is scattered.
-            let zeros = vec![0; rank];
-            let ones = vec![1; rank];
             let src = cx.b.convert(src, elem);
-            cx.b.slice(src, &zeros, &index_shape, &ones)?
+            cx.b.slice(src, &vec![0; rank], &index_shape, &vec![1; rank])?
         }
         None => {
             let value = cx.float(n, "value", None)?;
-            cx.b.splat(&TensorType::new(index_shape.clone(), elem), value)
+            cx.b.splat(&TensorType::new(index_shape, elem), value)
         }
     };
+    Ok((x, dim, index, updates))
+}
+
+/// torch's scatter along `dim`: `x[i][index[i][j]] = src[i][j]` (for dim 1), the update
+/// combined with the element there by `mode`. Each element of `index` addresses one element.
+fn scatter_along(
+    cx: &mut Ctx,
+    n: &Node,
+    src: Option<Value>,
+    mode: ScatterMode,
+) -> OpResult<Vec<Option<Value>>> {
+    let (x, dim, index, updates) = scatter_operands(cx, n, src)?;
+    scatter_into(cx, x, dim, index, updates, mode).map(|v| vec![Some(v)])
+}
+
+/// Scatters `updates` into `x` along `dim` at `index` (both shaped alike, of x's rank):
+/// `x[i][index[i][j]] op= updates[i][j]` for dim 1.
+pub(super) fn scatter_into(
+    cx: &mut Ctx,
+    x: Value,
+    dim: usize,
+    index: Value,
+    updates: Value,
+    mode: ScatterMode,
+) -> OpResult<Value> {
+    let rank = cx.b.ty(x).rank();
+    let index_shape = cx.b.shape(index).to_vec();
     let size = cx.b.shape(x)[dim];
     let index = wrap_negative(cx, index, size)?;
     // Full coordinates of each update: its own position, with `index` along `dim`.
@@ -252,23 +428,18 @@ fn scatter_along(
         scatter_dims_to_operand_dims: all,
         index_vector_dim: rank as i64,
     };
-    Ok(vec![Some(cx.b.scatter(
-        x,
-        coordinates,
-        updates,
-        dims,
-        mode,
-    )?)])
+    Ok(cx.b.scatter(x, coordinates, updates, dims, mode)?)
 }
 
+/// scatter_reduce(self, dim, index, src, reduce, include_self): sum, prod, mean, amax, amin.
+/// Without include_self, the positions that receive updates start from the reduction's identity
+/// instead of their own value; mean divides by the number of values combined there.
 fn scatter_reduce(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let src = cx.tensor(n, "src")?;
     let reduce = cx.opt_str(n, "reduce")?.unwrap_or("sum");
-    if !cx.bool(n, "include_self", true)? {
-        return err("not supported: scatter_reduce with include_self=False");
-    }
+    let include_self = cx.bool(n, "include_self", true)?;
     let op = match reduce {
-        "sum" => BinaryOp::Add,
+        "sum" | "mean" => BinaryOp::Add,
         "prod" => BinaryOp::Mul,
         "amax" => BinaryOp::Max,
         "amin" => BinaryOp::Min,
@@ -278,7 +449,47 @@ fn scatter_reduce(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             ))
         }
     };
-    scatter_along(cx, n, Some(src), ScatterMode::Combine(op))
+    let (x, dim, index, updates) = scatter_operands(cx, n, Some(src))?;
+    let shape = cx.b.shape(x).to_vec();
+    let index_shape = cx.b.shape(index).to_vec();
+    let elem = cx.b.elem(x);
+    // How many updates each position receives.
+    let zeros =
+        cx.b.splat(&TensorType::new(shape.clone(), ElemType::I64), 0.0);
+    let ones =
+        cx.b.splat(&TensorType::new(index_shape, ElemType::I64), 1.0);
+    let counts = scatter_into(
+        cx,
+        zeros,
+        dim,
+        index,
+        ones,
+        ScatterMode::Combine(BinaryOp::Add),
+    )?;
+    let none = cx.full_like(counts, 0.0, None);
+    let touched = cx.b.compare(CompareDir::Gt, counts, none)?;
+    let base = if include_self {
+        x
+    } else {
+        let identity = cx.full_like(x, reduction_identity(op, elem), None);
+        cx.b.select(touched, identity, x)?
+    };
+    let combined = scatter_into(cx, base, dim, index, updates, ScatterMode::Combine(op))?;
+    if reduce != "mean" {
+        return Ok(vec![Some(combined)]);
+    }
+    let extra = cx.full_like(counts, f64::from(u8::from(include_self)), None);
+    let divisor = cx.b.binary(BinaryOp::Add, counts, extra)?;
+    let one = cx.full_like(divisor, 1.0, None);
+    let divisor = cx.b.binary(BinaryOp::Max, divisor, one)?;
+    let divisor = cx.b.convert(divisor, elem);
+    // Integer means round down, as torch's floor division does.
+    let mean = if elem.is_float() {
+        cx.b.binary(BinaryOp::Div, combined, divisor)?
+    } else {
+        super::elementwise::floor_div(cx, Operand::Tensor(combined), Operand::Tensor(divisor))?
+    };
+    Ok(vec![Some(cx.b.select(touched, mean, x)?)])
 }
 
 fn index_select(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
@@ -413,10 +624,59 @@ fn index(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 /// `x[indices] = values` (or `+=` with accumulate), as a scatter.
+/// `x[mask] = values` (or `+=`) for a boolean mask over x's leading dims: one value per
+/// selected row when `values` broadcasts to a row, else consecutive rows of `values`.
+fn index_put_mask(
+    cx: &mut Ctx,
+    x: Value,
+    mask: Value,
+    values: Value,
+    accumulate: bool,
+) -> OpResult<Value> {
+    let shape = cx.b.shape(x).to_vec();
+    let mask_shape = cx.b.shape(mask).to_vec();
+    let k = mask_shape.len();
+    if k > shape.len() || shape[..k] != mask_shape[..] {
+        return err(format!(
+            "not supported: a boolean mask of shape {mask_shape:?} indexing a tensor of shape {shape:?}"
+        ));
+    }
+    let full =
+        cx.b.broadcast_in_dim(mask, &shape, &(0..k as i64).collect::<Vec<_>>())?;
+    let values = cx.b.convert(values, cx.b.elem(x));
+    let base = if accumulate {
+        cx.full_like(x, 0.0, None)
+    } else {
+        x
+    };
+    let vshape = cx.b.shape(values).to_vec();
+    let placed = if broadcast_shapes(&vshape, &shape[k..]).as_deref() == Some(&shape[k..]) {
+        let v = cx.b.broadcast_to(values, &shape)?;
+        cx.b.select(full, v, base)?
+    } else if vshape.len() == shape.len() - k + 1 && vshape[1..] == shape[k..] {
+        scatter_masked(cx, base, full, values)?
+    } else {
+        return err(format!(
+            "values of shape {vshape:?} do not fit rows of shape {:?}",
+            &shape[k..]
+        ));
+    };
+    Ok(if accumulate {
+        cx.b.binary(BinaryOp::Add, x, placed)?
+    } else {
+        placed
+    })
+}
+
 fn index_put(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let values = cx.tensor(n, "values")?;
     let accumulate = cx.bool(n, "accumulate", false)?;
+    if let [Some(mask)] = cx.opt_tensors(n, "indices")?[..] {
+        if cx.b.elem(mask).is_bool() {
+            return Ok(vec![Some(index_put_mask(cx, x, mask, values, accumulate)?)]);
+        }
+    }
     let Some(layout) = index_layout(cx, n, x)? else {
         let shape = cx.b.shape(x).to_vec();
         let values = cx.b.convert(values, cx.b.elem(x));
@@ -497,4 +757,6 @@ pub fn register(r: &mut Registry) {
         scatter_along(cx, n, Some(src), ScatterMode::Combine(BinaryOp::Add))
     });
     r.add(&["aten.scatter_reduce.two"], scatter_reduce);
+    r.add(&["aten.masked_scatter.default"], masked_scatter);
+    r.add(&["aten.nonzero_static.default"], nonzero_static);
 }

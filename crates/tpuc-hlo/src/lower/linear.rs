@@ -134,19 +134,29 @@ fn scaled(cx: &mut Ctx, v: Value, factor: f64) -> OpResult<Value> {
     Ok(cx.b.binary(BinaryOp::Mul, v, f)?)
 }
 
-fn addmm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+/// `beta * self + alpha * (lhs . rhs)` for the product `dims` describe: addmm (mat1 @ mat2),
+/// addmv (mat @ vec), baddbmm (batched) and addbmm (batched, summed over the batch).
+fn add_product(
+    cx: &mut Ctx,
+    n: &Node,
+    names: [&str; 2],
+    dims: impl Fn(usize, usize) -> DotDims,
+) -> OpResult<Vec<Option<Value>>> {
     let mut operands = [
-        cx.tensor(n, "mat1")?,
-        cx.tensor(n, "mat2")?,
+        cx.tensor(n, names[0])?,
+        cx.tensor(n, names[1])?,
         cx.tensor(n, "self")?,
     ];
     let beta = cx.float(n, "beta", Some(1.0))?;
     let alpha = cx.float(n, "alpha", Some(1.0))?;
     let half = widened(cx, &mut operands);
     let [a, b, bias] = operands;
-    let prod = batched_matmul(cx, a, b)?;
+    let (ra, rb) = (cx.b.ty(a).rank(), cx.b.ty(b).rank());
+    let p = precision(cx, cx.b.elem(a));
+    let prod = cx.b.dot_general(a, b, dims(ra, rb), p)?;
     let prod = scaled(cx, prod, alpha)?;
     if beta == 0.0 {
+        // torch ignores self (even NaN in it) when beta is 0.
         return Ok(vec![Some(narrowed(cx, prod, half))]);
     }
     let shape = cx.b.shape(prod).to_vec();
@@ -154,6 +164,18 @@ fn addmm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let bias = scaled(cx, bias, beta)?;
     let sum = cx.b.binary(BinaryOp::Add, prod, bias)?;
     Ok(vec![Some(narrowed(cx, sum, half))])
+}
+
+/// Contracts the last dim of the left operand with dim `rhs_contracting` of the right one,
+/// over `batch` leading batch dims.
+fn contract_last(batch: usize, ra: usize, rhs_contracting: usize) -> DotDims {
+    let b: Vec<i64> = (0..batch as i64).collect();
+    DotDims {
+        lhs_batch: b.clone(),
+        rhs_batch: b,
+        lhs_contracting: vec![ra as i64 - 1],
+        rhs_contracting: vec![rhs_contracting as i64],
+    }
 }
 
 fn mm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
@@ -260,7 +282,23 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 
 pub fn register(r: &mut Registry) {
     r.add(&["aten.linear.default"], linear);
-    r.add(&["aten.addmm.default"], addmm);
+    r.add(&["aten.addmm.default"], |cx, n| {
+        add_product(cx, n, ["mat1", "mat2"], |ra, _| contract_last(0, ra, 0))
+    });
+    r.add(&["aten.addmv.default"], |cx, n| {
+        add_product(cx, n, ["mat", "vec"], |ra, _| contract_last(0, ra, 0))
+    });
+    r.add(&["aten.baddbmm.default"], |cx, n| {
+        add_product(cx, n, ["batch1", "batch2"], |ra, _| contract_last(1, ra, 1))
+    });
+    r.add(&["aten.addbmm.default"], |cx, n| {
+        add_product(cx, n, ["batch1", "batch2"], |_, _| DotDims {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contracting: vec![0, 2],
+            rhs_contracting: vec![0, 1],
+        })
+    });
     r.add(&["aten.mm.default", "aten.bmm.default"], mm);
     r.add(&["aten.matmul.default"], matmul);
     r.add(

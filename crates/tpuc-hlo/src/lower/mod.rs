@@ -2,12 +2,16 @@
 //! overload name (`aten.addmm.default`) to its lowering; each op family has its own file.
 
 mod conv;
+mod distance;
 mod elementwise;
 mod indexing;
 mod linear;
 mod norm;
+mod pool;
 mod promote;
+mod random;
 mod reduction;
+mod resample;
 mod sort;
 mod view;
 
@@ -56,6 +60,10 @@ pub enum ArgRole {
     Weight(String),
     /// The n-th user input of the program, by its placeholder name.
     UserInput(String),
+    /// The random-number generator's seed, tensor<2xui64>: the last argument of a program with
+    /// random ops. Each call passes a fresh seed (the torch.compile backend draws it from
+    /// torch's generator; `tpuc run` takes `--seed`). See docs/random.md.
+    RngSeed,
 }
 
 #[derive(Clone, Debug)]
@@ -142,9 +150,13 @@ static REGISTRY: LazyLock<HashMap<&'static str, LowerFn>> = LazyLock::new(|| {
     linear::register(&mut r);
     reduction::register(&mut r);
     conv::register(&mut r);
+    distance::register(&mut r);
     norm::register(&mut r);
+    pool::register(&mut r);
     indexing::register(&mut r);
     sort::register(&mut r);
+    resample::register(&mut r);
+    random::register(&mut r);
     r.0
 });
 
@@ -256,9 +268,10 @@ fn may_alias(target: &str) -> bool {
     VIEWS.contains(&name)
 }
 
-/// Refuses in-place ops whose `self` aliases other tensors of the graph (see [`may_alias`]).
-fn check_in_place(g: &tpuc_fx::Graph, node: &Node) -> Result<(), String> {
-    let Some(Arg::Tensor(target)) = node.arg("self") else {
+/// Refuses in-place ops (and `out=` variants) whose mutated argument `arg` aliases other
+/// tensors of the graph (see [`may_alias`]).
+fn check_in_place(g: &tpuc_fx::Graph, node: &Node, arg: &str) -> Result<(), String> {
+    let Some(Arg::Tensor(target)) = node.arg(arg) else {
         return Ok(());
     };
     let producer = g
@@ -288,18 +301,41 @@ fn check_in_place(g: &tpuc_fx::Graph, node: &Node) -> Result<(), String> {
     Ok(())
 }
 
-/// The lowering of `target`, and whether `target` is the in-place variant of a lowered
-/// functional op (`aten.relu_.default` of `aten.relu.default`). An in-place op is lowered as its
-/// functional op whose result then stands for its `self` argument in later nodes.
-fn lowering(target: &str) -> Option<(&'static LowerFn, bool)> {
+/// How a node's op relates to the lowering that computes it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// The op itself.
+    Functional,
+    /// `aten.relu_.default` of `aten.relu.default`: the result then stands for `self`.
+    InPlace,
+    /// `aten.atan2.out` of `aten.atan2.default` (or `.Tensor`): the result then stands for the
+    /// `out` argument.
+    Out,
+}
+
+/// The lowering of `target`: its own, or that of the functional op it is a variant of.
+fn lowering(target: &str) -> Option<(&'static LowerFn, Variant)> {
     if let Some(f) = REGISTRY.get(target) {
-        return Some((f, false));
+        return Some((f, Variant::Functional));
     }
     let (name, overload) = target.strip_prefix("aten.")?.split_once('.')?;
+    if overload == "out" {
+        return ["default", "Tensor"]
+            .iter()
+            .find_map(|o| REGISTRY.get(format!("aten.{name}.{o}").as_str()))
+            .map(|f| (f, Variant::Out));
+    }
+    // `aten.view_copy.default` and the other `_copy` forms of views compute what the view does.
+    if let Some(f) = name
+        .strip_suffix("_copy")
+        .and_then(|view| REGISTRY.get(format!("aten.{view}.{overload}").as_str()))
+    {
+        return Some((f, Variant::Functional));
+    }
     let functional = name.strip_suffix('_').filter(|f| !f.ends_with('_'))?;
     REGISTRY
         .get(format!("aten.{functional}.{overload}").as_str())
-        .map(|f| (f, true))
+        .map(|f| (f, Variant::InPlace))
 }
 
 /// A call operand that is either a tensor or a Python number.
@@ -314,11 +350,51 @@ pub struct Ctx<'p> {
     pub opts: &'p LowerOptions,
     program: &'p Program,
     values: HashMap<&'p str, Option<Value>>,
+    /// The generator state after the last random op; the seed argument is made at the first.
+    rng_state: Option<Value>,
 }
 
 impl<'p> Ctx<'p> {
     fn named<'n>(&self, n: &'n Node, name: &str) -> Option<&'n Arg> {
         n.arg(name)
+    }
+
+    /// Random bits of `shape` (u32 or u64): the next draw from the program's generator, whose
+    /// state threads through the random ops in graph order.
+    pub fn random_bits(&mut self, shape: &[i64], elem: ElemType) -> OpResult<Value> {
+        let state = match self.rng_state {
+            Some(s) => s,
+            None => self
+                .b
+                .arg(TensorType::new(vec![2], ElemType::U64), ArgAttrs::default()),
+        };
+        let (next, bits) = self.b.rng_bit_generator(state, shape, elem)?;
+        self.rng_state = Some(next);
+        Ok(bits)
+    }
+
+    /// Whether a node reads tensor `name` or the graph returns it.
+    pub fn is_used(&self, name: &str) -> bool {
+        let g = &self.program.graph;
+        g.outputs
+            .iter()
+            .any(|o| matches!(&o.value, OutputValue::Tensor(t) if t == name))
+            || g.nodes.iter().any(|n| {
+                n.inputs.iter().any(|a| match &a.arg {
+                    Arg::Tensor(t) => t == name,
+                    Arg::Tensors(ts) => ts.iter().any(|t| t == name),
+                    Arg::OptionalTensors(ts) => ts.iter().flatten().any(|t| t == name),
+                    _ => false,
+                })
+            })
+    }
+
+    /// Makes `name` stand for `v` in later nodes: how a lowering reports an in-place update of
+    /// one of its arguments.
+    pub fn rebind(&mut self, name: &str, v: Value) {
+        if let Some((&key, _)) = self.values.get_key_value(name) {
+            self.values.insert(key, Some(v));
+        }
     }
 
     pub fn value(&self, name: &str) -> OpResult<Value> {
@@ -505,18 +581,30 @@ impl<'p> Ctx<'p> {
         }
     }
 
-    /// The type torch recorded for output `i` of the node.
+    /// The type torch recorded for output `i` of the node (by its position in the op's
+    /// returns); an error when the graph does not use that output.
     pub fn out_type(&self, n: &Node, i: usize) -> OpResult<TensorType> {
-        let names = n.defined_tensors();
-        let name = names
-            .get(i)
-            .ok_or_else(|| OpError(format!("has no output {i}")))?;
+        self.opt_out_type(n, i)?.ok_or_else(|| {
+            OpError(if i < output_slots(n).len() {
+                format!("output {i} is not used by the graph")
+            } else {
+                format!("has no output {i}")
+            })
+        })
+    }
+
+    /// The type of output `i`, or None when the op has no such output or the graph does not
+    /// use it.
+    pub fn opt_out_type(&self, n: &Node, i: usize) -> OpResult<Option<TensorType>> {
+        let Some(&Some(name)) = output_slots(n).get(i) else {
+            return Ok(None);
+        };
         let meta = self
             .program
             .graph
             .tensor(name)
             .ok_or_else(|| OpError(format!("output {name} has no type")))?;
-        meta_type(meta).map_err(OpError)
+        meta_type(meta).map(Some).map_err(OpError)
     }
 
     pub fn participant(&self, o: Operand) -> Participant {
@@ -589,6 +677,40 @@ pub fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
     Some(out)
 }
 
+/// When every tensor `n` defines has no elements: an empty constant for each (one per output
+/// position). Such nodes need no lowering, and empty shapes trip up some StableHLO ops.
+fn empty_outputs(cx: &mut Ctx, n: &Node) -> OpResult<Option<Vec<Option<Value>>>> {
+    let slots = output_slots(n);
+    let mut types = Vec::with_capacity(slots.len());
+    for i in 0..slots.len() {
+        types.push(cx.opt_out_type(n, i)?);
+    }
+    let used: Vec<&TensorType> = types.iter().flatten().collect();
+    if used.is_empty() || used.iter().any(|t| t.numel() != 0) {
+        return Ok(None);
+    }
+    Ok(Some(
+        types
+            .iter()
+            .map(|t| t.as_ref().map(|t| cx.b.splat(t, 0.0)))
+            .collect(),
+    ))
+}
+
+/// The tensor each output position of `n` defines (a tensor list counts one position per
+/// tensor), or None where the graph does not use the output.
+fn output_slots(n: &Node) -> Vec<Option<&str>> {
+    let mut slots = Vec::new();
+    for o in &n.outputs {
+        match o {
+            tpuc_fx::NodeOutput::Tensor(t) => slots.push(Some(t.as_str())),
+            tpuc_fx::NodeOutput::Tensors(ts) => slots.extend(ts.iter().map(|t| Some(t.as_str()))),
+            tpuc_fx::NodeOutput::SymInt(_) | tpuc_fx::NodeOutput::None => slots.push(None),
+        }
+    }
+    slots
+}
+
 /// Normalises a possibly negative dimension index.
 pub fn norm_dim(dim: i64, rank: usize) -> OpResult<usize> {
     let r = rank.max(1) as i64;
@@ -640,6 +762,7 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
         opts,
         program,
         values: HashMap::with_capacity(g.tensors.len()),
+        rng_state: None,
     };
     let mut args = Vec::new();
     // Weights first (as arguments or constants), then user inputs, each in signature order.
@@ -699,39 +822,65 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
             location: n.source(),
             message,
         };
-        let (lower_fn, in_place) =
+        let (lower_fn, variant) =
             lowering(&n.target).ok_or_else(|| node_err("internal error: no lowering".into()))?;
-        if in_place {
-            check_in_place(g, n).map_err(node_err)?;
+        let mutated = match variant {
+            Variant::Functional => None,
+            Variant::InPlace => Some("self"),
+            Variant::Out => Some("out"),
+        };
+        if let Some(arg) = mutated {
+            check_in_place(g, n, arg).map_err(node_err)?;
         }
-        // A lowering that panics is a bug in tpuc; it must not take the caller (a Python
-        // process, say) down with it: it becomes an error naming the node.
-        let lowered =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lower_fn(&mut cx, n)))
-                .map_err(|panic| {
-                    let what = panic
-                        .downcast_ref::<String>()
-                        .map(String::as_str)
-                        .or_else(|| panic.downcast_ref::<&str>().copied())
-                        .unwrap_or("unknown panic");
-                    node_err(format!("internal error in the lowering: {what}"))
-                })?;
-        let outs = lowered.map_err(|e| node_err(e.0))?;
-        if in_place {
+        let outs = match empty_outputs(&mut cx, n).map_err(|e| node_err(e.0))? {
+            // Every output is empty: nothing to compute, whatever the op.
+            Some(empty) => empty,
+            None => {
+                // A lowering that panics is a bug in tpuc; it must not take the caller (a
+                // Python process, say) down with it: it becomes an error naming the node.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lower_fn(&mut cx, n)))
+                    .map_err(|panic| {
+                        let what = panic
+                            .downcast_ref::<String>()
+                            .map(String::as_str)
+                            .or_else(|| panic.downcast_ref::<&str>().copied())
+                            .unwrap_or("unknown panic");
+                        node_err(format!("internal error in the lowering: {what}"))
+                    })?
+                    .map_err(|e| node_err(e.0))?
+            }
+        };
+        if let Some(arg) = mutated {
             // Later nodes that read the mutated tensor read the result.
-            if let (Some(Arg::Tensor(target)), Some(&Some(v))) = (n.arg("self"), outs.first()) {
+            if let (Some(Arg::Tensor(target)), Some(&Some(v))) = (n.arg(arg), outs.first()) {
                 cx.values.insert(target.as_str(), Some(v));
             }
         }
-        let names = n.defined_tensors();
-        if outs.len() != names.len() {
+        // A lowering returns either one value per output position (None where the graph does
+        // not use an output) or one per output the graph uses.
+        let slots = output_slots(n);
+        let used: Vec<(usize, &str)> = slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.map(|name| (i, name)))
+            .collect();
+        let assigned: Vec<((usize, &str), Option<Value>)> = if outs.len() == slots.len() {
+            slots
+                .iter()
+                .enumerate()
+                .zip(outs)
+                .filter_map(|((i, s), v)| s.map(|name| ((i, name), v)))
+                .collect()
+        } else if outs.len() == used.len() {
+            used.into_iter().zip(outs).collect()
+        } else {
             return Err(node_err(format!(
                 "lowering produced {} outputs, the graph expects {}",
                 outs.len(),
-                names.len()
+                used.len()
             )));
-        }
-        for (i, (name, v)) in names.into_iter().zip(outs).enumerate() {
+        };
+        for ((i, name), v) in assigned {
             if let Some(v) = v {
                 // The result must have exactly the type torch recorded: a mismatch would mean
                 // silently wrong output, so it is an error.
@@ -745,6 +894,9 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
             }
             cx.values.insert(name, v);
         }
+    }
+    if cx.rng_state.is_some() {
+        args.push(ArgRole::RngSeed);
     }
     let mut results = Vec::new();
     let mut names = Vec::new();

@@ -1,4 +1,4 @@
-//! Normalisation layers in inference form.
+//! Normalisation layers: batch norm (inference and training statistics), layer norm, group norm.
 
 use tpuc_fx::Node;
 
@@ -45,12 +45,8 @@ fn affine(
     Ok(y)
 }
 
+/// Batch norm with running statistics (inference).
 fn batch_norm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    if cx.bool(n, "training", false)? {
-        return err(
-            "not supported: batch_norm with training=True (call model.eval() before exporting)",
-        );
-    }
     let x = cx.tensor(n, "input")?;
     let mean = cx.opt_tensor(n, "running_mean")?;
     let var = cx.opt_tensor(n, "running_var")?;
@@ -59,13 +55,90 @@ fn batch_norm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     };
     let eps = cx.float(n, "eps", Some(1e-5))?;
     let elem = cx.b.elem(x);
-    let (mean, var) = (cx.b.convert(mean, elem), cx.b.convert(var, elem));
-    let (y, _) = normalize(cx, x, mean, var, eps, &[1])?;
+    let (mean_x, var_x) = (cx.b.convert(mean, elem), cx.b.convert(var, elem));
+    let (y, _) = normalize(cx, x, mean_x, var_x, eps, &[1])?;
     let (w, b) = (cx.opt_tensor(n, "weight")?, cx.opt_tensor(n, "bias")?);
     let y = affine(cx, y, w, b, &[1])?;
-    let mut outs = vec![Some(y)];
-    // _native_batch_norm_legit_no_training also returns (empty) saved statistics.
-    outs.extend((1..n.defined_tensors().len()).map(|_| None));
+    // The saved statistics (outputs 1 and 2) are empty in inference; the functional form also
+    // returns the running statistics, unchanged.
+    let mut empty = |i: usize| -> OpResult<Option<Value>> {
+        Ok(match cx.opt_out_type(n, i)? {
+            Some(ty) if ty.numel() == 0 => Some(cx.b.splat(&ty, 0.0)),
+            _ => None,
+        })
+    };
+    let (saved_mean, saved_rstd) = (empty(1)?, empty(2)?);
+    let mut running = Vec::new();
+    for (i, v) in [(3, mean), (4, var)] {
+        let elem = cx.opt_out_type(n, i)?.map_or(cx.b.elem(v), |t| t.elem);
+        running.push(Some(cx.b.convert(v, elem)));
+    }
+    let mut outs = vec![Some(y), saved_mean, saved_rstd];
+    outs.extend(running);
+    outs.truncate(output_slots(n).len());
+    Ok(outs)
+}
+
+/// The element type statistics are computed in: float32 for 16-bit floats, as torch does.
+fn accumulation(elem: ElemType) -> ElemType {
+    if matches!(elem, ElemType::F16 | ElemType::BF16) {
+        ElemType::F32
+    } else {
+        elem
+    }
+}
+
+/// Mean and biased variance of `x` over `dims` (shaped like `x` without them), and the count.
+fn moments(cx: &mut Ctx, x: Value, dims: &[i64]) -> OpResult<(Value, Value, i64)> {
+    let shape = cx.b.shape(x).to_vec();
+    let kept: Vec<i64> = (0..shape.len() as i64)
+        .filter(|d| !dims.contains(d))
+        .collect();
+    let count: i64 = dims.iter().map(|&d| shape[d as usize]).product();
+    let elem = cx.b.elem(x);
+    let zero = cx.b.scalar(elem, 0.0);
+    let sum =
+        cx.b.reduce(&[x], &[zero], dims, ReduceBody::Binary(BinaryOp::Add))?[0];
+    let c = cx.full_like(sum, count as f64, None);
+    let mean = cx.b.binary(BinaryOp::Div, sum, c)?;
+    let mb = cx.b.broadcast_in_dim(mean, &shape, &kept)?;
+    let d = cx.b.binary(BinaryOp::Sub, x, mb)?;
+    let sq = cx.b.binary(BinaryOp::Mul, d, d)?;
+    let ss =
+        cx.b.reduce(&[sq], &[zero], dims, ReduceBody::Binary(BinaryOp::Add))?[0];
+    let var = cx.b.binary(BinaryOp::Div, ss, c)?;
+    Ok((mean, var, count))
+}
+
+/// A statistic reshaped and converted to the type torch recorded for output `i`.
+fn stat_output(cx: &mut Ctx, n: &Node, i: usize, v: Value) -> OpResult<Option<Value>> {
+    let Some(ty) = cx.opt_out_type(n, i)? else {
+        return Ok(None);
+    };
+    let v = cx.b.reshape(v, &ty.shape)?;
+    Ok(Some(cx.b.convert(v, ty.elem)))
+}
+
+/// The outputs of a normalisation node: `y` scaled and shifted by the node's weight and bias
+/// along `dims` and rounded to `elem`; then, where the op returns them, the mean and rstd.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    cx: &mut Ctx,
+    n: &Node,
+    y: Value,
+    dims: &[i64],
+    elem: ElemType,
+    mean: Value,
+    rstd: Value,
+) -> OpResult<Vec<Option<Value>>> {
+    let (w, b) = (cx.opt_tensor(n, "weight")?, cx.opt_tensor(n, "bias")?);
+    let y = affine(cx, y, w, b, dims)?;
+    let mut outs = vec![Some(cx.b.convert(y, elem))];
+    for (i, stat) in [(1, mean), (2, rstd)] {
+        if i < output_slots(n).len() {
+            outs.push(stat_output(cx, n, i, stat)?);
+        }
+    }
     Ok(outs)
 }
 
@@ -80,52 +153,129 @@ fn layer_norm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         return err(format!("normalized_shape {norm_shape:?} does not match the input's trailing dimensions {shape:?}"));
     }
     let elem = cx.b.elem(x);
-    let acc = if matches!(elem, ElemType::F16 | ElemType::BF16) {
-        ElemType::F32
-    } else {
-        elem
-    };
-    let xa = cx.b.convert(x, acc);
+    let xa = cx.b.convert(x, accumulation(elem));
     let dims: Vec<i64> = ((rank - k) as i64..rank as i64).collect();
     let kept: Vec<i64> = (0..(rank - k) as i64).collect();
-    let count: i64 = norm_shape.iter().product();
-    let zero = cx.b.scalar(acc, 0.0);
-    let sum =
-        cx.b.reduce(&[xa], &[zero], &dims, ReduceBody::Binary(BinaryOp::Add))?[0];
-    let c = cx.full_like(sum, count as f64, None);
-    let mean = cx.b.binary(BinaryOp::Div, sum, c)?;
-    let mb = cx.b.broadcast_in_dim(mean, &shape, &kept)?;
-    let d = cx.b.binary(BinaryOp::Sub, xa, mb)?;
-    let sq = cx.b.binary(BinaryOp::Mul, d, d)?;
-    let ss =
-        cx.b.reduce(&[sq], &[zero], &dims, ReduceBody::Binary(BinaryOp::Add))?[0];
-    let var = cx.b.binary(BinaryOp::Div, ss, c)?;
+    let (mean, var, _) = moments(cx, xa, &dims)?;
     let (y, rstd) = normalize(cx, xa, mean, var, eps, &kept)?;
-    let (w, b) = (cx.opt_tensor(n, "weight")?, cx.opt_tensor(n, "bias")?);
-    let y = affine(cx, y, w, b, &dims)?;
-    let y = cx.b.convert(y, elem);
-    if n.defined_tensors().len() == 1 {
-        return Ok(vec![Some(y)]);
+    // native_layer_norm also returns the statistics, shaped [..., 1, ...].
+    finish(cx, n, y, &dims, elem, mean, rstd)
+}
+
+/// native_group_norm: (y, mean [N, G], rstd [N, G]); statistics over each group's channels and
+/// all spatial positions.
+fn group_norm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "input")?;
+    let groups = cx.int(n, "group", None)?;
+    let eps = cx.float(n, "eps", Some(1e-5))?;
+    let shape = cx.b.shape(x).to_vec();
+    if shape.len() < 2 || groups < 1 || shape[1] % groups != 0 {
+        return err(format!(
+            "not supported: group_norm of a {shape:?} tensor in {groups} groups (the channel \
+             dimension 1 must divide into the groups)"
+        ));
     }
-    // native_layer_norm: (y, mean, rstd) with statistics shaped [..., 1, ...].
-    let stat = cx.out_type(n, 1)?;
-    let mean = cx.b.reshape(mean, &stat.shape)?;
-    let rstd = cx.b.reshape(rstd, &stat.shape)?;
-    Ok(vec![
-        Some(y),
-        Some(cx.b.convert(mean, stat.elem)),
-        Some(cx.b.convert(rstd, stat.elem)),
-    ])
+    let batch = shape[0];
+    let per_group: i64 = shape[1..].iter().product::<i64>() / groups;
+    let elem = cx.b.elem(x);
+    let xa = cx.b.convert(x, accumulation(elem));
+    let grouped = cx.b.reshape(xa, &[batch, groups, per_group])?;
+    let (mean, var, _) = moments(cx, grouped, &[2])?;
+    let (y, rstd) = normalize(cx, grouped, mean, var, eps, &[0, 1])?;
+    let y = cx.b.reshape(y, &shape)?;
+    finish(cx, n, y, &[1], elem, mean, rstd)
+}
+
+/// Batch norm in training mode: normalised by the batch's own statistics (over every dim but
+/// the channels, 1). Returns (y, save_mean, save_rstd) and, when running statistics are given,
+/// their updated values: `(1 - momentum) * running + momentum * batch`, with the unbiased batch
+/// variance, as torch does.
+fn batch_norm_training(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "input")?;
+    let eps = cx.float(n, "eps", Some(1e-5))?;
+    let momentum = cx.float(n, "momentum", Some(0.1))?;
+    let shape = cx.b.shape(x).to_vec();
+    if shape.len() < 2 {
+        return err(format!(
+            "batch_norm needs a channel dimension, got shape {shape:?}"
+        ));
+    }
+    let elem = cx.b.elem(x);
+    let xa = cx.b.convert(x, accumulation(elem));
+    let dims: Vec<i64> = (0..shape.len() as i64).filter(|&d| d != 1).collect();
+    let (mean, var, count) = moments(cx, xa, &dims)?;
+    let (y, rstd) = normalize(cx, xa, mean, var, eps, &[1])?;
+    let mut outs = finish(cx, n, y, &[1], elem, mean, rstd)?;
+    let running = (
+        cx.opt_tensor(n, "running_mean")?,
+        cx.opt_tensor(n, "running_var")?,
+    );
+    let (Some(running_mean), Some(running_var)) = running else {
+        return Ok(outs);
+    };
+    let unbiased = count as f64 / (count - 1).max(1) as f64;
+    let corrected = {
+        let f = cx.full_like(var, unbiased, None);
+        cx.b.binary(BinaryOp::Mul, var, f)?
+    };
+    let mut updated = Vec::new();
+    for (old, batch) in [(running_mean, mean), (running_var, corrected)] {
+        let old_elem = cx.b.elem(old);
+        let old_acc = cx.b.convert(old, cx.b.elem(batch));
+        let keep = cx.full_like(old_acc, 1.0 - momentum, None);
+        let take = cx.full_like(batch, momentum, None);
+        let a = cx.b.binary(BinaryOp::Mul, old_acc, keep)?;
+        let c = cx.b.binary(BinaryOp::Mul, batch, take)?;
+        let sum = cx.b.binary(BinaryOp::Add, a, c)?;
+        updated.push((sum, old_elem));
+    }
+    if n.target
+        .starts_with("aten._native_batch_norm_legit_functional")
+    {
+        // _native_batch_norm_legit_functional returns the new running statistics, in the type
+        // torch records (float32 for 16-bit inputs).
+        for (i, (v, old_elem)) in updated.into_iter().enumerate() {
+            let elem = cx.opt_out_type(n, 3 + i)?.map_or(old_elem, |ty| ty.elem);
+            outs.push(Some(cx.b.convert(v, elem)));
+        }
+    } else {
+        // _native_batch_norm_legit updates them in place: later reads see the new values.
+        for (name, (v, old_elem)) in ["running_mean", "running_var"].into_iter().zip(updated) {
+            if let Some(Arg::Tensor(t)) = n.arg(name) {
+                let v = cx.b.convert(v, old_elem);
+                cx.rebind(t, v);
+            }
+        }
+    }
+    Ok(outs)
+}
+
+/// The batch-norm overloads that take a `training` flag: batch statistics when it is set,
+/// running statistics otherwise.
+fn batch_norm_any(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    if cx.bool(n, "training", false)? {
+        batch_norm_training(cx, n)
+    } else {
+        batch_norm(cx, n)
+    }
 }
 
 pub fn register(r: &mut Registry) {
     r.add(
-        &[
-            "aten.batch_norm.default",
-            "aten._native_batch_norm_legit_no_training.default",
-        ],
+        &["aten._native_batch_norm_legit_no_training.default"],
         batch_norm,
     );
+    r.add(
+        &[
+            "aten.batch_norm.default",
+            "aten.native_batch_norm.default",
+            "aten._native_batch_norm_legit.default",
+            "aten._native_batch_norm_legit.no_stats",
+            "aten._native_batch_norm_legit_functional.default",
+        ],
+        batch_norm_any,
+    );
+    r.add(&["aten.native_group_norm.default"], group_norm);
     r.add(
         &["aten.layer_norm.default", "aten.native_layer_norm.default"],
         layer_norm,

@@ -116,6 +116,13 @@ fn var(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(variance(cx, n, x, &out)?)])
 }
 
+/// var_mean: (variance, mean) over the same dims.
+fn var_mean(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let v = var(cx, n)?.remove(0);
+    let m = mean(cx, n)?.remove(0);
+    Ok(vec![v, m])
+}
+
 fn std(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let out = cx.out_type(n, 0)?;
@@ -242,6 +249,7 @@ pub fn register(r: &mut Registry) {
         |cx, n| simple_reduce(cx, n, BinaryOp::And),
     );
     r.add(&["aten.mean.default", "aten.mean.dim"], mean);
+    r.add(&["aten.var_mean.correction", "aten.var_mean.dim"], var_mean);
     r.add(
         &["aten.var.dim", "aten.var.correction", "aten.var.default"],
         var,

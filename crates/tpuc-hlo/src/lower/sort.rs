@@ -1,4 +1,5 @@
-//! Sorting and top-k (values with their indices), stable, NaN ordered after numbers as torch does.
+//! Sorting and top-k (values with their indices), stable, NaN ordered after numbers as torch does;
+//! searching sorted sequences.
 
 use tpuc_fx::Node;
 
@@ -60,7 +61,63 @@ fn topk(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(values), Some(indices)])
 }
 
+/// searchsorted(sorted_sequence, self, out_int32, right, side, sorter): for each value, the
+/// number of boundaries before it (`<` from the left, `<=` from the right), counted over a 1-d
+/// sequence or over the matching row of an n-d one.
+fn searchsorted(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let boundaries = cx.tensor(n, "sorted_sequence")?;
+    let values = cx.tensor(n, "self")?;
+    if cx.opt_tensor(n, "sorter")?.is_some() {
+        return err("not supported: searchsorted with a sorter (sort the sequence first)");
+    }
+    let right = match cx.opt_str(n, "side")? {
+        Some("right") => true,
+        Some("left") => false,
+        Some(other) => return err(format!("side must be left or right, not {other:?}")),
+        None => cx.bool(n, "right", false)?,
+    };
+    let out = cx.out_type(n, 0)?;
+    let (bs, vs) = (cx.b.shape(boundaries).to_vec(), cx.b.shape(values).to_vec());
+    let m = *bs
+        .last()
+        .ok_or_else(|| OpError("the sorted sequence is 0-d".into()))?;
+    if bs.len() > 1 && (vs.len() != bs.len() || vs[..vs.len() - 1] != bs[..bs.len() - 1]) {
+        return err(format!(
+            "an n-d sorted sequence {bs:?} needs values with the same leading dims, got {vs:?}"
+        ));
+    }
+    // Compare every value with every boundary: [..., K, M].
+    let mut pair = vs.clone();
+    pair.push(m);
+    let r = vs.len() as i64;
+    let b_dims: Vec<i64> = if bs.len() == 1 {
+        vec![r]
+    } else {
+        (0..r - 1).chain([r]).collect()
+    };
+    let elem = promote_types(
+        cx.b.elem(boundaries).to_dtype(),
+        cx.b.elem(values).to_dtype(),
+    );
+    let elem = ElemType::from_dtype(elem);
+    let b = cx.b.convert(boundaries, elem);
+    let v = cx.b.convert(values, elem);
+    let b = cx.b.broadcast_in_dim(b, &pair, &b_dims)?;
+    let v =
+        cx.b.broadcast_in_dim(v, &pair, &(0..r).collect::<Vec<_>>())?;
+    let dir = if right {
+        CompareDir::Le
+    } else {
+        CompareDir::Lt
+    };
+    let before = cx.b.compare(dir, b, v)?;
+    let count = cx.b.convert(before, ElemType::I64);
+    let count = cx.b.reduce_by(count, &[r], BinaryOp::Add)?;
+    Ok(vec![Some(cx.b.convert(count, out.elem))])
+}
+
 pub fn register(r: &mut Registry) {
+    r.add(&["aten.searchsorted.Tensor"], searchsorted);
     r.add(&["aten.sort.default", "aten.sort.stable"], sort);
     r.add(&["aten.topk.default"], topk);
 }

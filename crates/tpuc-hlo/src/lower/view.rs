@@ -11,6 +11,126 @@ fn reshape_to_out(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.reshape(x, &out.shape)?)])
 }
 
+/// as_strided of a tensor value: the view addresses the tensor's own row-major elements (a
+/// functional graph's values have no other storage).
+fn as_strided(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let size = cx.ints(n, "size", None)?;
+    let stride = cx.ints(n, "stride", None)?;
+    let offset = cx.opt_int(n, "storage_offset")?.unwrap_or(0);
+    if size.len() != stride.len() || size.iter().any(|&d| d < 0) {
+        return err(format!(
+            "not supported: as_strided with size {size:?} and stride {stride:?}"
+        ));
+    }
+    let positions = super::indexing::strided_positions(&size, &stride, offset);
+    Ok(vec![Some(super::indexing::take_flat(
+        cx, x, &positions, &size,
+    )?)])
+}
+
+/// The row-major strides of `shape`.
+fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
+/// The shape of diagonal(offset, d1, d2) of a tensor of `shape`, and the row-major flat
+/// position in that tensor of each of its elements.
+fn diagonal_positions(cx: &Ctx, n: &Node, shape: &[i64]) -> OpResult<(Vec<i64>, Vec<i64>)> {
+    let rank = shape.len();
+    let offset = cx.int(n, "offset", Some(0))?;
+    let d1 = norm_dim(cx.int(n, "dim1", Some(0))?, rank)?;
+    let d2 = norm_dim(cx.int(n, "dim2", Some(1))?, rank)?;
+    if rank < 2 || d1 == d2 {
+        return err(format!(
+            "diagonal needs two distinct dimensions, got {d1} and {d2} of a rank-{rank} tensor"
+        ));
+    }
+    let strides = contiguous_strides(shape);
+    let (row0, col0) = (0.max(-offset), 0.max(offset));
+    let length = (shape[d1] - row0).min(shape[d2] - col0).max(0);
+    let (mut size, mut stride): (Vec<i64>, Vec<i64>) = (0..rank)
+        .filter(|&d| d != d1 && d != d2)
+        .map(|d| (shape[d], strides[d]))
+        .unzip();
+    size.push(length);
+    stride.push(strides[d1] + strides[d2]);
+    let start = if length > 0 {
+        row0 * strides[d1] + col0 * strides[d2]
+    } else {
+        0
+    };
+    let positions = super::indexing::strided_positions(&size, &stride, start);
+    Ok((size, positions))
+}
+
+/// diagonal(offset, dim1, dim2): the other dims in order, then the diagonal.
+fn diagonal(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let shape = cx.b.shape(x).to_vec();
+    let (size, positions) = diagonal_positions(cx, n, &shape)?;
+    Ok(vec![Some(super::indexing::take_flat(
+        cx, x, &positions, &size,
+    )?)])
+}
+
+/// diagonal_scatter: `self` with its diagonal (as `diagonal` takes it) replaced by `src`.
+fn diagonal_scatter(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let src = cx.tensor(n, "src")?;
+    let shape = cx.b.shape(x).to_vec();
+    let (size, positions) = diagonal_positions(cx, n, &shape)?;
+    if cx.b.shape(src) != size.as_slice() {
+        return err(format!(
+            "src has shape {:?}, the diagonal {size:?}",
+            cx.b.shape(src)
+        ));
+    }
+    Ok(vec![Some(super::indexing::put_flat(
+        cx, x, &positions, src,
+    )?)])
+}
+
+/// unfold(dimension, size, step): the windows of `size` elements every `step` along the
+/// dimension; the window index replaces the dimension and the window is a new last dim.
+fn unfold(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let mut x = cx.tensor(n, "self")?;
+    let out = cx.out_type(n, 0)?;
+    if cx.b.ty(x).rank() == 0 {
+        x = cx.b.reshape(x, &[1])?;
+    }
+    let rank = cx.b.ty(x).rank();
+    let dim = norm_dim(cx.int(n, "dimension", None)?, rank)?;
+    let size = cx.int(n, "size", None)?;
+    let step = cx.int(n, "step", None)?;
+    let length = cx.b.shape(x)[dim];
+    if size < 0 || step < 1 || size > length {
+        return err(format!(
+            "unfold of size {size} and step {step} does not fit a dimension of {length}"
+        ));
+    }
+    let windows = (length - size) / step + 1;
+    let positions: Vec<f64> = (0..windows)
+        .flat_map(|w| (0..size).map(move |j| (w * step + j) as f64))
+        .collect();
+    let index = cx.b.dense(
+        TensorType::new(vec![windows, size], ElemType::I64),
+        &positions,
+    )?;
+    let taken = super::indexing::take_along(cx, x, dim, index)?;
+    // take_along puts (windows, size) at `dim`; the window's own axis goes last.
+    let mut perm: Vec<i64> = (0..rank as i64 + 1)
+        .filter(|&d| d != dim as i64 + 1)
+        .collect();
+    perm.push(dim as i64 + 1);
+    let y = cx.b.transpose(taken, &perm)?;
+    Ok(vec![Some(cx.b.reshape(y, &out.shape)?)])
+}
+
 fn permute(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let rank = cx.b.ty(x).rank();
@@ -366,6 +486,10 @@ pub fn register(r: &mut Registry) {
         reshape_to_out,
     );
     r.add(&["aten.permute.default"], permute);
+    r.add(&["aten.as_strided.default"], as_strided);
+    r.add(&["aten.diagonal.default"], diagonal);
+    r.add(&["aten.diagonal_scatter.default"], diagonal_scatter);
+    r.add(&["aten.unfold.default"], unfold);
     r.add(&["aten.transpose.int", "aten.t.default"], transpose);
     r.add(
         &[

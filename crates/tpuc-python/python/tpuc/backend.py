@@ -71,13 +71,27 @@ def describe_unsupported(gm: torch.fx.GraphModule, missing: Counter) -> str:
     return "\n".join(lines)
 
 
+class LoweredOps:
+    """`op in LoweredOps()`: whether tpuc lowers an ATen overload, its variants included (in-place,
+    `out=`, the `_copy` forms of views), asked of the compiler once per overload."""
+
+    def __init__(self):
+        self.known: dict[str, bool] = {}
+
+    def __contains__(self, op: str) -> bool:
+        found = self.known.get(op)
+        if found is None:
+            found = self.known[op] = _tpuc.is_supported(op)
+        return found
+
+
 class GraphCompiler:
     """Compiles the graphs aot_autograd hands over (forward, backward, inference)."""
 
     def __init__(self, opts: Options):
         self.opts = opts
         self.session = session(opts.plugin)
-        self.supported = frozenset(_tpuc.supported_ops())
+        self.supported = LoweredOps()
 
     def forward(self, gm, example_inputs):
         return self.compile(gm, "forward")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Container
 
 import torch
 from torch._export.serde.serialize import SCHEMA_VERSION, GraphModuleSerializer, _dataclass_to_dict
@@ -34,7 +35,7 @@ def is_structural(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target is operator.getitem
 
 
-def unsupported_ops(gm: torch.fx.GraphModule, supported: frozenset[str]) -> Counter:
+def unsupported_ops(gm: torch.fx.GraphModule, supported: Container[str]) -> Counter:
     """Counts of the call_function ops of `gm` that tpuc does not lower."""
     counts: Counter = Counter()
     for node in gm.graph.nodes:

@@ -110,6 +110,12 @@ class BufferCache:
                 return entry[3]
         return self._upload(tensor)
 
+    def seed(self) -> _tpuc.DeviceBuffer:
+        """A fresh seed for a graph's random ops, drawn from torch's default generator, so
+        that torch.manual_seed makes compiled random ops repeatable (docs/random.md)."""
+        seed = torch.randint(-(2**63), 2**63 - 1, (2,), dtype=torch.int64)
+        return self.runtime.buffer(seed.data_ptr(), 16, "uint64", [2], seed.untyped_storage())
+
     def _upload(self, tensor: torch.Tensor) -> _tpuc.DeviceBuffer:
         if tensor.device.type != "cpu":
             raise _tpuc.TpucError(
@@ -159,6 +165,7 @@ class CompiledGraph:
         # Constant tensors of the graph, passed after its own arguments.
         self.constants = list(constants or [])
         self.specs = [(_DTYPES[d], tuple(s)) for d, s in compiled.output_specs]
+        self.random = compiled.random
         self.zero_copy = session.host_memory and all(0 not in shape for _, shape in self.specs)
 
     def __call__(self, *args):
@@ -169,6 +176,8 @@ class CompiledGraph:
             args = list(args) + self.constants
         buffer = self.cache.buffer
         buffers = [buffer(args[i]) for i in self.inputs]
+        if self.random:
+            buffers.append(self.cache.seed())
         if self.zero_copy:
             results = [from_dlpack(c) for c in self.compiled.run_dlpack(buffers)]
         else:

@@ -1,0 +1,213 @@
+//! Random ops. tpuc's contract (docs/random.md): the numbers come from StableHLO's THREE_FRY
+//! bit generator seeded by the program's seed argument, so they follow torch's distributions
+//! but are not torch's numbers; a given seed gives the same numbers on every run.
+
+use tpuc_fx::Node;
+
+use super::*;
+
+/// Refuses an explicit torch.Generator: the program's own generator is the only one.
+fn no_generator(n: &Node) -> OpResult<()> {
+    match n.arg("generator") {
+        None | Some(Arg::None) => Ok(()),
+        Some(_) => err("not supported: an explicit generator (tpuc draws from the program's seed)"),
+    }
+}
+
+/// The float type random values are made in: float32 for 16-bit floats (rounded at the end),
+/// float64 for float64.
+fn working_float(elem: ElemType) -> ElemType {
+    if elem == ElemType::F64 {
+        ElemType::F64
+    } else {
+        ElemType::F32
+    }
+}
+
+/// Uniform values in [0, 1) of `shape`, with as many random bits as `elem` has mantissa bits
+/// (so that rounding to `elem` never reaches 1), in `elem`.
+pub fn uniform(cx: &mut Ctx, shape: &[i64], elem: ElemType) -> OpResult<Value> {
+    let (bits_elem, word, mantissa) = match elem {
+        ElemType::F64 => (ElemType::U64, 64, 53),
+        ElemType::F16 => (ElemType::U32, 32, 11),
+        ElemType::BF16 => (ElemType::U32, 32, 8),
+        _ => (ElemType::U32, 32, 24),
+    };
+    let bits = cx.random_bits(shape, bits_elem)?;
+    let shift = cx.full_like(bits, (word - mantissa) as f64, None);
+    let top = cx.b.binary(BinaryOp::ShiftRightLogical, bits, shift)?;
+    let work = working_float(elem);
+    let as_float = cx.b.convert(top, work);
+    let scale = cx.full_like(as_float, 0.5f64.powi(mantissa), None);
+    let u = cx.b.binary(BinaryOp::Mul, as_float, scale)?;
+    Ok(cx.b.convert(u, elem))
+}
+
+/// Standard normal values (Box-Muller) of `shape`, in `elem`.
+fn normal(cx: &mut Ctx, shape: &[i64], elem: ElemType) -> OpResult<Value> {
+    let work = working_float(elem);
+    let u1 = uniform(cx, shape, work)?;
+    let u2 = uniform(cx, shape, work)?;
+    // 1 - u1 lies in (0, 1]: its logarithm is finite.
+    let one = cx.full_like(u1, 1.0, None);
+    let positive = cx.b.binary(BinaryOp::Sub, one, u1)?;
+    let log = cx.b.unary(UnaryOp::Log, positive)?;
+    let minus_two = cx.full_like(log, -2.0, None);
+    let radius = cx.b.binary(BinaryOp::Mul, log, minus_two)?;
+    let radius = cx.b.unary(UnaryOp::Sqrt, radius)?;
+    let two_pi = cx.full_like(u2, std::f64::consts::TAU, None);
+    let angle = cx.b.binary(BinaryOp::Mul, u2, two_pi)?;
+    let cos = cx.b.unary(UnaryOp::Cos, angle)?;
+    let z = cx.b.binary(BinaryOp::Mul, radius, cos)?;
+    Ok(cx.b.convert(z, elem))
+}
+
+/// rand / rand_like / randn / randn_like: the output's shape and dtype are torch's record.
+fn fill_random(cx: &mut Ctx, n: &Node, gaussian: bool) -> OpResult<Vec<Option<Value>>> {
+    no_generator(n)?;
+    let out = cx.out_type(n, 0)?;
+    if !out.elem.is_float() {
+        return err(format!(
+            "not supported: random floats of dtype {:?}",
+            out.elem.to_dtype()
+        ));
+    }
+    let v = if gaussian {
+        normal(cx, &out.shape, out.elem)?
+    } else {
+        uniform(cx, &out.shape, out.elem)?
+    };
+    Ok(vec![Some(v)])
+}
+
+/// uniform(self, from, to): values in [from, to) shaped like self.
+fn uniform_range(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    no_generator(n)?;
+    let out = cx.out_type(n, 0)?;
+    let from = cx.float(n, "from", Some(0.0))?;
+    let to = cx.float(n, "to", Some(1.0))?;
+    let work = working_float(out.elem);
+    let u = uniform(cx, &out.shape, work)?;
+    let width = cx.full_like(u, to - from, None);
+    let low = cx.full_like(u, from, None);
+    let scaled = cx.b.binary(BinaryOp::Mul, u, width)?;
+    let v = cx.b.binary(BinaryOp::Add, scaled, low)?;
+    Ok(vec![Some(cx.b.convert(v, out.elem))])
+}
+
+/// randint(low=0, high, size): integers in [low, high), from 53 random bits.
+fn randint(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    no_generator(n)?;
+    let out = cx.out_type(n, 0)?;
+    let low = cx.int(n, "low", Some(0))?;
+    let high = cx.int(n, "high", None)?;
+    if high <= low {
+        return err(format!("randint needs low < high, got [{low}, {high})"));
+    }
+    if (high - low) as f64 > 2f64.powi(53) {
+        return err(format!(
+            "not supported: randint over more than 2^53 values ([{low}, {high}))"
+        ));
+    }
+    let u = uniform(cx, &out.shape, ElemType::F64)?;
+    let width = cx.full_like(u, (high - low) as f64, None);
+    let scaled = cx.b.binary(BinaryOp::Mul, u, width)?;
+    let floor = cx.b.unary(UnaryOp::Floor, scaled)?;
+    let offset = cx.b.convert(floor, ElemType::I64);
+    let lowv = cx.full_like(offset, low as f64, None);
+    let v = cx.b.binary(BinaryOp::Add, offset, lowv)?;
+    Ok(vec![Some(cx.b.convert(v, out.elem))])
+}
+
+/// randperm(n): the positions 0..n sorted by random keys.
+fn randperm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    no_generator(n)?;
+    let out = cx.out_type(n, 0)?;
+    let count = cx.int(n, "n", None)?;
+    if count == 0 {
+        return Ok(vec![Some(cx.b.splat(&out, 0.0))]);
+    }
+    let keys = cx.random_bits(&[count], ElemType::U64)?;
+    let positions = cx.b.iota(TensorType::new(vec![count], ElemType::I64), 0)?;
+    let sorted = cx.b.sort(&[keys, positions], 0, SortOrder::Ascending)?;
+    Ok(vec![Some(cx.b.convert(sorted[1], out.elem))])
+}
+
+/// bernoulli(self) with self the probabilities, or bernoulli(self, p): 1 with probability p.
+fn bernoulli(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    no_generator(n)?;
+    let x = cx.tensor(n, "self")?;
+    let out = cx.out_type(n, 0)?;
+    let work = working_float(cx.b.elem(x));
+    let u = uniform(cx, &out.shape, work)?;
+    let p = match cx.opt_float(n, "p")? {
+        Some(p) => cx.full_like(u, p, None),
+        None => cx.b.convert(x, work),
+    };
+    let hit = cx.b.compare(CompareDir::Lt, u, p)?;
+    Ok(vec![Some(cx.b.convert(hit, out.elem))])
+}
+
+/// native_dropout(input, p, train) -> (output, mask): each element kept with probability 1 - p
+/// and scaled by 1 / (1 - p) in training; the input and an all-true mask otherwise.
+fn native_dropout(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "input")?;
+    let p = cx.float(n, "p", None)?;
+    let train = match n.arg("train") {
+        Some(Arg::Bool(t)) => *t,
+        _ => true,
+    };
+    if !(0.0..=1.0).contains(&p) {
+        return err(format!("dropout probability must be in [0, 1], got {p}"));
+    }
+    // The mask's type: torch records it only when the graph uses the mask.
+    let mask_ty = cx
+        .opt_out_type(n, 1)?
+        .unwrap_or_else(|| cx.b.ty(x).with_elem(ElemType::I1));
+    if !train || p == 0.0 {
+        let mask = cx.b.splat(&mask_ty, 1.0);
+        return Ok(vec![Some(x), Some(mask)]);
+    }
+    if p == 1.0 {
+        let zeros = cx.full_like(x, 0.0, None);
+        let mask = cx.b.splat(&mask_ty, 0.0);
+        return Ok(vec![Some(zeros), Some(mask)]);
+    }
+    let shape = cx.b.shape(x).to_vec();
+    let work = working_float(cx.b.elem(x));
+    let u = uniform(cx, &shape, work)?;
+    let keep_p = cx.full_like(u, 1.0 - p, None);
+    let keep = cx.b.compare(CompareDir::Lt, u, keep_p)?;
+    let zeros = cx.full_like(x, 0.0, None);
+    let kept = cx.b.select(keep, x, zeros)?;
+    let scale = cx.full_like(kept, 1.0 / (1.0 - p), None);
+    let y = cx.b.binary(BinaryOp::Mul, kept, scale)?;
+    Ok(vec![Some(y), Some(cx.b.convert(keep, mask_ty.elem))])
+}
+
+pub fn register(r: &mut Registry) {
+    r.add(
+        &[
+            "aten.rand.default",
+            "aten.rand.generator",
+            "aten.rand_like.default",
+        ],
+        |cx, n| fill_random(cx, n, false),
+    );
+    r.add(
+        &[
+            "aten.randn.default",
+            "aten.randn.generator",
+            "aten.randn_like.default",
+        ],
+        |cx, n| fill_random(cx, n, true),
+    );
+    r.add(&["aten.uniform.default"], uniform_range);
+    r.add(&["aten.randint.default", "aten.randint.low"], randint);
+    r.add(
+        &["aten.randperm.default", "aten.randperm.generator"],
+        randperm,
+    );
+    r.add(&["aten.bernoulli.default", "aten.bernoulli.p"], bernoulli);
+    r.add(&["aten.native_dropout.default"], native_dropout);
+}
