@@ -220,15 +220,25 @@ impl fmt::Debug for Plugin {
     }
 }
 
-/// Environment a plugin needs before it initialises. libtpu queries the GCE metadata server for
-/// minutes on a machine that is not a Cloud TPU VM unless told not to.
+/// Environment a plugin needs before it initialises (set before the plugin starts any thread
+/// that could read the environment).
+/// - libtpu queries the GCE metadata server for minutes on a machine that is not a Cloud TPU VM
+///   unless told not to.
+/// - XLA:CPU's minimum and maximum (elementwise, reductions, max pooling) drop NaN unless its
+///   fast min/max is turned off; torch propagates NaN. The user's own setting of that flag in
+///   XLA_FLAGS wins.
 fn prepare_environment(path: &Path) {
     let is_libtpu = path
         .file_name()
         .is_some_and(|n| n.to_string_lossy().starts_with("libtpu"));
     if is_libtpu && std::env::var_os("TPU_SKIP_MDS_QUERY").is_none() {
-        // Set before the plugin starts any thread that could read the environment.
         std::env::set_var("TPU_SKIP_MDS_QUERY", "1");
+    }
+    const MIN_MAX_FLAG: &str = "xla_cpu_enable_fast_min_max";
+    let flags = std::env::var("XLA_FLAGS").unwrap_or_default();
+    if crate::discover::is_cpu_plugin(path) && !flags.contains(MIN_MAX_FLAG) {
+        let flags = format!("{flags} --{MIN_MAX_FLAG}=false");
+        std::env::set_var("XLA_FLAGS", flags.trim_start());
     }
 }
 

@@ -66,6 +66,44 @@ fn compiles_and_executes() {
 }
 
 #[test]
+fn minimum_and_maximum_propagate_nan() {
+    // XLA:CPU's fast min/max would return the number; the runtime turns it off, as torch
+    // propagates NaN (elementwise and in reductions).
+    const MIN_MAX: &str = r#"
+module {
+  func.func @main(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>, tensor<3xf32>) {
+    %max = stablehlo.maximum %a, %b : tensor<2x3xf32>
+    %min = stablehlo.minimum %b, %a : tensor<2x3xf32>
+    %lowest = stablehlo.constant dense<0xFF800000> : tensor<f32>
+    %colmax = stablehlo.reduce(%a init: %lowest) applies stablehlo.maximum across dimensions = [0] : (tensor<2x3xf32>, tensor<f32>) -> tensor<3xf32>
+    return %max, %min, %colmax : tensor<2x3xf32>, tensor<2x3xf32>, tensor<3xf32>
+  }
+}"#;
+    let client = client(1);
+    let exe = client
+        .compile_mlir(MIN_MAX.as_bytes(), &CompileOptions::single_device())
+        .unwrap();
+    let device = &exe.devices()[0];
+    let nan = f32::NAN;
+    let a = client
+        .buffer_from_host(&f32s(&[2, 3], &[nan, 1., 2., 3., nan, 5.]), device)
+        .unwrap();
+    let b = client
+        .buffer_from_host(&f32s(&[2, 3], &[0.; 6]), device)
+        .unwrap();
+    let out = exe.execute_on_one_device(&[&a, &b]).unwrap();
+    let read = |i: usize| out[i].to_host().unwrap().to_vec::<f32>().unwrap();
+    for (i, expected_nan) in [
+        (0, vec![true, false, false, false, true, false]),
+        (1, vec![true, false, false, false, true, false]),
+        (2, vec![true, true, false]),
+    ] {
+        let got: Vec<bool> = read(i).iter().map(|v| v.is_nan()).collect();
+        assert_eq!(got, expected_nan, "output {i}: {:?}", read(i));
+    }
+}
+
+#[test]
 fn aligned_host_memory_is_shared_not_copied() {
     let client = client(1);
     let device = &client.addressable_devices().unwrap()[0];

@@ -91,6 +91,15 @@ CASES = {
     "mask_assignment": (lambda x, m, v: (x.index_put((m,), torch.tensor(9.0)), x.index_put((m,), v, accumulate=True)),
                         (x34, torch.tensor([True, False, True]), randn(2, 4))),
     "nonzero_static": (lambda x: (torch.nonzero_static(x > 0, size=4), torch.nonzero_static(x > 0, size=9, fill_value=-7)), (x34,)),
+    "order_statistics": (lambda x, y: (torch.median(x), torch.median(x, 1), torch.nanmedian(y, 1), torch.nanmedian(y),
+                                       torch.median(y, 0), torch.kthvalue(x, 2, 0)),
+                         (x34, torch.tensor([[1.0, float("nan"), 3.0, 0.5], [float("nan"), 4.0, float("nan"), -2.0], [2.0, 2.0, -1.0, 7.0]]))),
+    "bucketize_angle_scatter_reduce": (lambda x, i, s: (torch.bucketize(x, torch.tensor([-1.0, 0.0, 1.0])), torch.angle(x),
+                                                        x.scatter(0, i, s, reduce="multiply"), x.scatter(1, i, 2.0, reduce="add")),
+                                       (x34, index, randn(2, 4))),
+    "nan_propagation": (lambda x, z: (torch.maximum(x, z), torch.minimum(z, x), torch.amax(x, 1), torch.amin(x, 0),
+                                      torch.max(x), F.max_pool1d(x[None], 2), torch.clamp(x, 0, 1)),
+                        (with_nan, torch.zeros(2, 4))),
     "view_copies": (lambda x: (torch.ops.aten.view_copy(x, [4, 3]), torch.ops.aten.permute_copy(x, [1, 0])), (x34,)),
 }
 

@@ -567,6 +567,18 @@ lowering!(digamma, |cx, n| {
     let x = cx.b.convert(x, elem);
     digamma_of(cx, x)?
 });
+lowering!(angle, |cx, n| {
+    // The angle of a real number: 0 for x >= 0, pi for x < 0, NaN for NaN.
+    let x = cx.tensor(n, "self")?;
+    let elem = out_elem(cx, n)?;
+    let x = cx.b.convert(x, elem);
+    let zero = cx.full_like(x, 0.0, None);
+    let pi = cx.full_like(x, std::f64::consts::PI, None);
+    let negative = cx.b.compare(CompareDir::Lt, x, zero)?;
+    let angle = cx.b.select(negative, pi, zero)?;
+    let nan = cx.b.compare(CompareDir::Ne, x, x)?;
+    cx.b.select(nan, x, angle)?
+});
 lowering!(exp2, |cx, n| {
     let x = cx.tensor(n, "self")?;
     let elem = out_elem(cx, n)?;
@@ -723,6 +735,7 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.signbit.default"], signbit);
     r.add(&["aten.copysign.Tensor", "aten.copysign.Scalar"], copysign);
     r.add(&["aten.exp2.default"], exp2);
+    r.add(&["aten.angle.default"], angle);
     r.add(&["aten.digamma.default"], digamma);
     r.add(&["aten.ldexp.Tensor"], ldexp);
     for (dir, names) in [
@@ -841,6 +854,9 @@ pub fn register(r: &mut Registry) {
             "aten.alias.default",
             "aten.detach.default",
             "aten.lift_fresh_copy.default",
+            "aten._conj.default",
+            "aten._conj_physical.default",
+            "aten.conj_physical.default",
             "aten.type_as.default",
         ],
         convert_to_out,

@@ -757,6 +757,18 @@ pub fn register(r: &mut Registry) {
         scatter_along(cx, n, Some(src), ScatterMode::Combine(BinaryOp::Add))
     });
     r.add(&["aten.scatter_reduce.two"], scatter_reduce);
+    r.add(
+        &["aten.scatter.reduce", "aten.scatter.value_reduce"],
+        |cx, n| {
+            let op = match cx.opt_str(n, "reduce")? {
+                Some("add") => BinaryOp::Add,
+                Some("multiply") => BinaryOp::Mul,
+                other => return err(format!("not supported: scatter with reduce={other:?}")),
+            };
+            let src = cx.opt_tensor(n, "src")?;
+            scatter_along(cx, n, src, ScatterMode::Combine(op))
+        },
+    );
     r.add(&["aten.masked_scatter.default"], masked_scatter);
     r.add(&["aten.nonzero_static.default"], nonzero_static);
 }

@@ -4,6 +4,7 @@
 use tpuc_fx::Node;
 
 use super::*;
+use crate::builder::reduction_identity;
 
 /// `x` sorted along `dim`, with the int64 indices of the sorted elements.
 fn sorted(cx: &mut Ctx, x: Value, dim: usize, descending: bool) -> OpResult<(Value, Value)> {
@@ -61,11 +62,103 @@ fn topk(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(values), Some(indices)])
 }
 
+/// Which element of each sorted row an order statistic takes.
+#[derive(Clone, Copy)]
+enum Statistic {
+    /// median: the lower middle, or the first NaN when the row has one (torch propagates NaN).
+    Median,
+    /// nanmedian: the lower middle of the row's numbers (NaN when it has none).
+    NanMedian,
+    /// kthvalue: the k-th smallest (1-based).
+    Kth(i64),
+}
+
+/// median / nanmedian / kthvalue: (values, indices) along `dim`. The row is sorted (stably, NaN
+/// last) and the statistic's position picked with a one-hot mask.
+fn order_statistic(cx: &mut Ctx, n: &Node, which: Statistic) -> OpResult<Vec<Option<Value>>> {
+    let mut x = cx.tensor(n, "self")?;
+    let whole = n.target.ends_with(".default") && !matches!(which, Statistic::Kth(_));
+    if whole {
+        let numel = cx.b.ty(x).numel();
+        x = cx.b.reshape(x, &[numel])?;
+    }
+    let rank = cx.b.ty(x).rank();
+    if rank == 0 {
+        let zero = cx.b.splat(&TensorType::new(vec![], ElemType::I64), 0.0);
+        return Ok(vec![Some(x), Some(zero)]);
+    }
+    let dim = if whole {
+        0
+    } else {
+        norm_dim(cx.int(n, "dim", Some(-1))?, rank)?
+    };
+    let size = cx.b.shape(x)[dim];
+    if size == 0 {
+        return err("an order statistic of an empty dimension");
+    }
+    let (values, indices) = sorted(cx, x, dim, false)?;
+    // How many numbers (not NaN) each row holds, shaped like the reduced row.
+    let not_nan = cx.b.compare(CompareDir::Eq, x, x)?;
+    let counted = cx.b.convert(not_nan, ElemType::I64);
+    let count = cx.b.reduce_by(counted, &[dim as i64], BinaryOp::Add)?;
+    let constant = |cx: &mut Ctx, v: i64| cx.full_like(count, v as f64, None);
+    let position = match which {
+        Statistic::Kth(k) => {
+            if k < 1 || k > size {
+                return err(format!(
+                    "k={k} is out of range for a dimension of size {size}"
+                ));
+            }
+            constant(cx, k - 1)
+        }
+        Statistic::Median => {
+            let full = constant(cx, size);
+            let has_nan = cx.b.compare(CompareDir::Lt, count, full)?;
+            let middle = constant(cx, (size - 1) / 2);
+            cx.b.select(has_nan, count, middle)?
+        }
+        Statistic::NanMedian => {
+            let one = constant(cx, 1);
+            let two = constant(cx, 2);
+            let zero = constant(cx, 0);
+            let less = cx.b.binary(BinaryOp::Sub, count, one)?;
+            let half = cx.b.binary(BinaryOp::Div, less, two)?;
+            cx.b.binary(BinaryOp::Max, half, zero)?
+        }
+    };
+    let shape = cx.b.shape(values).to_vec();
+    let kept: Vec<i64> = (0..rank as i64).filter(|&d| d != dim as i64).collect();
+    let position = cx.b.broadcast_in_dim(position, &shape, &kept)?;
+    let iota =
+        cx.b.iota(TensorType::new(shape.clone(), ElemType::I64), dim as i64)?;
+    let hit = cx.b.compare(CompareDir::Eq, iota, position)?;
+    // The lowest value elsewhere and a max over the row keep the chosen element exactly
+    // (NaN and -0.0 included) for every dtype.
+    let pick = |cx: &mut Ctx, v: Value| -> OpResult<Value> {
+        let elem = cx.b.elem(v);
+        let lowest = cx.full_like(v, reduction_identity(BinaryOp::Max, elem), None);
+        let chosen = cx.b.select(hit, v, lowest)?;
+        Ok(cx.b.reduce_by(chosen, &[dim as i64], BinaryOp::Max)?)
+    };
+    let value = pick(cx, values)?;
+    let index = pick(cx, indices)?;
+    let out = cx.out_type(n, 0)?;
+    let value = cx.b.reshape(value, &out.shape)?;
+    if whole {
+        return Ok(vec![Some(value)]);
+    }
+    Ok(vec![Some(value), Some(cx.b.reshape(index, &out.shape)?)])
+}
+
 /// searchsorted(sorted_sequence, self, out_int32, right, side, sorter): for each value, the
 /// number of boundaries before it (`<` from the left, `<=` from the right), counted over a 1-d
 /// sequence or over the matching row of an n-d one.
 fn searchsorted(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let boundaries = cx.tensor(n, "sorted_sequence")?;
+    // bucketize(self, boundaries, ...) is searchsorted over a 1-d sequence.
+    let boundaries = match n.arg("boundaries") {
+        Some(_) => cx.tensor(n, "boundaries")?,
+        None => cx.tensor(n, "sorted_sequence")?,
+    };
     let values = cx.tensor(n, "self")?;
     if cx.opt_tensor(n, "sorter")?.is_some() {
         return err("not supported: searchsorted with a sorter (sort the sequence first)");
@@ -117,7 +210,21 @@ fn searchsorted(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 pub fn register(r: &mut Registry) {
-    r.add(&["aten.searchsorted.Tensor"], searchsorted);
+    r.add(
+        &["aten.searchsorted.Tensor", "aten.bucketize.Tensor"],
+        searchsorted,
+    );
+    r.add(&["aten.median.default", "aten.median.dim"], |cx, n| {
+        order_statistic(cx, n, Statistic::Median)
+    });
+    r.add(
+        &["aten.nanmedian.default", "aten.nanmedian.dim"],
+        |cx, n| order_statistic(cx, n, Statistic::NanMedian),
+    );
+    r.add(&["aten.kthvalue.default"], |cx, n| {
+        let k = cx.int(n, "k", None)?;
+        order_statistic(cx, n, Statistic::Kth(k))
+    });
     r.add(&["aten.sort.default", "aten.sort.stable"], sort);
     r.add(&["aten.topk.default"], topk);
 }
