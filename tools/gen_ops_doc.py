@@ -69,7 +69,7 @@ def render() -> tuple[str, str]:
     dtypes = tested_dtypes()
 
     def status(op):
-        if op in lowered or is_supported(op):
+        if is_supported(op):
             return "lowered"
         if op in decomposed:
             return "decomposed"

@@ -80,6 +80,16 @@ impl ElemType {
         self.to_dtype().is_float()
     }
 
+    /// The type torch's CPU kernels compute in for this type: float32 for 16-bit floats (then
+    /// rounded once), the type itself otherwise.
+    pub fn accumulation(self) -> ElemType {
+        if matches!(self, ElemType::F16 | ElemType::BF16) {
+            ElemType::F32
+        } else {
+            self
+        }
+    }
+
     pub fn is_bool(self) -> bool {
         self == ElemType::I1
     }

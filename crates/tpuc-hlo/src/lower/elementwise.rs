@@ -177,6 +177,13 @@ fn bitwise(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>>
     Ok(vec![Some(arith(cx, a, b, op)?)])
 }
 
+/// `self` converted to the output's element type, in which a unary op is computed.
+fn self_in_out_type(cx: &mut Ctx, n: &Node) -> OpResult<Value> {
+    let x = cx.tensor(n, "self")?;
+    let elem = out_elem(cx, n)?;
+    Ok(cx.b.convert(x, elem))
+}
+
 /// Unary op computed in the output's element type (ints become floats for exp, sin, ...).
 fn unary_in_out_type(cx: &mut Ctx, n: &Node, op: UnaryOp) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
@@ -191,9 +198,7 @@ fn unary_in_out_type(cx: &mut Ctx, n: &Node, op: UnaryOp) -> OpResult<Vec<Option
 
 /// log base 2 or 10: the natural log scaled, computed in the output dtype.
 fn log_base(cx: &mut Ctx, n: &Node, base: f64) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "self")?;
-    let elem = out_elem(cx, n)?;
-    let x = cx.b.convert(x, elem);
+    let x = self_in_out_type(cx, n)?;
     let ln = cx.b.unary(UnaryOp::Log, x)?;
     let scale = cx.full_like(ln, 1.0 / base.ln(), None);
     Ok(vec![Some(cx.b.binary(BinaryOp::Mul, ln, scale)?)])
@@ -562,16 +567,12 @@ fn digamma_of(cx: &mut Ctx, x: Value) -> OpResult<Value> {
 }
 
 lowering!(digamma, |cx, n| {
-    let x = cx.tensor(n, "self")?;
-    let elem = out_elem(cx, n)?;
-    let x = cx.b.convert(x, elem);
+    let x = self_in_out_type(cx, n)?;
     digamma_of(cx, x)?
 });
 lowering!(angle, |cx, n| {
     // The angle of a real number: 0 for x >= 0, pi for x < 0, NaN for NaN.
-    let x = cx.tensor(n, "self")?;
-    let elem = out_elem(cx, n)?;
-    let x = cx.b.convert(x, elem);
+    let x = self_in_out_type(cx, n)?;
     let zero = cx.full_like(x, 0.0, None);
     let pi = cx.full_like(x, std::f64::consts::PI, None);
     let negative = cx.b.compare(CompareDir::Lt, x, zero)?;
@@ -580,9 +581,7 @@ lowering!(angle, |cx, n| {
     cx.b.select(nan, x, angle)?
 });
 lowering!(exp2, |cx, n| {
-    let x = cx.tensor(n, "self")?;
-    let elem = out_elem(cx, n)?;
-    let x = cx.b.convert(x, elem);
+    let x = self_in_out_type(cx, n)?;
     let two = cx.full_like(x, 2.0, None);
     cx.b.binary(BinaryOp::Pow, two, x)?
 });
@@ -616,9 +615,7 @@ lowering!(sign, |cx, n| {
     }
 });
 lowering!(reciprocal, |cx, n| {
-    let x = cx.tensor(n, "self")?;
-    let elem = out_elem(cx, n)?;
-    let x = cx.b.convert(x, elem);
+    let x = self_in_out_type(cx, n)?;
     let one = cx.full_like(x, 1.0, None);
     cx.b.binary(BinaryOp::Div, one, x)?
 });

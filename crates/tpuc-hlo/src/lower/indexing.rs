@@ -245,18 +245,7 @@ fn nonzero_static(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let flat = cx.b.reshape(x, &[numel])?;
     let zero = cx.full_like(flat, 0.0, None);
     let set = cx.b.compare(CompareDir::Ne, flat, zero)?;
-    let ones = cx.b.convert(set, ElemType::I64);
-    let start = cx.b.scalar(ElemType::I64, 0.0);
-    let running = cx.b.reduce_window(
-        ones,
-        start,
-        &[numel],
-        &[1],
-        &[(numel - 1, 0)],
-        BinaryOp::Add,
-    )?;
-    let one = cx.full_like(running, 1.0, None);
-    let row = cx.b.binary(BinaryOp::Sub, running, one)?;
+    let row = rank_among_set(cx, set)?;
     // Unset elements, and set ones past `size`, go to the spare last row, cut off below.
     let spare = cx.full_like(row, size as f64, None);
     let row = cx.b.binary(BinaryOp::Min, row, spare)?;
@@ -319,6 +308,15 @@ fn masked_scatter(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 
 /// `x` with the positions where `mask` (x's shape) is set replaced, in row-major order, by
 /// consecutive elements of `source`.
+/// For a 1-d mask: at each set position, how many set positions come before it (its rank
+/// among them, from 0); unset positions get the rank of the next set one minus one.
+fn rank_among_set(cx: &mut Ctx, set: Value) -> OpResult<Value> {
+    let ones = cx.b.convert(set, ElemType::I64);
+    let running = super::reduction::scan(cx, ones, 0, BinaryOp::Add)?;
+    let one = cx.full_like(running, 1.0, None);
+    Ok(cx.b.binary(BinaryOp::Sub, running, one)?)
+}
+
 fn scatter_masked(cx: &mut Ctx, x: Value, mask: Value, source: Value) -> OpResult<Value> {
     let shape = cx.b.shape(x).to_vec();
     let numel = cx.b.ty(x).numel();
@@ -326,14 +324,9 @@ fn scatter_masked(cx: &mut Ctx, x: Value, mask: Value, source: Value) -> OpResul
     if numel == 0 || source_numel == 0 {
         return Ok(x);
     }
-    // The k-th set position takes source[k]: k is the running count of set positions before it.
+    // The k-th set position takes source[k].
     let flat_mask = cx.b.reshape(mask, &[numel])?;
-    let ones = cx.b.convert(flat_mask, ElemType::I64);
-    let zero = cx.b.scalar(ElemType::I64, 0.0);
-    let running =
-        cx.b.reduce_window(ones, zero, &[numel], &[1], &[(numel - 1, 0)], BinaryOp::Add)?;
-    let one = cx.full_like(running, 1.0, None);
-    let k = cx.b.binary(BinaryOp::Sub, running, one)?;
+    let k = rank_among_set(cx, flat_mask)?;
     // Unset positions may point past the source; clamp (their gathered value is discarded).
     let lo = cx.full_like(k, 0.0, None);
     let hi = cx.full_like(k, (source_numel - 1) as f64, None);
@@ -623,7 +616,6 @@ fn index(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.gather(x, layout.stacked, g)?)])
 }
 
-/// `x[indices] = values` (or `+=` with accumulate), as a scatter.
 /// `x[mask] = values` (or `+=`) for a boolean mask over x's leading dims: one value per
 /// selected row when `values` broadcasts to a row, else consecutive rows of `values`.
 fn index_put_mask(
@@ -668,6 +660,7 @@ fn index_put_mask(
     })
 }
 
+/// `x[indices] = values` (or `+=` with accumulate), as a scatter.
 fn index_put(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let values = cx.tensor(n, "values")?;

@@ -88,7 +88,7 @@ fn matmul_general(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
 /// convolutions; returns the dtype to round the result to once at the end.
 pub(super) fn widened(cx: &mut Ctx, values: &mut [Value]) -> Option<ElemType> {
     let elem = cx.b.elem(values[0]);
-    if !matches!(elem, ElemType::F16 | ElemType::BF16) {
+    if elem.accumulation() == elem {
         return None;
     }
     for v in values.iter_mut() {

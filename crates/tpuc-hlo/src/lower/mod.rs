@@ -677,24 +677,20 @@ pub fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
     Some(out)
 }
 
-/// When every tensor `n` defines has no elements: an empty constant for each (one per output
-/// position). Such nodes need no lowering, and empty shapes trip up some StableHLO ops.
-fn empty_outputs(cx: &mut Ctx, n: &Node) -> OpResult<Option<Vec<Option<Value>>>> {
-    let slots = output_slots(n);
-    let mut types = Vec::with_capacity(slots.len());
-    for i in 0..slots.len() {
-        types.push(cx.opt_out_type(n, i)?);
+/// When every output a node defines (`recorded`: its types per output position) has no
+/// elements: an empty constant for each. Such nodes need no lowering, and empty shapes trip up
+/// some StableHLO ops.
+fn empty_outputs(b: &mut Builder, recorded: &[Option<TensorType>]) -> Option<Vec<Option<Value>>> {
+    let mut used = recorded.iter().flatten().peekable();
+    if used.peek().is_none() || used.any(|t| t.numel() != 0) {
+        return None;
     }
-    let used: Vec<&TensorType> = types.iter().flatten().collect();
-    if used.is_empty() || used.iter().any(|t| t.numel() != 0) {
-        return Ok(None);
-    }
-    Ok(Some(
-        types
+    Some(
+        recorded
             .iter()
-            .map(|t| t.as_ref().map(|t| cx.b.splat(t, 0.0)))
+            .map(|t| t.as_ref().map(|t| b.splat(t, 0.0)))
             .collect(),
-    ))
+    )
 }
 
 /// The tensor each output position of `n` defines (a tensor list counts one position per
@@ -832,7 +828,12 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
         if let Some(arg) = mutated {
             check_in_place(g, n, arg).map_err(node_err)?;
         }
-        let outs = match empty_outputs(&mut cx, n).map_err(|e| node_err(e.0))? {
+        // The types torch recorded, per output position (None where the graph does not use it).
+        let recorded = (0..output_slots(n).len())
+            .map(|i| cx.opt_out_type(n, i))
+            .collect::<OpResult<Vec<_>>>()
+            .map_err(|e| node_err(e.0))?;
+        let outs = match empty_outputs(&mut cx.b, &recorded) {
             // Every output is empty: nothing to compute, whatever the op.
             Some(empty) => empty,
             None => {
@@ -853,7 +854,7 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
         if let Some(arg) = mutated {
             // Later nodes that read the mutated tensor read the result.
             if let (Some(Arg::Tensor(target)), Some(&Some(v))) = (n.arg(arg), outs.first()) {
-                cx.values.insert(target.as_str(), Some(v));
+                cx.rebind(target, v);
             }
         }
         // A lowering returns either one value per output position (None where the graph does
@@ -884,8 +885,10 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
             if let Some(v) = v {
                 // The result must have exactly the type torch recorded: a mismatch would mean
                 // silently wrong output, so it is an error.
-                let expected = cx.out_type(n, i).map_err(|e| node_err(e.0))?;
-                if *cx.b.ty(v) != expected {
+                let expected = recorded[i]
+                    .as_ref()
+                    .ok_or_else(|| node_err(format!("output {name} has no recorded type")))?;
+                if cx.b.ty(v) != expected {
                     return Err(node_err(format!(
                         "internal error: lowered output {name} has type {} but torch recorded {expected}",
                         cx.b.ty(v)

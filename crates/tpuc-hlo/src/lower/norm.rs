@@ -79,15 +79,6 @@ fn batch_norm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(outs)
 }
 
-/// The element type statistics are computed in: float32 for 16-bit floats, as torch does.
-fn accumulation(elem: ElemType) -> ElemType {
-    if matches!(elem, ElemType::F16 | ElemType::BF16) {
-        ElemType::F32
-    } else {
-        elem
-    }
-}
-
 /// Mean and biased variance of `x` over `dims` (shaped like `x` without them), and the count.
 fn moments(cx: &mut Ctx, x: Value, dims: &[i64]) -> OpResult<(Value, Value, i64)> {
     let shape = cx.b.shape(x).to_vec();
@@ -153,7 +144,7 @@ fn layer_norm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         return err(format!("normalized_shape {norm_shape:?} does not match the input's trailing dimensions {shape:?}"));
     }
     let elem = cx.b.elem(x);
-    let xa = cx.b.convert(x, accumulation(elem));
+    let xa = cx.b.convert(x, elem.accumulation());
     let dims: Vec<i64> = ((rank - k) as i64..rank as i64).collect();
     let kept: Vec<i64> = (0..(rank - k) as i64).collect();
     let (mean, var, _) = moments(cx, xa, &dims)?;
@@ -178,7 +169,7 @@ fn group_norm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let batch = shape[0];
     let per_group: i64 = shape[1..].iter().product::<i64>() / groups;
     let elem = cx.b.elem(x);
-    let xa = cx.b.convert(x, accumulation(elem));
+    let xa = cx.b.convert(x, elem.accumulation());
     let grouped = cx.b.reshape(xa, &[batch, groups, per_group])?;
     let (mean, var, _) = moments(cx, grouped, &[2])?;
     let (y, rstd) = normalize(cx, grouped, mean, var, eps, &[0, 1])?;
@@ -201,7 +192,7 @@ fn batch_norm_training(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         ));
     }
     let elem = cx.b.elem(x);
-    let xa = cx.b.convert(x, accumulation(elem));
+    let xa = cx.b.convert(x, elem.accumulation());
     let dims: Vec<i64> = (0..shape.len() as i64).filter(|&d| d != 1).collect();
     let (mean, var, count) = moments(cx, xa, &dims)?;
     let (y, rstd) = normalize(cx, xa, mean, var, eps, &[1])?;

@@ -377,23 +377,27 @@ fn adaptive_matrix(input: i64, output: i64) -> Vec<f64> {
     m
 }
 
-/// Applies `matrix` (rows x cols, a constant) along dim `d` of `x` (size cols there): the result
-/// has size rows there.
-fn apply_along(cx: &mut Ctx, x: Value, d: usize, matrix: &[f64], rows: i64) -> OpResult<Value> {
-    let shape = cx.b.shape(x).to_vec();
-    let cols = shape[d];
+/// Applies the constant matrix `m` (rows x cols) along dim `d` of `x`: with `transposed`,
+/// `m^T` (x has `rows` there and gets `cols`), else `m` (x has `cols` there and gets `rows`).
+fn apply_along(
+    cx: &mut Ctx,
+    x: Value,
+    d: usize,
+    m: &[f64],
+    (rows, cols): (i64, i64),
+    transposed: bool,
+) -> OpResult<Value> {
     let elem = cx.b.elem(x);
-    let m =
-        cx.b.dense(TensorType::new(vec![rows, cols], elem), matrix)?;
+    let m = cx.b.dense(TensorType::new(vec![rows, cols], elem), m)?;
     let dims = DotDims {
         lhs_batch: vec![],
         rhs_batch: vec![],
         lhs_contracting: vec![d as i64],
-        rhs_contracting: vec![1],
+        rhs_contracting: vec![if transposed { 0 } else { 1 }],
     };
     let product = super::linear::dot(cx, x, m, dims)?;
     // dot_general puts the new dim last; move it back to `d`.
-    let rank = shape.len() as i64;
+    let rank = cx.b.ty(x).rank() as i64;
     let mut perm: Vec<i64> = (0..rank - 1).collect();
     perm.insert(d, rank - 1);
     Ok(cx.b.transpose(product, &perm)?)
@@ -428,7 +432,7 @@ fn adaptive_avg_pool(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             let c = cx.full_like(s, k as f64, None);
             x = cx.b.binary(BinaryOp::Div, s, c)?;
         } else {
-            x = apply_along(cx, x, d, &adaptive_matrix(input, o), o)?;
+            x = apply_along(cx, x, d, &adaptive_matrix(input, o), (o, input), false)?;
         }
     }
     Ok(vec![Some(x)])
@@ -446,15 +450,7 @@ fn adaptive_avg_pool_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Val
     for i in 0..spatial {
         let d = rank - spatial + i;
         let (input, o) = (shape[d], cx.b.shape(g)[d]);
-        let m = adaptive_matrix(input, o);
-        // Transposed: input x output.
-        let mut t = vec![0.0; m.len()];
-        for j in 0..o as usize {
-            for k in 0..input as usize {
-                t[k * o as usize + j] = m[j * input as usize + k];
-            }
-        }
-        g = apply_along(cx, g, d, &t, input)?;
+        g = apply_along(cx, g, d, &adaptive_matrix(input, o), (o, input), true)?;
     }
     Ok(vec![Some(g)])
 }

@@ -20,15 +20,6 @@ fn reduce_dims(cx: &Ctx, n: &Node, x: Value) -> OpResult<Vec<i64>> {
     Ok(if rank == 0 { vec![] } else { dims })
 }
 
-fn accumulation_type(elem: ElemType) -> ElemType {
-    // torch accumulates 16-bit floats in float32.
-    if matches!(elem, ElemType::F16 | ElemType::BF16) {
-        ElemType::F32
-    } else {
-        elem
-    }
-}
-
 pub fn reduce_to(
     cx: &mut Ctx,
     x: Value,
@@ -36,7 +27,7 @@ pub fn reduce_to(
     op: BinaryOp,
     out: &TensorType,
 ) -> OpResult<Value> {
-    let acc = accumulation_type(out.elem);
+    let acc = out.elem.accumulation();
     let x = cx.b.convert(x, acc);
     let r = cx.b.reduce_by(x, dims, op)?;
     let r = cx.b.convert(r, out.elem);
@@ -61,7 +52,7 @@ fn mean(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let dims = reduce_dims(cx, n, x)?;
     let out = cx.out_type(n, 0)?;
     let count: i64 = dims.iter().map(|&d| cx.b.shape(x)[d as usize]).product();
-    let acc_ty = out.with_elem(accumulation_type(out.elem));
+    let acc_ty = out.with_elem(out.elem.accumulation());
     let s = reduce_to(cx, x, &dims, BinaryOp::Add, &acc_ty)?;
     let c = cx.full_like(s, count as f64, None);
     let m = cx.b.binary(BinaryOp::Div, s, c)?;
@@ -79,7 +70,7 @@ fn variance(cx: &mut Ctx, n: &Node, x: Value, out: &TensorType) -> OpResult<Valu
     };
     let shape = cx.b.shape(x).to_vec();
     let count: i64 = dims.iter().map(|&d| shape[d as usize]).product();
-    let acc = accumulation_type(out.elem);
+    let acc = out.elem.accumulation();
     let x = cx.b.convert(x, acc);
     let kept: Vec<i64> = (0..shape.len() as i64)
         .filter(|d| !dims.contains(d))
@@ -201,30 +192,41 @@ fn softmax(cx: &mut Ctx, n: &Node, log: bool) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let out = cx.out_type(n, 0)?;
     let dim = norm_dim(cx.int(n, "dim", None)?, cx.b.ty(x).rank())?;
-    let x = cx.b.convert(x, accumulation_type(out.elem));
+    let x = cx.b.convert(x, out.elem.accumulation());
     let r = softmax_along(cx, x, dim, log)?;
     Ok(vec![Some(cx.b.convert(r, out.elem))])
 }
 
-/// Cumulative sum/product as a reduce_window over everything up to each position.
-fn cumulative(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "self")?;
-    let out = cx.out_type(n, 0)?;
-    let x = cx.b.convert(x, out.elem);
+/// The inclusive scan of `x` along `dim` with `op` (cumulative sum, product, ...): a
+/// reduce_window over everything up to each position.
+pub(super) fn scan(cx: &mut Ctx, x: Value, dim: usize, op: BinaryOp) -> OpResult<Value> {
     let shape = cx.b.shape(x).to_vec();
-    if shape.is_empty() {
-        return Ok(vec![Some(x)]);
+    if shape[dim] == 0 {
+        return Ok(x);
     }
-    let dim = norm_dim(cx.int(n, "dim", None)?, shape.len())?;
     let mut window = vec![1; shape.len()];
     window[dim] = shape[dim];
     let mut padding = vec![(0, 0); shape.len()];
     padding[dim] = (shape[dim] - 1, 0);
     let strides = vec![1; shape.len()];
-    let init = cx.b.scalar(out.elem, reduction_identity(op, out.elem));
-    Ok(vec![Some(cx.b.reduce_window(
-        x, init, &window, &strides, &padding, op,
-    )?)])
+    let elem = cx.b.elem(x);
+    let init = cx.b.scalar(elem, reduction_identity(op, elem));
+    Ok(cx
+        .b
+        .reduce_window(x, init, &window, &strides, &padding, op)?)
+}
+
+/// cumsum / cumprod in the output's type.
+fn cumulative(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let out = cx.out_type(n, 0)?;
+    let x = cx.b.convert(x, out.elem);
+    let rank = cx.b.ty(x).rank();
+    if rank == 0 {
+        return Ok(vec![Some(x)]);
+    }
+    let dim = norm_dim(cx.int(n, "dim", None)?, rank)?;
+    Ok(vec![Some(scan(cx, x, dim, op)?)])
 }
 
 pub fn register(r: &mut Registry) {

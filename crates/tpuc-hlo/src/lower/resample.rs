@@ -119,11 +119,7 @@ fn upsample(cx: &mut Ctx, n: &Node, mode: Mode) -> OpResult<Vec<Option<Value>>> 
     let scales = user_scales(cx, n, spatial)?;
     let elem = cx.b.elem(x);
     // Linear modes interpolate in float32 for 16-bit floats, as torch's accscalar_t.
-    let work = if matches!(elem, ElemType::F16 | ElemType::BF16) {
-        ElemType::F32
-    } else {
-        elem
-    };
+    let work = elem.accumulation();
     let mut y = if matches!(mode, Mode::Linear { .. }) {
         cx.b.convert(x, work)
     } else {
@@ -191,11 +187,7 @@ fn grid_sampler_2d(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let (batch, channels, height, width) = (xs[0], xs[1], xs[2], xs[3]);
     let (out_h, out_w) = (gs[1], gs[2]);
     let elem = cx.b.elem(x);
-    let work = if matches!(elem, ElemType::F16 | ElemType::BF16) {
-        ElemType::F32
-    } else {
-        elem
-    };
+    let work = elem.accumulation();
     let xw = cx.b.convert(x, work);
     let grid = cx.b.convert(grid, work);
     let plane = [batch, out_h, out_w];
