@@ -39,12 +39,12 @@ DTYPES = {
 # A documented subset for CI (float32 and int64, first sample): common ops of each family.
 CI_OPS = [
     "abs", "add", "addmm", "amax", "argmax", "bmm", "cat", "clamp", "cos", "cumsum", "div",
-    "eq", "exp", "flip", "floor_divide", "fmod", "gather", "index_select", "log", "log_softmax",
-    "logical_and", "lt", "matmul", "max_pool2d_with_indices_backward", "maximum", "mean", "minimum",
-    "mm", "mul", "neg", "nn.functional.conv2d", "nn.functional.gelu", "nn.functional.layer_norm",
-    "nn.functional.linear", "nn.functional.relu", "permute", "pow", "remainder", "reshape",
-    "rsqrt", "scatter_add", "sigmoid", "sin", "softmax", "sort", "sqrt", "stack", "sub", "sum",
-    "tanh", "topk", "transpose", "tril", "where",
+    "eq", "exp", "fft.irfft", "fft.rfft", "flip", "floor_divide", "fmod", "gather", "index_select",
+    "log", "log_softmax", "logical_and", "lt", "matmul", "max_pool2d_with_indices_backward",
+    "maximum", "mean", "minimum", "mm", "mul", "neg", "nn.functional.conv2d", "nn.functional.gelu",
+    "nn.functional.layer_norm", "nn.functional.linear", "nn.functional.relu", "permute", "pow",
+    "remainder", "reshape", "rsqrt", "scatter_add", "sigmoid", "sin", "softmax", "sort", "sqrt",
+    "stack", "sub", "sum", "tanh", "topk", "transpose", "tril", "where",
 ]
 CI_DTYPES = ["float32", "int64"]
 

@@ -249,6 +249,27 @@ class ScatterOps(nn.Module):
         return up, summed, mean, counts, y, tri, masked, outer, powers, pairs
 
 
+class Spectral(nn.Module):
+    """FFTs and complex arithmetic: a learned filter applied in the frequency domain."""
+
+    def __init__(self):
+        super().__init__()
+        self.gain = nn.Parameter(torch.linspace(1.0, 0.0, 9))
+
+    def forward(self, x):
+        spec = torch.fft.rfft(x, norm="ortho")
+        filtered = torch.fft.irfft(spec * self.gain, n=16, norm="ortho")
+        grid = torch.fft.fft2(x.reshape(2, 4, 4))
+        return filtered, torch.view_as_real(grid), spec.abs(), spec.angle(), torch.fft.ihfft(x)
+
+
+class ComplexExp(nn.Module):
+    """exp of a complex tensor, which tpuc does not compute: refused, not miscomputed."""
+
+    def forward(self, x):
+        return torch.view_as_real(torch.fft.fft(x).exp())
+
+
 class Unsupported(nn.Module):
     """Ops tpuc does not lower yet: `tpuc compile` must name every one in a single error."""
 
@@ -289,6 +310,7 @@ def cases():
         torch.tensor([0, 3, 3, 6]),
         seeded(4, 6),
     )
+    yield "spectral", Spectral(), (seeded(2, 16),)
 
 
 class ViewMutation(nn.Module):
@@ -303,13 +325,14 @@ class ViewMutation(nn.Module):
 ERROR_CASES = {
     "unsupported": (Unsupported(), (torch.randn(3, 4),)),
     "view_mutation": (ViewMutation(), (torch.randn(3, 4),)),
+    "complex_exp": (ComplexExp(), (torch.randn(3, 4),)),
 }
 
 
 def to_numpy(t):
     if t.dtype == torch.bfloat16:
         t = t.float()
-    return t.detach().numpy()
+    return t.detach().resolve_conj().numpy()
 
 
 def flat_outputs(out):

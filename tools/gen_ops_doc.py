@@ -42,9 +42,6 @@ def core_ops() -> list[str]:
 # Why each core overload tpuc does not lower stays that way; the script refuses an unsupported
 # overload with no reason recorded here.
 NOT_SUPPORTED_BECAUSE = {
-    "aten._fft_r2c.default": "returns complex tensors; tpuc's types are real (StableHLO's fft "
-                             "needs complex64/128 end to end: inputs, outputs and the runtime)",
-    "aten._fft_c2r.default": "takes complex tensors (see _fft_r2c)",
     "aten.nonzero.default": "its output size depends on the data; XLA compiles static shapes "
                             "(use a mask, or torch.where with three arguments)",
     "aten._local_scalar_dense.default": "`.item()`: a Python number read from device data in the "
@@ -93,6 +90,12 @@ def render() -> tuple[str, str]:
         "Status `lowered` means tpuc has a lowering; arguments it does not handle are refused with a "
         "clear error. The dtypes column lists the dtypes for which PyTorch's OpInfo samples pass "
         "(docs/conformance.md), where that suite has run.",
+        "",
+        "Complex numbers (complex64, complex128) flow through FFTs, arithmetic, conversions, "
+        "reductions by sum/mean/prod and data movement, whose lowerings declare that they handle "
+        "them; any other op given a complex tensor is refused (`not supported: <op> on complex "
+        "tensors`) rather than computed as if the numbers were real. complex32 is not supported "
+        "(XLA has no such type).",
         "",
         "| op | status | dtypes tested |",
         "|---|---|---|",

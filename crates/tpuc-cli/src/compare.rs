@@ -36,8 +36,8 @@ impl fmt::Display for Difference {
     }
 }
 
-/// Compares `actual` with `reference` elementwise (as numpy's `isclose`). Integer and bool
-/// tensors are compared exactly whatever the tolerances.
+/// Compares `actual` with `reference` elementwise (as numpy's `isclose`; complex numbers part by
+/// part). Integer and bool tensors are compared exactly whatever the tolerances.
 pub fn compare(
     actual: &HostTensor,
     reference: &HostTensor,
@@ -53,7 +53,8 @@ pub fn compare(
             shape_mismatch: Some((actual.dims().to_vec(), reference.dims().to_vec())),
         });
     }
-    let exact = !actual.element_type().is_float() || !reference.element_type().is_float();
+    let inexact = |t: &HostTensor| t.element_type().is_float() || t.element_type().is_complex();
+    let exact = !inexact(actual) || !inexact(reference);
     let (rtol, atol) = if exact { (0.0, 0.0) } else { (rtol, atol) };
     let a = to_f64(actual)?;
     let b = to_f64(reference)?;

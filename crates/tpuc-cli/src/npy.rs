@@ -59,6 +59,8 @@ fn read_array(reader: impl Read) -> Result<HostTensor> {
         (TypeChar::Float, 2) => ElementType::F16,
         (TypeChar::Float, 4) => ElementType::F32,
         (TypeChar::Float, 8) => ElementType::F64,
+        (TypeChar::Complex, 8) => ElementType::C64,
+        (TypeChar::Complex, 16) => ElementType::C128,
         _ => bail!("arrays of dtype {type_str} are not supported"),
     };
     let dims: Vec<i64> = npy.shape().iter().map(|&d| d as i64).collect();
@@ -159,6 +161,18 @@ pub fn write_npy(path: &Path, tensor: &HostTensor) -> Result<()> {
         ),
         ElementType::F32 => write_as!(f32, tensor.to_vec::<f32>()?),
         ElementType::F64 => write_as!(f64, tensor.to_vec::<f64>()?),
+        ElementType::C64 => write_as!(
+            npyz::num_complex::Complex32,
+            complex_parts(tensor)
+                .chunks_exact(2)
+                .map(|p| npyz::num_complex::Complex32::new(p[0] as f32, p[1] as f32))
+        ),
+        ElementType::C128 => write_as!(
+            npyz::num_complex::Complex64,
+            complex_parts(tensor)
+                .chunks_exact(2)
+                .map(|p| npyz::num_complex::Complex64::new(p[0], p[1]))
+        ),
     }
     use std::io::Write;
     out.flush()
@@ -174,7 +188,25 @@ fn halves(tensor: &HostTensor) -> impl Iterator<Item = u16> + '_ {
         .map(|c| u16::from_le_bytes([c[0], c[1]]))
 }
 
-/// Values of a float or integer tensor as f64, for comparisons (bfloat16 and float16 widened).
+/// The real and imaginary parts of a complex tensor's elements, interleaved (exact in f64).
+fn complex_parts(tensor: &HostTensor) -> Vec<f64> {
+    if tensor.element_type() == ElementType::C64 {
+        tensor
+            .bytes()
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect()
+    } else {
+        tensor
+            .bytes()
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().expect("8-byte chunk")))
+            .collect()
+    }
+}
+
+/// Values of a tensor as f64, for comparisons (bfloat16 and float16 widened; a complex
+/// element as its real and imaginary parts, in that order).
 pub fn to_f64(tensor: &HostTensor) -> Result<Vec<f64>> {
     Ok(match tensor.element_type() {
         ElementType::Pred => tensor
@@ -206,5 +238,6 @@ pub fn to_f64(tensor: &HostTensor) -> Result<Vec<f64>> {
             .collect(),
         ElementType::F32 => tensor.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
         ElementType::F64 => tensor.to_vec::<f64>()?,
+        ElementType::C64 | ElementType::C128 => complex_parts(tensor),
     })
 }

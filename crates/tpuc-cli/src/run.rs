@@ -122,6 +122,8 @@ pub fn element_type(elem: ElemType) -> ElementType {
         ElemType::BF16 => ElementType::BF16,
         ElemType::F32 => ElementType::F32,
         ElemType::F64 => ElementType::F64,
+        ElemType::C64 => ElementType::C64,
+        ElemType::C128 => ElementType::C128,
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-/// The element types tpuc understands (torch's names; complex and fp8 are not supported).
+/// The element types tpuc understands (torch's names; complex32 and fp8 are not supported).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     Bool,
@@ -18,10 +18,12 @@ pub enum DType {
     BF16,
     F32,
     F64,
+    C64,
+    C128,
 }
 
 impl DType {
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 15] = [
         DType::Bool,
         DType::U8,
         DType::I8,
@@ -35,6 +37,8 @@ impl DType {
         DType::BF16,
         DType::F32,
         DType::F64,
+        DType::C64,
+        DType::C128,
     ];
 
     /// The `ScalarType` code used by torch.export's serialized schema.
@@ -48,6 +52,8 @@ impl DType {
             DType::F16 => 6,
             DType::F32 => 7,
             DType::F64 => 8,
+            DType::C64 => 10,
+            DType::C128 => 11,
             DType::Bool => 12,
             DType::BF16 => 13,
             DType::U16 => 28,
@@ -82,7 +88,8 @@ impl DType {
             DType::Bool | DType::U8 | DType::I8 => 1,
             DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
             DType::I32 | DType::U32 | DType::F32 => 4,
-            DType::I64 | DType::U64 | DType::F64 => 8,
+            DType::I64 | DType::U64 | DType::F64 | DType::C64 => 8,
+            DType::C128 => 16,
         }
     }
 
@@ -90,12 +97,18 @@ impl DType {
         matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
     }
 
+    pub fn is_complex(self) -> bool {
+        matches!(self, DType::C64 | DType::C128)
+    }
+
     pub fn is_integer(self) -> bool {
-        !self.is_float() && self != DType::Bool
+        !self.is_float() && !self.is_complex() && self != DType::Bool
     }
 
     pub fn is_signed(self) -> bool {
-        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64) || self.is_float()
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+            || self.is_float()
+            || self.is_complex()
     }
 
     /// torch's name, e.g. `float32`.
@@ -114,6 +127,8 @@ impl DType {
             DType::BF16 => "bfloat16",
             DType::F32 => "float32",
             DType::F64 => "float64",
+            DType::C64 => "complex64",
+            DType::C128 => "complex128",
         }
     }
 
@@ -138,7 +153,7 @@ mod tests {
             assert_eq!(DType::from_schema_code(d.schema_code()), Some(d));
             assert_eq!(DType::from_torch_name(d.torch_name()), Some(d));
         }
-        assert_eq!(DType::from_schema_code(10), None);
-        assert!(DType::describe_unsupported_code(10).contains("complex64"));
+        assert_eq!(DType::from_schema_code(9), None);
+        assert!(DType::describe_unsupported_code(9).contains("complex32"));
     }
 }

@@ -178,7 +178,13 @@ impl Builder {
         if matches!(op, UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Sign) && ty.elem.is_bool() {
             return fail(op.op_name(), format!("is not defined on booleans ({ty})"));
         }
-        Ok(self.push1(OpKind::Unary(op), vec![x], ty))
+        // The magnitude of a complex number is real.
+        let result = if op == UnaryOp::Abs {
+            ty.with_elem(ty.elem.real_part())
+        } else {
+            ty
+        };
+        Ok(self.push1(OpKind::Unary(op), vec![x], result))
     }
 
     fn same_types(&self, op: &'static str, values: &[Value]) -> BuildResult<TensorType> {
@@ -252,7 +258,16 @@ impl Builder {
     }
 
     /// Converts element type; returns `x` itself when it already has that type.
+    /// A complex value converted to a real type keeps its real part, as in torch.
     pub fn convert(&mut self, x: Value, elem: ElemType) -> Value {
+        if self.elem(x) == elem {
+            return x;
+        }
+        let x = if self.elem(x).is_complex() && !elem.is_complex() {
+            self.real(x).expect("complex operand")
+        } else {
+            x
+        };
         if self.elem(x) == elem {
             return x;
         }
@@ -877,6 +892,86 @@ impl Builder {
         Ok(self.push(OpKind::Sort { dim, order }, xs.to_vec(), types))
     }
 
+    // ----- complex numbers -------------------------------------------------------------------
+
+    fn complex_operand(&self, op: &'static str, x: Value) -> BuildResult<TensorType> {
+        let ty = self.ty(x).clone();
+        if !ty.elem.is_complex() {
+            return fail(op, format!("needs a complex operand, got {ty}"));
+        }
+        Ok(ty)
+    }
+
+    /// The real part of a complex tensor.
+    pub fn real(&mut self, x: Value) -> BuildResult<Value> {
+        let ty = self.complex_operand("stablehlo.real", x)?;
+        Ok(self.push1(OpKind::Real, vec![x], ty.with_elem(ty.elem.real_part())))
+    }
+
+    /// The imaginary part of a complex tensor.
+    pub fn imag(&mut self, x: Value) -> BuildResult<Value> {
+        let ty = self.complex_operand("stablehlo.imag", x)?;
+        Ok(self.push1(OpKind::Imag, vec![x], ty.with_elem(ty.elem.real_part())))
+    }
+
+    /// `re + i im` from float32 or float64 parts of one type.
+    pub fn complex(&mut self, re: Value, im: Value) -> BuildResult<Value> {
+        let ty = self.same_types("stablehlo.complex", &[re, im])?;
+        let Some(elem) = ty.elem.complex_of() else {
+            return fail(
+                "stablehlo.complex",
+                format!("needs float32 or float64 parts, got {ty}"),
+            );
+        };
+        Ok(self.push1(OpKind::Complex, vec![re, im], ty.with_elem(elem)))
+    }
+
+    /// The discrete Fourier transform `kind` over the trailing `length.len()` (1 to 3)
+    /// dimensions of `x`.
+    pub fn fft(&mut self, x: Value, kind: FftKind, length: &[i64]) -> BuildResult<Value> {
+        let ty = self.ty(x).clone();
+        let k = length.len();
+        let bad = |why: String| fail("stablehlo.fft", format!("{why} ({ty}, length {length:?})"));
+        if k == 0 || k > 3 || k > ty.rank() || length.iter().any(|&l| l < 1) {
+            return bad("transforms 1 to 3 trailing dimensions of positive length".into());
+        }
+        let lead = ty.rank() - k;
+        let mut expected_in = length.to_vec();
+        let mut out_shape = ty.shape.clone();
+        let (in_ok, out_elem) = match kind {
+            FftKind::Fft | FftKind::Ifft => (ty.elem.is_complex(), ty.elem),
+            FftKind::Rfft => {
+                out_shape[ty.rank() - 1] = length[k - 1] / 2 + 1;
+                (
+                    ty.elem.complex_of().is_some(),
+                    ty.elem.complex_of().unwrap_or(ty.elem),
+                )
+            }
+            FftKind::Irfft => {
+                expected_in[k - 1] = length[k - 1] / 2 + 1;
+                out_shape[ty.rank() - 1] = length[k - 1];
+                (ty.elem.is_complex(), ty.elem.real_part())
+            }
+        };
+        if !in_ok {
+            return bad(format!(
+                "{} does not take this element type",
+                kind.mnemonic()
+            ));
+        }
+        if ty.shape[lead..] != expected_in[..] {
+            return bad(format!("trailing dimensions must be {expected_in:?}"));
+        }
+        Ok(self.push1(
+            OpKind::Fft {
+                kind,
+                length: length.to_vec(),
+            },
+            vec![x],
+            TensorType::new(out_shape, out_elem),
+        ))
+    }
+
     // ----- random numbers --------------------------------------------------------------------
 
     /// Random bits of `shape` (u32 or u64 elements) from a THREE_FRY generator `state`
@@ -943,6 +1038,12 @@ pub fn scalar_bytes(elem: ElemType, value: f64) -> Vec<u8> {
         ElemType::BF16 => f32_to_bf16_bits(value as f32).to_le_bytes().to_vec(),
         ElemType::F32 => (value as f32).to_le_bytes().to_vec(),
         ElemType::F64 => value.to_le_bytes().to_vec(),
+        // A real number: the imaginary part is zero.
+        ElemType::C64 | ElemType::C128 => {
+            let mut bytes = scalar_bytes(elem.real_part(), value);
+            bytes.resize(elem.byte_size(), 0);
+            bytes
+        }
     }
 }
 
@@ -1016,6 +1117,37 @@ mod tests {
         assert_eq!(b.shape(z), &[2, 3, 5]);
         let bad = b.dot_general(x, x, dims, Precision::Default).unwrap_err();
         assert!(bad.message.contains("does not match"), "{bad}");
+    }
+
+    #[test]
+    fn fft_types_follow_the_transform() {
+        let mut b = Builder::new();
+        let x = b.arg(f32t(&[2, 8]), ArgAttrs::default());
+        let half = b.fft(x, FftKind::Rfft, &[8]).unwrap();
+        assert_eq!(b.ty(half), &TensorType::new(vec![2, 5], ElemType::C64));
+        let back = b.fft(half, FftKind::Irfft, &[8]).unwrap();
+        assert_eq!(b.ty(back), &f32t(&[2, 8]));
+        let full = b.fft(half, FftKind::Fft, &[2, 5]).unwrap();
+        assert_eq!(b.ty(full), b.ty(half));
+        let abs = b.unary(UnaryOp::Abs, full).unwrap();
+        assert_eq!(b.ty(abs), &f32t(&[2, 5]));
+        for (input, kind, length, why) in [
+            (x, FftKind::Fft, vec![8], "does not take"),
+            (
+                half,
+                FftKind::Irfft,
+                vec![10],
+                "trailing dimensions must be [6]",
+            ),
+            (x, FftKind::Rfft, vec![2, 8, 1, 1], "1 to 3 trailing"),
+        ] {
+            let e = b.fft(input, kind, &length).unwrap_err();
+            assert!(e.message.contains(why), "{e}");
+        }
+        let e = b.unary(UnaryOp::Exp, half).unwrap_err();
+        assert!(e.message.contains("floating-point"), "{e}");
+        let e = b.complex(half, half).unwrap_err();
+        assert!(e.message.contains("float32 or float64"), "{e}");
     }
 
     #[test]

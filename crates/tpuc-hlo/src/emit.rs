@@ -515,6 +515,20 @@ impl<'c> Emitter<'c> {
                 )],
                 vec![],
             ),
+            OpKind::Real => ("stablehlo.real", vec![], vec![]),
+            OpKind::Imag => ("stablehlo.imag", vec![], vec![]),
+            OpKind::Complex => ("stablehlo.complex", vec![], vec![]),
+            OpKind::Fft { kind, length } => (
+                "stablehlo.fft",
+                vec![
+                    (
+                        "fft_type",
+                        format!("#stablehlo<fft_type {}>", kind.mnemonic()),
+                    ),
+                    ("fft_length", array_i64(length)),
+                ],
+                vec![],
+            ),
         })
     }
 
@@ -735,7 +749,8 @@ impl<'c, 'b> BodyBuilder<'c, 'b, '_> {
 /// raw bytes in hex (booleans as a nested list, since MLIR packs i1 differently).
 pub fn literal_attr(lit: &Literal) -> String {
     let ty = &lit.ty;
-    if lit.splat {
+    // Complex elements go as raw bytes too; a buffer of one element is MLIR's splat form.
+    if lit.splat && !ty.elem.is_complex() {
         return format!("dense<{}> : {ty}", scalar_text(ty.elem, &lit.bytes));
     }
     if ty.elem == ElemType::I1 {
@@ -783,5 +798,6 @@ fn scalar_text(elem: ElemType, b: &[u8]) -> String {
         ElemType::F16 | ElemType::BF16 => format!("0x{:04X}", u16::from_le_bytes([b[0], b[1]])),
         ElemType::F32 => format!("0x{:08X}", u32::from_le_bytes(b[..4].try_into().unwrap())),
         ElemType::F64 => format!("0x{:016X}", u64::from_le_bytes(b[..8].try_into().unwrap())),
+        ElemType::C64 | ElemType::C128 => unreachable!("complex literals are written as raw bytes"),
     }
 }

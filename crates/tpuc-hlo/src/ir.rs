@@ -256,6 +256,30 @@ pub struct ScatterDims {
     pub index_vector_dim: i64,
 }
 
+/// The transform a stablehlo.fft computes over the trailing `length.len()` dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FftKind {
+    /// Complex to complex, forward.
+    Fft,
+    /// Complex to complex, inverse, scaled by 1/n.
+    Ifft,
+    /// Real to the non-negative half of the spectrum (last dimension n/2 + 1).
+    Rfft,
+    /// The inverse of Rfft, scaled by 1/n.
+    Irfft,
+}
+
+impl FftKind {
+    pub fn mnemonic(self) -> &'static str {
+        match self {
+            FftKind::Fft => "FFT",
+            FftKind::Ifft => "IFFT",
+            FftKind::Rfft => "RFFT",
+            FftKind::Irfft => "IRFFT",
+        }
+    }
+}
+
 /// A dense constant: little-endian element bytes, one element when `splat`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Literal {
@@ -329,6 +353,15 @@ pub enum OpKind {
     },
     /// stablehlo.rng_bit_generator with the THREE_FRY algorithm: (state) -> (next state, bits).
     RngBitGenerator,
+    /// The real or imaginary part of a complex tensor.
+    Real,
+    Imag,
+    /// A complex tensor from its real and imaginary parts.
+    Complex,
+    Fft {
+        kind: FftKind,
+        length: Vec<i64>,
+    },
 }
 
 /// Where an op came from: the FX node and, when known, the Python source line.

@@ -19,6 +19,8 @@ pub enum ElemType {
     BF16,
     F32,
     F64,
+    C64,
+    C128,
 }
 
 impl ElemType {
@@ -37,6 +39,8 @@ impl ElemType {
             DType::BF16 => ElemType::BF16,
             DType::F32 => ElemType::F32,
             DType::F64 => ElemType::F64,
+            DType::C64 => ElemType::C64,
+            DType::C128 => ElemType::C128,
         }
     }
 
@@ -55,6 +59,8 @@ impl ElemType {
             ElemType::BF16 => DType::BF16,
             ElemType::F32 => DType::F32,
             ElemType::F64 => DType::F64,
+            ElemType::C64 => DType::C64,
+            ElemType::C128 => DType::C128,
         }
     }
 
@@ -73,6 +79,8 @@ impl ElemType {
             ElemType::BF16 => "bf16",
             ElemType::F32 => "f32",
             ElemType::F64 => "f64",
+            ElemType::C64 => "complex<f32>",
+            ElemType::C128 => "complex<f64>",
         }
     }
 
@@ -90,12 +98,34 @@ impl ElemType {
         }
     }
 
+    pub fn is_complex(self) -> bool {
+        self.to_dtype().is_complex()
+    }
+
+    /// The type of a complex type's real and imaginary parts; a real type itself.
+    pub fn real_part(self) -> ElemType {
+        match self {
+            ElemType::C64 => ElemType::F32,
+            ElemType::C128 => ElemType::F64,
+            other => other,
+        }
+    }
+
+    /// The complex type whose parts have this (float) type.
+    pub fn complex_of(self) -> Option<ElemType> {
+        match self {
+            ElemType::F32 => Some(ElemType::C64),
+            ElemType::F64 => Some(ElemType::C128),
+            _ => None,
+        }
+    }
+
     pub fn is_bool(self) -> bool {
         self == ElemType::I1
     }
 
     pub fn is_integer(self) -> bool {
-        !self.is_float() && !self.is_bool()
+        self.to_dtype().is_integer()
     }
 
     pub fn is_unsigned(self) -> bool {
@@ -111,7 +141,7 @@ impl ElemType {
 
     /// The `comparison_type` StableHLO uses for this element type.
     pub fn comparison_type(self) -> &'static str {
-        if self.is_float() {
+        if self.is_float() || self.is_complex() {
             "FLOAT"
         } else if self.is_unsigned() || self.is_bool() {
             "UNSIGNED"

@@ -18,9 +18,11 @@ pub enum ElementType {
     BF16,
     F32,
     F64,
+    C64,
+    C128,
 }
 
-const TABLE: [(ElementType, PJRT_Buffer_Type, usize, &str); 13] = [
+const TABLE: [(ElementType, PJRT_Buffer_Type, usize, &str); 15] = [
     (ElementType::Pred, PJRT_Buffer_Type_PRED, 1, "bool"),
     (ElementType::S8, PJRT_Buffer_Type_S8, 1, "int8"),
     (ElementType::S16, PJRT_Buffer_Type_S16, 2, "int16"),
@@ -34,6 +36,8 @@ const TABLE: [(ElementType, PJRT_Buffer_Type, usize, &str); 13] = [
     (ElementType::BF16, PJRT_Buffer_Type_BF16, 2, "bfloat16"),
     (ElementType::F32, PJRT_Buffer_Type_F32, 4, "float32"),
     (ElementType::F64, PJRT_Buffer_Type_F64, 8, "float64"),
+    (ElementType::C64, PJRT_Buffer_Type_C64, 8, "complex64"),
+    (ElementType::C128, PJRT_Buffer_Type_C128, 16, "complex128"),
 ];
 
 impl ElementType {
@@ -58,7 +62,7 @@ impl ElementType {
         self.entry().1
     }
 
-    /// `None` for types tpuc does not handle (complex, 4-bit, 8-bit floats, tokens).
+    /// `None` for types tpuc does not handle (4-bit, 8-bit floats, tokens).
     pub fn from_raw(raw: PJRT_Buffer_Type) -> Option<Self> {
         TABLE.iter().find(|e| e.1 == raw).map(|e| e.0)
     }
@@ -72,6 +76,10 @@ impl ElementType {
             self,
             ElementType::F16 | ElementType::BF16 | ElementType::F32 | ElementType::F64
         )
+    }
+
+    pub fn is_complex(self) -> bool {
+        matches!(self, ElementType::C64 | ElementType::C128)
     }
 }
 

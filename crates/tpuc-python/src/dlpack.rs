@@ -72,13 +72,14 @@ unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
 }
 
 fn data_type(element_type: ElementType) -> DLDataType {
-    // DLPack codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6.
+    // DLPack codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLComplex 5, kDLBool 6.
     let code = match element_type {
         ElementType::Pred => 6,
         ElementType::S8 | ElementType::S16 | ElementType::S32 | ElementType::S64 => 0,
         ElementType::U8 | ElementType::U16 | ElementType::U32 | ElementType::U64 => 1,
         ElementType::F16 | ElementType::F32 | ElementType::F64 => 2,
         ElementType::BF16 => 4,
+        ElementType::C64 | ElementType::C128 => 5,
     };
     DLDataType {
         code,

@@ -155,6 +155,17 @@ fn in_place_on_views_refused() -> Result<(), Failed> {
     )
 }
 
+fn complex_ops_without_complex_lowering_refused() -> Result<(), Failed> {
+    expect_error(
+        &lowering_dir().join("errors/complex_exp.pt2"),
+        &[
+            "node exp (aten.exp.default)",
+            "not supported: aten.exp.default on complex tensors",
+            "complex64",
+        ],
+    )
+}
+
 fn bad_files() -> Result<(), Failed> {
     let dir = tempfile::tempdir()?;
     let good = std::fs::read(lowering_dir().join("mlp.pt2"))?;
@@ -247,8 +258,8 @@ fn invalid_graphs() -> Result<(), Failed> {
         ),
         (
             "dtype",
-            Box::new(|v| v["graph_module"]["graph"]["tensor_values"]["x"]["dtype"] = 10.into()),
-            vec!["tensor x", "complex64"],
+            Box::new(|v| v["graph_module"]["graph"]["tensor_values"]["x"]["dtype"] = 9.into()),
+            vec!["tensor x", "complex32"],
         ),
         (
             "weight_type",
@@ -306,6 +317,10 @@ fn main() {
             in_place_on_views_refused,
         ),
         Trial::test("errors::invalid_graphs", invalid_graphs),
+        Trial::test(
+            "errors::complex_ops_without_complex_lowering_refused",
+            complex_ops_without_complex_lowering_refused,
+        ),
     ]);
     trials.extend(execution::trials(&cases));
     libtest_mimic::run(&args, trials).exit();

@@ -56,7 +56,7 @@ fn add_sub(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>>
 
 fn true_div(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
     let mut elem = promoted(cx, &[a, b])?;
-    if !elem.is_float() {
+    if !elem.is_float() && !elem.is_complex() {
         elem = ElemType::F32;
     }
     let v = prepare(cx, &[a, b], elem)?;
@@ -571,6 +571,12 @@ lowering!(digamma, |cx, n| {
     digamma_of(cx, x)?
 });
 lowering!(angle, |cx, n| {
+    let x = cx.tensor(n, "self")?;
+    if cx.b.elem(x).is_complex() {
+        let re = cx.b.real(x)?;
+        let im = cx.b.imag(x)?;
+        return Ok(vec![Some(cx.b.binary(BinaryOp::Atan2, im, re)?)]);
+    }
     // The angle of a real number: 0 for x >= 0, pi for x < 0, NaN for NaN.
     let x = self_in_out_type(cx, n)?;
     let zero = cx.full_like(x, 0.0, None);
@@ -690,19 +696,13 @@ fn assert_metadata(_: &mut Ctx, _: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 pub fn register(r: &mut Registry) {
-    r.add(&["aten.add.Tensor", "aten.add.Scalar"], add);
-    r.add(&["aten.sub.Tensor", "aten.sub.Scalar"], sub);
-    r.add(&["aten.rsub.Scalar", "aten.rsub.Tensor"], rsub);
-    r.add(&["aten.mul.Tensor", "aten.mul.Scalar"], mul);
-    r.add(
-        &[
-            "aten.div.Tensor",
-            "aten.div.Scalar",
-            "aten.div.Tensor_mode",
-            "aten.div.Scalar_mode",
-        ],
-        div,
-    );
+    r.add_complex(&["aten.add.Tensor", "aten.add.Scalar"], add);
+    r.add_complex(&["aten.sub.Tensor", "aten.sub.Scalar"], sub);
+    r.add_complex(&["aten.rsub.Scalar", "aten.rsub.Tensor"], rsub);
+    r.add_complex(&["aten.mul.Tensor", "aten.mul.Scalar"], mul);
+    r.add_complex(&["aten.div.Tensor", "aten.div.Scalar"], div);
+    // Rounding divisions are real-only.
+    r.add(&["aten.div.Tensor_mode", "aten.div.Scalar_mode"], div);
     r.add(
         &["aten.floor_divide.default", "aten.floor_divide.Scalar"],
         floor_divide,
@@ -732,7 +732,7 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.signbit.default"], signbit);
     r.add(&["aten.copysign.Tensor", "aten.copysign.Scalar"], copysign);
     r.add(&["aten.exp2.default"], exp2);
-    r.add(&["aten.angle.default"], angle);
+    r.add_complex(&["aten.angle.default"], angle);
     r.add(&["aten.digamma.default"], digamma);
     r.add(&["aten.ldexp.Tensor"], ldexp);
     for (dir, names) in [
@@ -780,7 +780,7 @@ pub fn register(r: &mut Registry) {
         |cx, n| bitwise(cx, n, BinaryOp::Xor),
     );
     r.add(&["aten.bitwise_not.default"], bitwise_not);
-    r.add(&["aten.where.self"], where_self);
+    r.add_complex(&["aten.where.self"], where_self);
     r.add(
         &["aten.masked_fill.Scalar", "aten.masked_fill.Tensor"],
         masked_fill,
@@ -799,8 +799,8 @@ pub fn register(r: &mut Registry) {
         ],
         clamp,
     );
-    r.add(&["aten.neg.default"], neg);
-    r.add(&["aten.abs.default"], abs);
+    r.add_complex(&["aten.neg.default"], neg);
+    r.add_complex(&["aten.abs.default"], abs);
     r.add(&["aten.sign.default"], sign);
     r.add(&["aten.reciprocal.default"], reciprocal);
     r.add(&["aten.round.default", "aten.round.decimals"], round_op);
@@ -841,7 +841,7 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.gelu.default"], gelu);
     r.add(&["aten.leaky_relu.default"], leaky_relu);
     r.add(&["aten.hardtanh.default"], hardtanh);
-    r.add(
+    r.add_complex(
         &[
             "aten.to.dtype",
             "aten.to.dtype_layout",
@@ -851,16 +851,13 @@ pub fn register(r: &mut Registry) {
             "aten.alias.default",
             "aten.detach.default",
             "aten.lift_fresh_copy.default",
-            "aten._conj.default",
-            "aten._conj_physical.default",
-            "aten.conj_physical.default",
             "aten.type_as.default",
         ],
         convert_to_out,
     );
     r.add(&["aten.dropout.default"], dropout);
     r.add(&["aten._assert_tensor_metadata.default"], assert_metadata);
-    r.add(
+    r.add_complex(
         &[
             "aten.full.default",
             "aten.full_like.default",
@@ -871,8 +868,8 @@ pub fn register(r: &mut Registry) {
         full,
     );
     r.add(&["aten.linspace.default"], linspace);
-    r.add(&["aten.copy.default"], copy);
-    r.add(
+    r.add_complex(&["aten.copy.default"], copy);
+    r.add_complex(
         &[
             "aten.zeros.default",
             "aten.zeros_like.default",
@@ -883,7 +880,7 @@ pub fn register(r: &mut Registry) {
         ],
         |cx, n| filled(cx, n, 0.0),
     );
-    r.add(
+    r.add_complex(
         &[
             "aten.ones.default",
             "aten.ones_like.default",

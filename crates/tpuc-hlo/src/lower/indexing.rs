@@ -734,7 +734,7 @@ pub fn register(r: &mut Registry) {
         &["aten.triu_indices.default", "aten.tril_indices.default"],
         triangle_indices,
     );
-    r.add(&["aten.index_select.default"], index_select);
+    r.add_complex(&["aten.index_select.default"], index_select);
     r.add(&["aten.gather.default"], gather);
     r.add(&["aten.index.Tensor"], index);
     r.add(&["aten.index_put.default"], index_put);

@@ -1,9 +1,11 @@
 //! Lowering of an ATen-level FX graph into the StableHLO IR. One registry maps the full ATen
 //! overload name (`aten.addmm.default`) to its lowering; each op family has its own file.
 
+mod complex;
 mod conv;
 mod distance;
 mod elementwise;
+mod fft;
 mod indexing;
 mod linear;
 mod norm;
@@ -15,7 +17,7 @@ mod resample;
 mod sort;
 mod view;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock};
 
 use tpuc_fx::{Arg, DType, Dim, GraphInput, InputKind, Node, OutputValue, Program, SourceLoc};
@@ -143,8 +145,8 @@ pub fn err<T>(message: impl Into<String>) -> OpResult<T> {
 /// A lowering: returns one value per node output (`None` for an output it does not compute).
 pub type LowerFn = Arc<dyn Fn(&mut Ctx, &Node) -> OpResult<Vec<Option<Value>>> + Send + Sync>;
 
-static REGISTRY: LazyLock<HashMap<&'static str, LowerFn>> = LazyLock::new(|| {
-    let mut r = Registry(HashMap::new());
+static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
+    let mut r = Registry::default();
     elementwise::register(&mut r);
     view::register(&mut r);
     linear::register(&mut r);
@@ -157,10 +159,18 @@ static REGISTRY: LazyLock<HashMap<&'static str, LowerFn>> = LazyLock::new(|| {
     sort::register(&mut r);
     resample::register(&mut r);
     random::register(&mut r);
-    r.0
+    complex::register(&mut r);
+    fft::register(&mut r);
+    r
 });
 
-pub struct Registry(HashMap<&'static str, LowerFn>);
+#[derive(Default)]
+pub struct Registry {
+    lowerings: HashMap<&'static str, LowerFn>,
+    /// Ops whose lowerings handle complex tensors. Every other lowering assumes real numbers,
+    /// so a complex operand or result refuses the op rather than compute wrong numbers.
+    complex: HashSet<&'static str>,
+}
 
 impl Registry {
     pub fn add<F>(&mut self, names: &[&'static str], f: F)
@@ -169,15 +179,24 @@ impl Registry {
     {
         let f: LowerFn = Arc::new(f);
         for n in names {
-            let previous = self.0.insert(n, f.clone());
+            let previous = self.lowerings.insert(n, f.clone());
             assert!(previous.is_none(), "{n} registered twice");
         }
+    }
+
+    /// Registers a lowering that also handles complex tensors.
+    pub fn add_complex<F>(&mut self, names: &[&'static str], f: F)
+    where
+        F: Fn(&mut Ctx, &Node) -> OpResult<Vec<Option<Value>>> + Send + Sync + 'static,
+    {
+        self.add(names, f);
+        self.complex.extend(names);
     }
 }
 
 /// Every ATen overload tpuc lowers, sorted.
 pub fn supported_ops() -> Vec<&'static str> {
-    let mut v: Vec<&str> = REGISTRY.keys().copied().collect();
+    let mut v: Vec<&str> = REGISTRY.lowerings.keys().copied().collect();
     v.sort_unstable();
     v
 }
@@ -313,29 +332,66 @@ enum Variant {
     Out,
 }
 
+/// The lowering that computes an op.
+struct Lowering {
+    f: &'static LowerFn,
+    variant: Variant,
+    handles_complex: bool,
+}
+
 /// The lowering of `target`: its own, or that of the functional op it is a variant of.
-fn lowering(target: &str) -> Option<(&'static LowerFn, Variant)> {
-    if let Some(f) = REGISTRY.get(target) {
-        return Some((f, Variant::Functional));
+fn lowering(target: &str) -> Option<Lowering> {
+    let find = |name: &str, variant| {
+        REGISTRY
+            .lowerings
+            .get_key_value(name)
+            .map(|(key, f)| Lowering {
+                f,
+                variant,
+                handles_complex: REGISTRY.complex.contains(key),
+            })
+    };
+    if let Some(found) = find(target, Variant::Functional) {
+        return Some(found);
     }
     let (name, overload) = target.strip_prefix("aten.")?.split_once('.')?;
     if overload == "out" {
         return ["default", "Tensor"]
             .iter()
-            .find_map(|o| REGISTRY.get(format!("aten.{name}.{o}").as_str()))
-            .map(|f| (f, Variant::Out));
+            .find_map(|o| find(&format!("aten.{name}.{o}"), Variant::Out));
     }
     // `aten.view_copy.default` and the other `_copy` forms of views compute what the view does.
-    if let Some(f) = name
+    if let Some(found) = name
         .strip_suffix("_copy")
-        .and_then(|view| REGISTRY.get(format!("aten.{view}.{overload}").as_str()))
+        .and_then(|view| find(&format!("aten.{view}.{overload}"), Variant::Functional))
     {
-        return Some((f, Variant::Functional));
+        return Some(found);
     }
     let functional = name.strip_suffix('_').filter(|f| !f.ends_with('_'))?;
-    REGISTRY
-        .get(format!("aten.{functional}.{overload}").as_str())
-        .map(|f| (f, Variant::InPlace))
+    find(&format!("aten.{functional}.{overload}"), Variant::InPlace)
+}
+
+/// The first complex tensor a node reads or produces, if any, with its type.
+fn complex_tensor<'n>(
+    g: &'n tpuc_fx::Graph,
+    n: &'n Node,
+    recorded: &[Option<TensorType>],
+) -> Option<(&'n str, ElemType)> {
+    n.inputs
+        .iter()
+        .flat_map(|a| a.arg.tensor_refs())
+        .filter_map(|t| {
+            let elem = ElemType::from_dtype(g.tensor(t)?.dtype);
+            elem.is_complex().then_some((t, elem))
+        })
+        .chain(
+            output_slots(n)
+                .into_iter()
+                .zip(recorded)
+                .filter_map(|(name, ty)| Some((name?, ty.as_ref()?.elem)))
+                .filter(|(_, elem)| elem.is_complex()),
+        )
+        .next()
 }
 
 /// A call operand that is either a tensor or a Python number.
@@ -818,8 +874,11 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
             location: n.source(),
             message,
         };
-        let (lower_fn, variant) =
-            lowering(&n.target).ok_or_else(|| node_err("internal error: no lowering".into()))?;
+        let Lowering {
+            f: lower_fn,
+            variant,
+            handles_complex,
+        } = lowering(&n.target).ok_or_else(|| node_err("internal error: no lowering".into()))?;
         let mutated = match variant {
             Variant::Functional => None,
             Variant::InPlace => Some("self"),
@@ -833,6 +892,16 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
             .map(|i| cx.opt_out_type(n, i))
             .collect::<OpResult<Vec<_>>>()
             .map_err(|e| node_err(e.0))?;
+        if !handles_complex {
+            if let Some((tensor, elem)) = complex_tensor(g, n, &recorded) {
+                return Err(node_err(format!(
+                    "not supported: {} on complex tensors ({tensor} is {}); tpuc computes complex \
+                     numbers in FFTs, arithmetic, conversions and data movement (docs/ops.md)",
+                    n.target,
+                    elem.to_dtype()
+                )));
+            }
+        }
         let outs = match empty_outputs(&mut cx.b, &recorded) {
             // Every output is empty: nothing to compute, whatever the op.
             Some(empty) => empty,

@@ -17,6 +17,8 @@ pub enum Participant {
 fn category(d: DType) -> u8 {
     if d == DType::Bool {
         0
+    } else if d.is_complex() {
+        3
     } else if d.is_float() {
         2
     } else {
@@ -33,6 +35,14 @@ pub fn promote_types(a: DType, b: DType) -> DType {
     match (category(a), category(b)) {
         (0, _) => return b,
         (_, 0) => return a,
+        // Complex with anything: complex parts wide enough for both (float64 makes complex128).
+        (3, _) | (_, 3) => {
+            return if a == C128 || b == C128 || a == F64 || b == F64 {
+                C128
+            } else {
+                C64
+            }
+        }
         (2, 1) => return a,
         (1, 2) => return b,
         _ => {}
@@ -74,9 +84,9 @@ fn combine(higher: Option<DType>, lower: Option<DType>) -> Option<DType> {
         (None, l) => l,
         (h, None) => h,
         (Some(h), Some(l)) => {
-            if h.is_float() {
+            if category(h) >= category(l) && category(h) >= 2 {
                 Some(h)
-            } else if h == DType::Bool || l.is_float() {
+            } else if h == DType::Bool || category(l) > category(h) {
                 Some(promote_types(h, l))
             } else {
                 Some(h)
@@ -95,8 +105,15 @@ pub fn result_type(operands: &[Participant]) -> Option<DType> {
             Participant::Dim(d) => dim = fold(dim, d),
             Participant::ZeroDim(d) => zero = fold(zero, d),
             Participant::Scalar(d) => {
-                // A Python float takes the default dtype (float32); int is int64; bool is bool.
-                let d = if d.is_float() { DType::F32 } else { d };
+                // A Python float takes the default dtype (float32), a complex number complex64;
+                // int is int64; bool is bool.
+                let d = if d.is_float() {
+                    DType::F32
+                } else if d.is_complex() {
+                    DType::C64
+                } else {
+                    d
+                };
                 wrapped = fold(wrapped, d)
             }
         }
@@ -122,5 +139,10 @@ mod tests {
         assert_eq!(result_type(&[Dim(U8), Dim(I8)]), Some(I16));
         assert_eq!(result_type(&[Dim(F16), Dim(BF16)]), Some(F32));
         assert_eq!(result_type(&[Dim(U8), Scalar(I64)]), Some(U8));
+        assert_eq!(result_type(&[Dim(C64), Dim(F64)]), Some(C128));
+        assert_eq!(result_type(&[Dim(F32), ZeroDim(C64)]), Some(C64));
+        assert_eq!(result_type(&[Dim(C64), ZeroDim(F64)]), Some(C64));
+        assert_eq!(result_type(&[Dim(I64), Scalar(C64)]), Some(C64));
+        assert_eq!(result_type(&[Dim(F16), Dim(C64)]), Some(C64));
     }
 }

@@ -230,10 +230,10 @@ fn cumulative(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value
 }
 
 pub fn register(r: &mut Registry) {
-    r.add(&["aten.sum.default", "aten.sum.dim_IntList"], |cx, n| {
+    r.add_complex(&["aten.sum.default", "aten.sum.dim_IntList"], |cx, n| {
         simple_reduce(cx, n, BinaryOp::Add)
     });
-    r.add(&["aten.prod.default", "aten.prod.dim_int"], |cx, n| {
+    r.add_complex(&["aten.prod.default", "aten.prod.dim_int"], |cx, n| {
         simple_reduce(cx, n, BinaryOp::Mul)
     });
     r.add(&["aten.amax.default", "aten.max.default"], |cx, n| {
@@ -250,7 +250,7 @@ pub fn register(r: &mut Registry) {
         &["aten.all.default", "aten.all.dim", "aten.all.dims"],
         |cx, n| simple_reduce(cx, n, BinaryOp::And),
     );
-    r.add(&["aten.mean.default", "aten.mean.dim"], mean);
+    r.add_complex(&["aten.mean.default", "aten.mean.dim"], mean);
     r.add(&["aten.var_mean.correction", "aten.var_mean.dim"], var_mean);
     r.add(
         &["aten.var.dim", "aten.var.correction", "aten.var.default"],

@@ -465,11 +465,11 @@ fn repeat(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 pub fn register(r: &mut Registry) {
-    r.add(&["aten.slice_scatter.default"], slice_scatter);
-    r.add(&["aten.flip.default"], flip);
-    r.add(&["aten.constant_pad_nd.default"], constant_pad_nd);
-    r.add(&["aten.select_scatter.default"], select_scatter);
-    r.add(
+    r.add_complex(&["aten.slice_scatter.default"], slice_scatter);
+    r.add_complex(&["aten.flip.default"], flip);
+    r.add_complex(&["aten.constant_pad_nd.default"], constant_pad_nd);
+    r.add_complex(&["aten.select_scatter.default"], select_scatter);
+    r.add_complex(
         &[
             "aten.view.default",
             "aten.reshape.default",
@@ -485,13 +485,13 @@ pub fn register(r: &mut Registry) {
         ],
         reshape_to_out,
     );
-    r.add(&["aten.permute.default"], permute);
+    r.add_complex(&["aten.permute.default"], permute);
     r.add(&["aten.as_strided.default"], as_strided);
     r.add(&["aten.diagonal.default"], diagonal);
     r.add(&["aten.diagonal_scatter.default"], diagonal_scatter);
     r.add(&["aten.unfold.default"], unfold);
-    r.add(&["aten.transpose.int", "aten.t.default"], transpose);
-    r.add(
+    r.add_complex(&["aten.transpose.int", "aten.t.default"], transpose);
+    r.add_complex(
         &[
             "aten.expand.default",
             "aten.expand_as.default",
@@ -499,12 +499,12 @@ pub fn register(r: &mut Registry) {
         ],
         expand,
     );
-    r.add(&["aten.slice.Tensor"], slice);
-    r.add(&["aten.narrow.default"], narrow);
-    r.add(&["aten.select.int"], select);
-    r.add(&["aten.cat.default", "aten.concat.default"], cat);
-    r.add(&["aten.stack.default"], stack);
-    r.add(
+    r.add_complex(&["aten.slice.Tensor"], slice);
+    r.add_complex(&["aten.narrow.default"], narrow);
+    r.add_complex(&["aten.select.int"], select);
+    r.add_complex(&["aten.cat.default", "aten.concat.default"], cat);
+    r.add_complex(&["aten.stack.default"], stack);
+    r.add_complex(
         &[
             "aten.split.Tensor",
             "aten.split_with_sizes.default",
@@ -515,5 +515,5 @@ pub fn register(r: &mut Registry) {
         split,
     );
     r.add(&["aten.repeat_interleave.self_int"], repeat_interleave);
-    r.add(&["aten.repeat.default"], repeat);
+    r.add_complex(&["aten.repeat.default"], repeat);
 }

@@ -25,6 +25,7 @@ _DTYPES = {
     for d in (
         torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16,
         torch.uint32, torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64,
+        torch.complex64, torch.complex128,
     )
 }
 
