@@ -8,6 +8,7 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import tpuc
 from tpuc.runtime import STATS
@@ -67,6 +68,18 @@ def test_options_pass_through_and_are_checked(tmp_path):
     bad = torch.compile(model, backend="tpuc", options={"plugn": "cpu"})
     with pytest.raises(Exception, match="unknown tpuc option"):
         bad(x)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_keep_whole_hands_the_op_to_tpuc_undecomposed(tmp_path, keep):
+    x = torch.randn(3, 8)
+    options = {"strict": True, "dump_dir": str(tmp_path)}
+    if keep:
+        options["keep_whole"] = ["aten.silu.default"]
+    close(torch.compile(F.silu, backend="tpuc", options=options)(x), F.silu(x))
+    graph = "".join(p.read_text() for p in tmp_path.glob("*.fx.txt"))
+    # torch's decomposition computes silu as x * sigmoid(x).
+    assert ("aten.silu.default" in graph, "aten.sigmoid.default" in graph) == (keep, not keep), graph
 
 
 def test_parameters_stay_on_device_between_calls():

@@ -100,6 +100,13 @@ CASES = {
     "nan_propagation": (lambda x, z: (torch.maximum(x, z), torch.minimum(z, x), torch.amax(x, 1), torch.amin(x, 0),
                                       torch.max(x), F.max_pool1d(x[None], 2), torch.clamp(x, 0, 1)),
                         (with_nan, torch.zeros(2, 4))),
+    "flash_attention_log_sum_exp": (lambda q, k, v: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)[:2],
+                                    (randn(2, 3, 4, 8), randn(2, 3, 6, 8), randn(2, 3, 6, 8))),
+    "attention_fully_masked_row": (lambda q, k, v, m: (F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                                                       torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                                                           q, k, v, attn_mask=torch.where(m, 0.0, float("-inf")))[:2]),
+                                   (randn(1, 2, 3, 4), randn(1, 2, 5, 4), randn(1, 2, 5, 4),
+                                    torch.tensor([[True, False, True, True, False], [False] * 5, [True] * 5]))),
     "view_copies": (lambda x: (torch.ops.aten.view_copy(x, [4, 3]), torch.ops.aten.permute_copy(x, [1, 0])), (x34,)),
 }
 
@@ -143,6 +150,25 @@ def test_pooling_and_convolution_backward_match_eager():
     # differ from torch's by up to ~2e-4 relative (measured).
     for (name, p), q in zip(model.named_parameters(), compiled_model.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
+def test_attention_backward_matches_eager():
+    """Attention's backward recomputes the probabilities from the forward's log-sum-exp, with
+    causal masks, additive masks and rows a mask hides entirely."""
+    q, k, v = (randn(2, 2, 4, 8).requires_grad_() for _ in range(3))
+    mask = torch.zeros(4, 4)
+    mask[1] = float("-inf")
+    mask[2, :2] = float("-inf")
+
+    def loss(q, k, v):
+        causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        masked = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return (causal * masked).sum() + causal.square().sum()
+
+    compiled = torch.compile(loss, backend="tpuc", options={"strict": True})
+    grads = [torch.autograd.grad(f(q, k, v), (q, k, v)) for f in (loss, compiled)]
+    for expected, actual in zip(*grads):
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
 
 
 class Upsampler(nn.Module):

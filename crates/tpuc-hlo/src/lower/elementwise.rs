@@ -877,6 +877,8 @@ pub fn register(r: &mut Registry) {
             "aten.empty.memory_format",
             "aten.empty_like.default",
             "aten.empty_strided.default",
+            "aten.empty_permuted.default",
+            "aten.new_empty_strided.default",
         ],
         |cx, n| filled(cx, n, 0.0),
     );

@@ -247,7 +247,8 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             cx.b.splat(&TensorType::new(shape.clone(), elem), f64::NEG_INFINITY);
         scores = cx.b.select(keep, scores, ninf)?;
     }
-    if let Some(mask) = cx.opt_tensor(n, "attn_mask")? {
+    let mask = cx.opt_tensor(n, "attn_mask")?;
+    if let Some(mask) = mask {
         let mask = cx.b.broadcast_to(mask, &shape)?;
         if cx.b.elem(mask).is_bool() {
             let ninf =
@@ -262,21 +263,38 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             )?;
         }
     }
-    let p = softmax_along(cx, scores, rank - 1, false)?;
+    let mut p = softmax_along(cx, scores, rank - 1, false)?;
+    let last = rank as i64 - 1;
+    let kept: Vec<i64> = (0..last).collect();
+    let max = cx.b.reduce_by(scores, &[last], BinaryOp::Max)?;
+    // A row the mask hides entirely attends to nothing: zeros, as torch's kernels give (a
+    // causal mask alone always keeps the first column).
+    let hidden = if mask.is_some() {
+        let ninf = cx.full_like(max, f64::NEG_INFINITY, None);
+        let hidden = cx.b.compare(CompareDir::Eq, max, ninf)?;
+        let hidden_b = cx.b.broadcast_in_dim(hidden, &shape, &kept)?;
+        let zeros = cx.full_like(p, 0.0, None);
+        p = cx.b.select(hidden_b, zeros, p)?;
+        Some(hidden)
+    } else {
+        None
+    };
     let out = matmul_general(cx, p, v)?;
     if !n.target.contains("flash_attention") {
         return Ok(vec![Some(out)]);
     }
-    // The fused CPU kernel also returns the log-sum-exp of each row of scores (for backward).
-    let last = rank as i64 - 1;
-    let max = cx.b.reduce_by(scores, &[last], BinaryOp::Max)?;
-    let kept: Vec<i64> = (0..last).collect();
+    // The fused CPU kernel also returns the log-sum-exp of each row of scores (for backward);
+    // 0 for a hidden row.
     let max_b = cx.b.broadcast_in_dim(max, &shape, &kept)?;
     let shifted = cx.b.binary(BinaryOp::Sub, scores, max_b)?;
     let exp = cx.b.unary(UnaryOp::Exp, shifted)?;
     let sum = cx.b.reduce_by(exp, &[last], BinaryOp::Add)?;
     let log = cx.b.unary(UnaryOp::Log, sum)?;
-    let lse = cx.b.binary(BinaryOp::Add, log, max)?;
+    let mut lse = cx.b.binary(BinaryOp::Add, log, max)?;
+    if let Some(hidden) = hidden {
+        let zeros = cx.full_like(lse, 0.0, None);
+        lse = cx.b.select(hidden, zeros, lse)?;
+    }
     Ok(vec![Some(out), Some(lse)])
 }
 

@@ -21,7 +21,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from . import _tpuc
-from .decompositions import EXTRA
+from .decompositions import EXTRA, NOT_DECOMPOSED
 from .graph import is_structural, op_name, serialize, source_line, unsupported_ops
 from .options import Options
 from .runtime import CompiledGraph, session
@@ -45,7 +45,7 @@ def decompositions(opts: Options) -> dict:
         return {}
     table = {**core_aten_decompositions(), **EXTRA}
     keep = set(opts.keep_whole)
-    return {op: fn for op, fn in table.items() if str(op) not in keep}
+    return {op: fn for op, fn in table.items() if str(op) not in keep and op not in NOT_DECOMPOSED}
 
 
 def _has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:

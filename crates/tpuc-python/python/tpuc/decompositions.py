@@ -1,4 +1,5 @@
-"""Decompositions tpuc adds to torch's core-ATen table, for ops torch leaves fused."""
+"""Changes tpuc makes to torch's core-ATen decomposition table: decompositions for ops torch
+leaves fused, and ops whose torch decomposition tpuc does not use."""
 from __future__ import annotations
 
 import math
@@ -11,27 +12,22 @@ aten = torch.ops.aten
 def flash_attention_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal,
                                  *, attn_mask=None, scale=None):
     """The gradient of CPU flash attention from its saved output and log-sum-exp (the softmax
-    is recomputed, as the fused kernel does) or, when the forward was decomposed, from the
-    saved attention probabilities."""
+    is recomputed, as the fused kernel does)."""
     if dropout_p != 0.0:
         return NotImplemented  # the dropout mask is not saved: keep the fused op
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    if logsumexp.dim() == query.dim():
-        # torch's own decomposition of the forward returns the attention probabilities in the
-        # log-sum-exp's place: no need to recompute them.
-        probs = logsumexp
-    else:
-        scores = (query @ key.transpose(-2, -1)) * scale
-        if is_causal:
-            rows, cols = scores.shape[-2], scores.shape[-1]
-            keep = torch.ones(rows, cols, dtype=torch.bool, device=scores.device).tril(cols - rows)
-            scores = scores.masked_fill(~keep, float("-inf"))
-        if attn_mask is not None:
-            if attn_mask.dtype == torch.bool:
-                scores = scores.masked_fill(~attn_mask, float("-inf"))
-            else:
-                scores = scores + attn_mask
-        probs = torch.exp(scores - logsumexp.unsqueeze(-1))
+    scores = (query @ key.transpose(-2, -1)) * scale
+    if is_causal:
+        rows, cols = scores.shape[-2], scores.shape[-1]
+        keep = torch.ones(rows, cols, dtype=torch.bool, device=scores.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    # A fully masked row has probabilities 0 (and a log-sum-exp of 0), as in the fused kernel.
+    probs = torch.exp(scores - logsumexp.unsqueeze(-1))
     grad_value = probs.transpose(-2, -1) @ grad_out
     grad_probs = grad_out @ value.transpose(-2, -1)
     delta = (grad_out * out).sum(dim=-1, keepdim=True)
@@ -44,3 +40,7 @@ def flash_attention_cpu_backward(grad_out, query, key, value, out, logsumexp, dr
 EXTRA = {
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default: flash_attention_cpu_backward,
 }
+
+# torch's decomposition of CPU flash attention returns the attention probabilities where the op
+# returns the log-sum-exp of each row: tpuc lowers the op itself.
+NOT_DECOMPOSED = {aten._scaled_dot_product_flash_attention_for_cpu.default}

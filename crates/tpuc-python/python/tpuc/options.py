@@ -5,12 +5,6 @@ import dataclasses
 import os
 from typing import Any
 
-# On CPU tensors, aot_autograd dispatches scaled_dot_product_attention to this fused op before
-# decompositions apply; keeping it whole hands attention to tpuc's attention lowering in one
-# piece (its backward is decomposed by tpuc.decompositions).
-ATTENTION = "aten._scaled_dot_product_flash_attention_for_cpu.default"
-
-
 @dataclasses.dataclass(frozen=True)
 class Options:
     """How the backend compiles.
@@ -18,9 +12,10 @@ class Options:
     plugin:           PJRT plugin: "cpu", "tpu", "cuda" or a path (default $TPUC_PJRT_PLUGIN, else cpu).
     decompositions:   "core" (torch's core-ATen decompositions, default) or "none" (the ATen ops
                       aot_autograd produces, undecomposed).
-    keep_whole:       op overloads excluded from decomposition so the lowering sees them whole;
-                      e.g. (tpuc.options.ATTENTION,) for attention. Default: none (torch's
-                      core-ATen decompositions throughout).
+    keep_whole:       op overloads excluded from decomposition so the lowering sees them whole,
+                      e.g. ("aten.silu.default",). Attention on CPU tensors
+                      (aten._scaled_dot_product_flash_attention_for_cpu) is always lowered whole;
+                      its backward is decomposed by tpuc.decompositions.
     strict:           an op tpuc cannot lower is an error instead of an eager fallback
                       (also TPUC_STRICT=1).
     dump_dir:         write each compiled graph's FX graph, StableHLO and compile times there
