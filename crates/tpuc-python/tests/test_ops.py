@@ -107,6 +107,10 @@ CASES = {
                                                            q, k, v, attn_mask=torch.where(m, 0.0, float("-inf")))[:2]),
                                    (randn(1, 2, 3, 4), randn(1, 2, 5, 4), randn(1, 2, 5, 4),
                                     torch.tensor([[True, False, True, True, False], [False] * 5, [True] * 5]))),
+    "index_reduce": (lambda x, i, s: (x.index_reduce(0, i, s, "prod"), x.index_reduce(1, i[:2], s[:3, :2], "mean"),
+                                      x.index_reduce(0, i, s, "amax", include_self=False),
+                                      x.index_reduce(0, i, s, "amin", include_self=False)),
+                     (x34, torch.tensor([2, 0, 2, 1]), randn(4, 4))),
     "view_copies": (lambda x: (torch.ops.aten.view_copy(x, [4, 3]), torch.ops.aten.permute_copy(x, [1, 0])), (x34,)),
 }
 

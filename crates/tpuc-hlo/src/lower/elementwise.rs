@@ -184,16 +184,27 @@ fn self_in_out_type(cx: &mut Ctx, n: &Node) -> OpResult<Value> {
     Ok(cx.b.convert(x, elem))
 }
 
-/// Unary op computed in the output's element type (ints become floats for exp, sin, ...).
+/// `f` of `self` in the output's type (ints become floats for exp, sin, ...), computed in its
+/// accumulation type (float32 for 16-bit floats, as torch's CPU kernels compute) and rounded
+/// once.
+fn computed_wide(
+    cx: &mut Ctx,
+    n: &Node,
+    f: impl FnOnce(&mut Ctx, Value) -> OpResult<Value>,
+) -> OpResult<Vec<Option<Value>>> {
+    let x = self_in_out_type(cx, n)?;
+    let elem = cx.b.elem(x);
+    let wide = cx.b.convert(x, elem.accumulation());
+    let r = f(cx, wide)?;
+    Ok(vec![Some(cx.b.convert(r, elem))])
+}
+
 fn unary_in_out_type(cx: &mut Ctx, n: &Node, op: UnaryOp) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "self")?;
-    let elem = out_elem(cx, n)?;
-    if matches!(op, UnaryOp::Floor | UnaryOp::Ceil) && !elem.is_float() {
+    if matches!(op, UnaryOp::Floor | UnaryOp::Ceil) && !out_elem(cx, n)?.is_float() {
         // Integers are already whole.
-        return Ok(vec![Some(x)]);
+        return Ok(vec![Some(cx.tensor(n, "self")?)]);
     }
-    let x = cx.b.convert(x, elem);
-    Ok(vec![Some(cx.b.unary(op, x)?)])
+    computed_wide(cx, n, |cx, x| Ok(cx.b.unary(op, x)?))
 }
 
 /// log base 2 or 10: the natural log scaled, computed in the output dtype.
@@ -229,16 +240,21 @@ fn relu(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 fn silu(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "self")?;
-    let s = cx.b.unary(UnaryOp::Logistic, x)?;
-    Ok(vec![Some(cx.b.binary(BinaryOp::Mul, x, s)?)])
+    computed_wide(cx, n, |cx, x| {
+        let s = cx.b.unary(UnaryOp::Logistic, x)?;
+        Ok(cx.b.binary(BinaryOp::Mul, x, s)?)
+    })
 }
 
 fn gelu(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "self")?;
+    let approximate = cx.opt_str(n, "approximate")?.unwrap_or("none");
+    computed_wide(cx, n, |cx, x| gelu_of(cx, x, approximate))
+}
+
+fn gelu_of(cx: &mut Ctx, x: Value, approximate: &str) -> OpResult<Value> {
     let half = cx.full_like(x, 0.5, None);
     let one = cx.full_like(x, 1.0, None);
-    let inner = match cx.opt_str(n, "approximate")?.unwrap_or("none") {
+    let inner = match approximate {
         "none" => {
             let c = cx.full_like(x, std::f64::consts::FRAC_1_SQRT_2, None);
             let t = cx.b.binary(BinaryOp::Mul, x, c)?;
@@ -262,7 +278,7 @@ fn gelu(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     };
     let p = cx.b.binary(BinaryOp::Add, one, inner)?;
     let hx = cx.b.binary(BinaryOp::Mul, half, x)?;
-    Ok(vec![Some(cx.b.binary(BinaryOp::Mul, hx, p)?)])
+    Ok(cx.b.binary(BinaryOp::Mul, hx, p)?)
 }
 
 fn where_self(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {

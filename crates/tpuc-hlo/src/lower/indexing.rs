@@ -429,6 +429,51 @@ pub(super) fn scatter_into(
 /// instead of their own value; mean divides by the number of values combined there.
 fn scatter_reduce(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let src = cx.tensor(n, "src")?;
+    let (x, dim, index, updates) = scatter_operands(cx, n, Some(src))?;
+    reduce_scattered(cx, n, x, dim, index, updates).map(|v| vec![Some(v)])
+}
+
+/// index_reduce(self, dim, index, source, reduce, include_self): scatter_reduce with the 1-d
+/// `index` addressing whole slices of `self` along `dim`.
+fn index_reduce(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let mut x = cx.tensor(n, "self")?;
+    let mut source = cx.tensor(n, "source")?;
+    let index = cx.tensor(n, "index")?;
+    let shape = cx.b.shape(x).to_vec();
+    // A 0-d tensor indexes like a 1-element vector.
+    if shape.is_empty() {
+        x = cx.b.reshape(x, &[1])?;
+        if cx.b.ty(source).rank() == 0 {
+            source = cx.b.reshape(source, &[1])?;
+        }
+    }
+    let rank = cx.b.ty(x).rank();
+    let dim = norm_dim(cx.int(n, "dim", None)?, rank)?;
+    let source_shape = cx.b.shape(source).to_vec();
+    let index_len = cx.b.shape(index).iter().product::<i64>();
+    if source_shape.len() != rank || source_shape[dim] != index_len {
+        return err(format!(
+            "source {source_shape:?} does not fit self {shape:?} with {index_len} indices along \
+             dim {dim}"
+        ));
+    }
+    let index = cx.b.reshape(index, &[index_len])?;
+    let index = cx.b.broadcast_in_dim(index, &source_shape, &[dim as i64])?;
+    let updates = cx.b.convert(source, cx.b.elem(x));
+    let r = reduce_scattered(cx, n, x, dim, index, updates)?;
+    Ok(vec![Some(cx.b.reshape(r, &shape)?)])
+}
+
+/// `updates` combined into `x` at `index` along `dim` by the node's `reduce` (sum, prod, mean,
+/// amax, amin), with or without `x`'s own elements (`include_self`).
+fn reduce_scattered(
+    cx: &mut Ctx,
+    n: &Node,
+    x: Value,
+    dim: usize,
+    index: Value,
+    updates: Value,
+) -> OpResult<Value> {
     let reduce = cx.opt_str(n, "reduce")?.unwrap_or("sum");
     let include_self = cx.bool(n, "include_self", true)?;
     let op = match reduce {
@@ -436,13 +481,8 @@ fn scatter_reduce(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         "prod" => BinaryOp::Mul,
         "amax" => BinaryOp::Max,
         "amin" => BinaryOp::Min,
-        other => {
-            return err(format!(
-                "not supported: scatter_reduce with reduce={other:?}"
-            ))
-        }
+        other => return err(format!("not supported: {} with reduce={other:?}", n.target)),
     };
-    let (x, dim, index, updates) = scatter_operands(cx, n, Some(src))?;
     let shape = cx.b.shape(x).to_vec();
     let index_shape = cx.b.shape(index).to_vec();
     let elem = cx.b.elem(x);
@@ -469,7 +509,7 @@ fn scatter_reduce(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     };
     let combined = scatter_into(cx, base, dim, index, updates, ScatterMode::Combine(op))?;
     if reduce != "mean" {
-        return Ok(vec![Some(combined)]);
+        return Ok(combined);
     }
     let extra = cx.full_like(counts, f64::from(u8::from(include_self)), None);
     let divisor = cx.b.binary(BinaryOp::Add, counts, extra)?;
@@ -482,7 +522,7 @@ fn scatter_reduce(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     } else {
         super::elementwise::floor_div(cx, Operand::Tensor(combined), Operand::Tensor(divisor))?
     };
-    Ok(vec![Some(cx.b.select(touched, mean, x)?)])
+    Ok(cx.b.select(touched, mean, x)?)
 }
 
 fn index_select(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
@@ -750,6 +790,7 @@ pub fn register(r: &mut Registry) {
         scatter_along(cx, n, Some(src), ScatterMode::Combine(BinaryOp::Add))
     });
     r.add(&["aten.scatter_reduce.two"], scatter_reduce);
+    r.add(&["aten.index_reduce.default"], index_reduce);
     r.add(
         &["aten.scatter.reduce", "aten.scatter.value_reduce"],
         |cx, n| {

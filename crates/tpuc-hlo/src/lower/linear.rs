@@ -3,7 +3,6 @@
 use tpuc_fx::Node;
 
 use super::elementwise::arith;
-use super::reduction::softmax_along;
 use super::*;
 
 /// The precision of a dot or convolution computed in `elem`: the option for 32/64-bit floats.
@@ -191,9 +190,14 @@ fn matmul(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let q = cx.tensor(n, "query")?;
-    let mut k = cx.tensor(n, "key")?;
-    let mut v = cx.tensor(n, "value")?;
+    // 16-bit inputs are computed in float32 and the output rounded once, as torch's kernels do.
+    let mut qkv = [
+        cx.tensor(n, "query")?,
+        cx.tensor(n, "key")?,
+        cx.tensor(n, "value")?,
+    ];
+    let narrow = widened(cx, &mut qkv);
+    let [q, mut k, mut v] = qkv;
     if cx.float(n, "dropout_p", Some(0.0))? != 0.0 {
         return err(
             "not supported: scaled_dot_product_attention with dropout_p > 0 (inference only)",
@@ -263,39 +267,51 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             )?;
         }
     }
-    let mut p = softmax_along(cx, scores, rank - 1, false)?;
+    // Softmax as the fused kernel computes it: exponentials of the scores less the row maximum,
+    // multiplied with the values, then divided by the row sum.
     let last = rank as i64 - 1;
     let kept: Vec<i64> = (0..last).collect();
     let max = cx.b.reduce_by(scores, &[last], BinaryOp::Max)?;
-    // A row the mask hides entirely attends to nothing: zeros, as torch's kernels give (a
-    // causal mask alone always keeps the first column).
+    let max_b = cx.b.broadcast_in_dim(max, &shape, &kept)?;
+    let shifted = cx.b.binary(BinaryOp::Sub, scores, max_b)?;
+    let mut exp = cx.b.unary(UnaryOp::Exp, shifted)?;
+    // A row the mask hides entirely attends to nothing: zeros, and a log-sum-exp of 0, as
+    // torch's kernels give (a causal mask alone always keeps the first column).
     let hidden = if mask.is_some() {
         let ninf = cx.full_like(max, f64::NEG_INFINITY, None);
         let hidden = cx.b.compare(CompareDir::Eq, max, ninf)?;
         let hidden_b = cx.b.broadcast_in_dim(hidden, &shape, &kept)?;
-        let zeros = cx.full_like(p, 0.0, None);
-        p = cx.b.select(hidden_b, zeros, p)?;
+        let zeros = cx.full_like(exp, 0.0, None);
+        exp = cx.b.select(hidden_b, zeros, exp)?;
         Some(hidden)
     } else {
         None
     };
-    let out = matmul_general(cx, p, v)?;
+    let mut sum = cx.b.reduce_by(exp, &[last], BinaryOp::Add)?;
+    if let Some(hidden) = hidden {
+        let ones = cx.full_like(sum, 1.0, None);
+        sum = cx.b.select(hidden, ones, sum)?;
+    }
+    let weighted = matmul_general(cx, exp, v)?;
+    let out_shape = cx.b.shape(weighted).to_vec();
+    let sum_b = cx.b.broadcast_in_dim(sum, &out_shape, &kept)?;
+    let out = cx.b.binary(BinaryOp::Div, weighted, sum_b)?;
+    let out = narrowed(cx, out, narrow);
     if !n.target.contains("flash_attention") {
         return Ok(vec![Some(out)]);
     }
-    // The fused CPU kernel also returns the log-sum-exp of each row of scores (for backward);
-    // 0 for a hidden row.
-    let max_b = cx.b.broadcast_in_dim(max, &shape, &kept)?;
-    let shifted = cx.b.binary(BinaryOp::Sub, scores, max_b)?;
-    let exp = cx.b.unary(UnaryOp::Exp, shifted)?;
-    let sum = cx.b.reduce_by(exp, &[last], BinaryOp::Add)?;
+    // The fused CPU kernel also returns the log-sum-exp of each row of scores (for backward),
+    // in float32 for 16-bit inputs.
+    let Some(lse_type) = cx.opt_out_type(n, 1)? else {
+        return Ok(vec![Some(out), None]);
+    };
     let log = cx.b.unary(UnaryOp::Log, sum)?;
     let mut lse = cx.b.binary(BinaryOp::Add, log, max)?;
     if let Some(hidden) = hidden {
         let zeros = cx.full_like(lse, 0.0, None);
         lse = cx.b.select(hidden, zeros, lse)?;
     }
-    Ok(vec![Some(out), Some(lse)])
+    Ok(vec![Some(out), Some(cx.b.convert(lse, lse_type.elem))])
 }
 
 pub fn register(r: &mut Registry) {

@@ -312,13 +312,17 @@ fn avg_divisor(
     })
 }
 
+/// Average pooling, summed and divided in the accumulation type (float32 for 16-bit floats, as
+/// torch's kernels compute) and rounded once.
 fn avg_pool(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let (x, _, w) = forward_pooling(cx, n)?;
     let shape = cx.b.shape(x).to_vec();
     let elem = cx.b.elem(x);
-    let sum = w.reduce(cx, x, BinaryOp::Add)?;
-    let divisor = avg_divisor(cx, n, &shape, elem, &w)?;
-    Ok(vec![Some(cx.b.binary(BinaryOp::Div, sum, divisor)?)])
+    let wide = cx.b.convert(x, elem.accumulation());
+    let sum = w.reduce(cx, wide, BinaryOp::Add)?;
+    let divisor = avg_divisor(cx, n, &shape, elem.accumulation(), &w)?;
+    let mean = cx.b.binary(BinaryOp::Div, sum, divisor)?;
+    Ok(vec![Some(cx.b.convert(mean, elem))])
 }
 
 /// The backward of average pooling: every input position sums the (divided) gradients of the
@@ -404,8 +408,10 @@ fn apply_along(
 }
 
 fn adaptive_avg_pool(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let mut x = cx.tensor(n, "self")?;
     let out = cx.out_type(n, 0)?;
+    // In the accumulation type, rounded once at the end (as avg_pool).
+    let x = cx.tensor(n, "self")?;
+    let mut x = cx.b.convert(x, out.elem.accumulation());
     let spatial = pool_spatial(n);
     let rank = cx.b.ty(x).rank();
     spatial_of(cx.b.shape(x), spatial)?;
@@ -435,7 +441,7 @@ fn adaptive_avg_pool(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             x = apply_along(cx, x, d, &adaptive_matrix(input, o), (o, input), false)?;
         }
     }
-    Ok(vec![Some(x)])
+    Ok(vec![Some(cx.b.convert(x, out.elem))])
 }
 
 /// The backward of adaptive average pooling: the transposed averaging matrix along each dim.

@@ -216,17 +216,19 @@ pub(super) fn scan(cx: &mut Ctx, x: Value, dim: usize, op: BinaryOp) -> OpResult
         .reduce_window(x, init, &window, &strides, &padding, op)?)
 }
 
-/// cumsum / cumprod in the output's type.
+/// cumsum / cumprod in the output's accumulation type (float32 for 16-bit floats, as torch's
+/// kernels accumulate), rounded once to the output's type.
 fn cumulative(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let out = cx.out_type(n, 0)?;
-    let x = cx.b.convert(x, out.elem);
     let rank = cx.b.ty(x).rank();
     if rank == 0 {
-        return Ok(vec![Some(x)]);
+        return Ok(vec![Some(cx.b.convert(x, out.elem))]);
     }
     let dim = norm_dim(cx.int(n, "dim", None)?, rank)?;
-    Ok(vec![Some(scan(cx, x, dim, op)?)])
+    let x = cx.b.convert(x, out.elem.accumulation());
+    let r = scan(cx, x, dim, op)?;
+    Ok(vec![Some(cx.b.convert(r, out.elem))])
 }
 
 pub fn register(r: &mut Registry) {
