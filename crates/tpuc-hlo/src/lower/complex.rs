@@ -6,8 +6,8 @@ use tpuc_fx::Node;
 
 use super::*;
 
-/// `x` if it is complex, else an error naming the op's argument.
-fn complex_arg(cx: &Ctx, n: &Node, name: &str) -> OpResult<Value> {
+/// The tensor argument `name`, which must be complex (else an error naming it).
+pub(super) fn complex_arg(cx: &Ctx, n: &Node, name: &str) -> OpResult<Value> {
     let x = cx.tensor(n, name)?;
     if !cx.b.elem(x).is_complex() {
         return err(format!(

@@ -97,26 +97,8 @@ fn norm_mode(norm: Option<&str>, direction: Direction) -> OpResult<i64> {
     })
 }
 
-fn scaled(cx: &mut Ctx, x: Value, factor: f64) -> OpResult<Value> {
-    if factor == 1.0 {
-        return Ok(x);
-    }
-    let f = cx.full_like(x, factor, None);
-    Ok(cx.b.binary(BinaryOp::Mul, x, f)?)
-}
-
 fn signal_size(shape: &[i64], dims: &[usize]) -> i64 {
     dims.iter().map(|&d| shape[d]).product()
-}
-
-fn require_complex(cx: &Ctx, x: Value) -> OpResult<()> {
-    if !cx.b.elem(x).is_complex() {
-        return err(format!(
-            "self must be complex, got {}",
-            cx.b.elem(x).to_dtype()
-        ));
-    }
-    Ok(())
 }
 
 /// `x` in float32 or float64 (torch's CPU FFTs take no 16-bit floats either; integers and
@@ -152,7 +134,7 @@ fn c2c_scaled(
     let y = c2c_over(cx, x, dims, inverse)?;
     // stablehlo's inverse is already scaled by 1/n.
     let size = signal_size(cx.b.shape(x), dims) as f64;
-    scaled(cx, y, if inverse { factor * size } else { factor })
+    cx.scaled(y, if inverse { factor * size } else { factor })
 }
 
 /// Real-to-complex transform (forward), unnormalized then times `factor`; with `onesided`, the
@@ -178,7 +160,7 @@ fn r2c_scaled(
         let x = cx.b.convert(x, complex);
         c2c_over(cx, x, dims, false)?
     };
-    scaled(cx, y, factor)
+    cx.scaled(y, factor)
 }
 
 /// `x` with each of `dims` cut or zero-padded to `sizes`.
@@ -221,7 +203,7 @@ fn c2r_scaled(
     })?;
     // stablehlo's inverses are scaled by 1/size.
     let size = signal_size(cx.b.shape(y), dims);
-    scaled(cx, y, factor * size as f64)
+    cx.scaled(y, factor * size as f64)
 }
 
 // ----- the core ops -----------------------------------------------------------------------
@@ -244,8 +226,7 @@ fn r2c(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 fn c2r(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "self")?;
-    require_complex(cx, x)?;
+    let x = super::complex::complex_arg(cx, n, "self")?;
     let dims = core_dims(cx, n, x)?;
     let out_len = cx.int(n, "last_dim_size", None)?;
     let mut out_shape = cx.b.shape(x).to_vec();
@@ -257,8 +238,7 @@ fn c2r(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 fn c2c(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "self")?;
-    require_complex(cx, x)?;
+    let x = super::complex::complex_arg(cx, n, "self")?;
     let dims = core_dims(cx, n, x)?;
     let direction = if cx.bool(n, "forward", true)? {
         Direction::Forward

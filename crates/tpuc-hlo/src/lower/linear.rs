@@ -125,14 +125,6 @@ fn linear(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(narrowed(cx, y, half))])
 }
 
-fn scaled(cx: &mut Ctx, v: Value, factor: f64) -> OpResult<Value> {
-    if factor == 1.0 {
-        return Ok(v);
-    }
-    let f = cx.full_like(v, factor, None);
-    Ok(cx.b.binary(BinaryOp::Mul, v, f)?)
-}
-
 /// `beta * self + alpha * (lhs . rhs)` for the product `dims` describe: addmm (mat1 @ mat2),
 /// addmv (mat @ vec), baddbmm (batched) and addbmm (batched, summed over the batch).
 fn add_product(
@@ -153,14 +145,14 @@ fn add_product(
     let (ra, rb) = (cx.b.ty(a).rank(), cx.b.ty(b).rank());
     let p = precision(cx, cx.b.elem(a));
     let prod = cx.b.dot_general(a, b, dims(ra, rb), p)?;
-    let prod = scaled(cx, prod, alpha)?;
+    let prod = cx.scaled(prod, alpha)?;
     if beta == 0.0 {
         // torch ignores self (even NaN in it) when beta is 0.
         return Ok(vec![Some(narrowed(cx, prod, half))]);
     }
     let shape = cx.b.shape(prod).to_vec();
     let bias = cx.b.broadcast_to(bias, &shape)?;
-    let bias = scaled(cx, bias, beta)?;
+    let bias = cx.scaled(bias, beta)?;
     let sum = cx.b.binary(BinaryOp::Add, prod, bias)?;
     Ok(vec![Some(narrowed(cx, sum, half))])
 }
@@ -237,7 +229,7 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let kt = cx.b.transpose(k, &perm)?;
     // Broadcast batch dims of q against k (e.g. a mask or a shared key).
     let scores = matmul_general(cx, q, kt)?;
-    let mut scores = scaled(cx, scores, scale)?;
+    let mut scores = cx.scaled(scores, scale)?;
     let shape = cx.b.shape(scores).to_vec();
     let elem = cx.b.elem(scores);
     if cx.bool(n, "is_causal", false)? {

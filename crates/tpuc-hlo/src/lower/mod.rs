@@ -707,6 +707,15 @@ impl<'p> Ctx<'p> {
         let ty = elem.map_or(ty.clone(), |e| ty.with_elem(e));
         self.b.splat(&ty, value)
     }
+
+    /// `v * factor` (`v` itself when the factor is 1).
+    pub fn scaled(&mut self, v: Value, factor: f64) -> OpResult<Value> {
+        if factor == 1.0 {
+            return Ok(v);
+        }
+        let f = self.full_like(v, factor, None);
+        Ok(self.b.binary(BinaryOp::Mul, v, f)?)
+    }
 }
 
 /// The common shape of two shapes under numpy broadcasting.
