@@ -163,21 +163,20 @@ fn r2c_scaled(
     cx.scaled(y, factor)
 }
 
-/// `x` with each of `dims` cut or zero-padded to `sizes`.
-fn resized(cx: &mut Ctx, mut x: Value, dims: &[usize], sizes: &[i64]) -> OpResult<Value> {
+/// `x` with each of `dims` cut or zero-padded at its end to `sizes`: one pad, whose negative
+/// padding cuts.
+fn resized(cx: &mut Ctx, x: Value, dims: &[usize], sizes: &[i64]) -> OpResult<Value> {
+    let shape = cx.b.shape(x).to_vec();
+    let mut high = vec![0; shape.len()];
     for (&d, &size) in dims.iter().zip(sizes) {
-        let have = cx.b.shape(x)[d];
-        if have > size {
-            x = cx.b.slice_dim(x, d, 0, size, 1)?;
-        } else if have < size {
-            let rank = cx.b.ty(x).rank();
-            let mut high = vec![0; rank];
-            high[d] = size - have;
-            let zero = cx.b.scalar(cx.b.elem(x), 0.0);
-            x = cx.b.pad(x, zero, &vec![0; rank], &high, &vec![0; rank])?;
-        }
+        high[d] = size - shape[d];
     }
-    Ok(x)
+    if high.iter().all(|&h| h == 0) {
+        return Ok(x);
+    }
+    let zero = cx.b.scalar(cx.b.elem(x), 0.0);
+    let none = vec![0; shape.len()];
+    Ok(cx.b.pad(x, zero, &none, &high, &none)?)
 }
 
 /// Complex-to-real transform (inverse) whose last dimension's output is `out_len` long,
@@ -353,15 +352,14 @@ fn fft_function(
         let mut half = sizes.clone();
         let out_len = half.pop().expect("at least one dimension");
         let x = resized(cx, x, &dims[..dims.len() - 1], &half)?;
-        if family == Family::Hermitian {
-            // hfft: the inverse real transform of the conjugate, scaled as a forward one.
-            let x = super::complex::conj(cx, x)?;
-            let f = factor(size, Direction::Forward)?;
-            c2r_scaled(cx, x, &dims, out_len, f)?
+        // hfft: the inverse real transform of the conjugate, scaled as a forward one.
+        let (x, scaled_as) = if family == Family::Hermitian {
+            (super::complex::conj(cx, x)?, Direction::Forward)
         } else {
-            let f = factor(size, Direction::Inverse)?;
-            c2r_scaled(cx, x, &dims, out_len, f)?
-        }
+            (x, Direction::Inverse)
+        };
+        let f = factor(size, scaled_as)?;
+        c2r_scaled(cx, x, &dims, out_len, f)?
     } else {
         let x = resized(cx, x, &dims, &sizes)?;
         let f = factor(size, direction)?;

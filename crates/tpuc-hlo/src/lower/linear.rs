@@ -3,6 +3,7 @@
 use tpuc_fx::Node;
 
 use super::elementwise::arith;
+use super::reduction::shifted_exp;
 use super::*;
 
 /// The precision of a dot or convolution computed in `elem`: the option for 32/64-bit floats.
@@ -263,10 +264,7 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     // multiplied with the values, then divided by the row sum.
     let last = rank as i64 - 1;
     let kept: Vec<i64> = (0..last).collect();
-    let max = cx.b.reduce_by(scores, &[last], BinaryOp::Max)?;
-    let max_b = cx.b.broadcast_in_dim(max, &shape, &kept)?;
-    let shifted = cx.b.binary(BinaryOp::Sub, scores, max_b)?;
-    let mut exp = cx.b.unary(UnaryOp::Exp, shifted)?;
+    let (max, _, mut exp) = shifted_exp(cx, scores, rank - 1)?;
     // A row the mask hides entirely attends to nothing: zeros, and a log-sum-exp of 0, as
     // torch's kernels give (a causal mask alone always keeps the first column).
     let hidden = if mask.is_some() {

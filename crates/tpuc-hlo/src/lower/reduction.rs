@@ -167,8 +167,9 @@ fn arg_max_min(cx: &mut Ctx, n: &Node, body: ReduceBody) -> OpResult<Vec<Option<
     Ok(vec![Some(cx.b.reshape(i, &out.shape)?)])
 }
 
-/// (log-)softmax along `dim`, stabilised by the maximum along it.
-pub fn softmax_along(cx: &mut Ctx, x: Value, dim: usize, log: bool) -> OpResult<Value> {
+/// The stabilised exponentials of a softmax along `dim`: the maximum along it, `x` less that
+/// maximum, and the exponentials of that.
+pub(super) fn shifted_exp(cx: &mut Ctx, x: Value, dim: usize) -> OpResult<(Value, Value, Value)> {
     let shape = cx.b.shape(x).to_vec();
     let kept: Vec<i64> = (0..shape.len() as i64)
         .filter(|&d| d != dim as i64)
@@ -177,6 +178,16 @@ pub fn softmax_along(cx: &mut Ctx, x: Value, dim: usize, log: bool) -> OpResult<
     let mb = cx.b.broadcast_in_dim(m, &shape, &kept)?;
     let shifted = cx.b.binary(BinaryOp::Sub, x, mb)?;
     let e = cx.b.unary(UnaryOp::Exp, shifted)?;
+    Ok((m, shifted, e))
+}
+
+/// (log-)softmax along `dim`, stabilised by the maximum along it.
+fn softmax_along(cx: &mut Ctx, x: Value, dim: usize, log: bool) -> OpResult<Value> {
+    let shape = cx.b.shape(x).to_vec();
+    let kept: Vec<i64> = (0..shape.len() as i64)
+        .filter(|&d| d != dim as i64)
+        .collect();
+    let (_, shifted, e) = shifted_exp(cx, x, dim)?;
     let s = cx.b.reduce_by(e, &[dim as i64], BinaryOp::Add)?;
     if log {
         let ls = cx.b.unary(UnaryOp::Log, s)?;
