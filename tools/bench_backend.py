@@ -2,12 +2,19 @@
 """torch.compile backends compared on this machine: eager, inductor and tpuc.
 
 For each thread count (the process is pinned to that many cores and torch uses that many
-threads), each model and each backend: the first call (compile included) and the steady-state
-latency (median of timed calls after warm-up). Models: a tiny graph (per-call overhead), a Llama
-block (batch 1, seq 128, hidden 256, fp32) and ResNet-18 (batch 1, 3x224x224). Inference under
-torch.no_grad. Run on an idle machine: tools/bench_backend.sh.
+threads) and each model:
+- first call (compile included): each backend in a fresh process, so no backend inherits
+  another's warm caches;
+- steady-state latency: all backends compiled in one process and timed in interleaved rounds
+  (each round times a block of calls of every backend, in rotating order), so a slow spell of
+  this shared machine lands on all backends alike. Reported: the median over rounds of each
+  round's median call, and the median over rounds of each round's ratio to eager.
+Models: a tiny graph (per-call overhead), a Llama block (batch 1, seq 128, hidden 256, fp32) and
+ResNet-18 (batch 1, 3x224x224). Inference under torch.no_grad. Run on an idle machine:
+tools/bench_backend.sh.
 
-usage: bench_backend.py [--threads 1 2] [--models tiny llama_block resnet18] [--json OUT]
+usage: bench_backend.py [--threads 1 2] [--models tiny llama_block resnet18] [--rounds 15]
+                        [--json OUT]
 """
 import argparse
 import json
@@ -39,36 +46,81 @@ def build(name):
     raise ValueError(name)
 
 
-def measure(model_name, backend, threads):
-    """One (model, backend) in this process: first-call seconds and steady-state seconds."""
+def compiled(model_name, backend):
     import torch
 
-    torch.set_num_threads(threads)
     model, inputs = build(model_name)
-    fn = model if backend == "eager" else torch.compile(model, backend=backend)
+    return (model if backend == "eager" else torch.compile(model, backend=backend)), inputs
+
+
+def first_call(model_name, backend):
+    """Seconds of the first call (compile included) in this fresh process."""
+    import torch
+
+    fn, inputs = compiled(model_name, backend)
     with torch.no_grad():
         start = time.perf_counter()
         fn(*inputs)
-        first = time.perf_counter() - start
-        for _ in range(5):
-            fn(*inputs)
-        # About two seconds of timed calls, at least 20.
-        probe = time.perf_counter()
-        fn(*inputs)
-        single = max(time.perf_counter() - probe, 1e-6)
-        count = max(20, min(2000, int(2.0 / single)))
-        times = []
-        for _ in range(count):
+    return time.perf_counter() - start
+
+
+def steady(model_name, backends, rounds):
+    """Per backend: median over interleaved rounds of the round's median call (seconds), and the
+    median over rounds of the round's ratio to the first backend."""
+    import torch
+
+    fns = {b: compiled(model_name, b) for b in backends}
+    with torch.no_grad():
+        for fn, inputs in fns.values():
+            for _ in range(10):
+                fn(*inputs)
+        # Blocks of about 0.2 s of calls per backend and round, at least 10 calls.
+        counts = {}
+        for b, (fn, inputs) in fns.items():
             start = time.perf_counter()
             fn(*inputs)
-            times.append(time.perf_counter() - start)
-    return {"first_call_s": first, "steady_s": statistics.median(times), "calls": count}
+            counts[b] = max(10, min(1000, int(0.2 / max(time.perf_counter() - start, 1e-6))))
+        per_round = {b: [] for b in backends}
+        for r in range(rounds):
+            order = backends[r % len(backends):] + backends[:r % len(backends)]
+            for b in order:
+                fn, inputs = fns[b]
+                times = []
+                for _ in range(counts[b]):
+                    start = time.perf_counter()
+                    fn(*inputs)
+                    times.append(time.perf_counter() - start)
+                per_round[b].append(statistics.median(times))
+    base = per_round[backends[0]]
+    return {
+        b: {
+            "steady_s": statistics.median(v),
+            "ratio": statistics.median(x / y for x, y in zip(v, base)),
+            "calls_per_round": counts[b],
+        }
+        for b, v in per_round.items()
+    }
 
 
 def child(args):
-    os.sched_setaffinity(0, set(range(args.threads)))
-    result = measure(args.model, args.backend, args.threads)
-    print(json.dumps(result))
+    os.sched_setaffinity(0, set(range(args.threads_one)))
+    import torch
+
+    torch.set_num_threads(args.threads_one)
+    if args.backend:
+        print(json.dumps({"first_call_s": first_call(args.model, args.backend)}))
+    else:
+        print(json.dumps(steady(args.model, args.backends, args.rounds)))
+
+
+def run_child(args, env, *extra):
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", *extra, "--rounds", str(args.rounds)],
+        capture_output=True, text=True, env=env,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip().splitlines()[-1:] or out.returncode)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -76,6 +128,8 @@ def main():
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--models", nargs="+", default=["tiny", "llama_block", "resnet18"])
     parser.add_argument("--backends", nargs="+", default=["eager", "inductor", "tpuc"])
+    parser.add_argument("--rounds", type=int, default=15,
+                        help="interleaved rounds of steady-state timing (default 15)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -83,32 +137,33 @@ def main():
     parser.add_argument("--threads-one", type=int, dest="threads_one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        args.threads = args.threads_one
         return child(args)
+    if args.backends[0] != "eager" and "eager" in args.backends:
+        args.backends.remove("eager")
+        args.backends.insert(0, "eager")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     results = []
-    print(f"{'threads':>7} {'model':<12} {'backend':<9} {'first call':>11} {'steady':>10}  vs eager")
+    print(f"{'threads':>7} {'model':<12} {'backend':<9} {'first call':>11} {'steady':>10}  "
+          f"vs {args.backends[0]}")
     for threads in args.threads:
         for model in args.models:
-            eager = None
+            common = ["--model", model, "--threads-one", str(threads)]
+            try:
+                timed = run_child(args, env, *common, "--backends", *args.backends)
+            except RuntimeError as e:
+                print(f"{threads:>7} {model:<12} steady-state run FAILED: {e}")
+                continue
             for backend in args.backends:
-                # Each measurement in a fresh process: no shared caches or thread pools.
-                out = subprocess.run(
-                    [sys.executable, __file__, "--child", "--model", model, "--backend", backend,
-                     "--threads-one", str(threads)],
-                    capture_output=True, text=True, env=env,
-                )
-                if out.returncode != 0:
-                    print(f"{threads:>7} {model:<12} {backend:<9} FAILED: {out.stderr.strip().splitlines()[-1:]}")
+                try:
+                    first = run_child(args, env, *common, "--backend", backend)["first_call_s"]
+                except RuntimeError as e:
+                    print(f"{threads:>7} {model:<12} {backend:<9} first call FAILED: {e}")
                     continue
-                r = json.loads(out.stdout.strip().splitlines()[-1])
-                r.update(threads=threads, model=model, backend=backend)
+                r = dict(timed[backend], first_call_s=first, threads=threads, model=model,
+                         backend=backend)
                 results.append(r)
-                if backend == "eager":
-                    eager = r["steady_s"]
-                ratio = f"{r['steady_s'] / eager:.2f}x" if eager else ""
-                print(f"{threads:>7} {model:<12} {backend:<9} {r['first_call_s']:>10.2f}s "
-                      f"{r['steady_s'] * 1e3:>8.3f}ms  {ratio}", flush=True)
+                print(f"{threads:>7} {model:<12} {backend:<9} {first:>10.2f}s "
+                      f"{r['steady_s'] * 1e3:>8.3f}ms  {r['ratio']:.2f}x", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

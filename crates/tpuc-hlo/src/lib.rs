@@ -3,6 +3,7 @@
 
 pub mod builder;
 pub mod emit;
+pub mod fold;
 pub mod ir;
 pub mod lower;
 pub mod passes;

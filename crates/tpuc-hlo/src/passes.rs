@@ -23,7 +23,9 @@ pub fn dead_code(mut module: Module) -> Module {
     module
 }
 
-/// The cleanup pipeline run after lowering.
-pub fn cleanup(module: Module) -> Module {
+/// The cleanup pipeline run after lowering: constants folded, then what no longer has a use
+/// removed.
+pub fn cleanup(mut module: Module) -> Module {
+    crate::fold::fold_constants(&mut module.main);
     dead_code(module)
 }
