@@ -62,9 +62,7 @@ impl Builder {
     }
 
     fn new_value(&mut self, ty: TensorType) -> Value {
-        let v = Value(self.func.types.len() as u32);
-        self.func.types.push(ty);
-        v
+        self.func.add_value(ty)
     }
 
     fn push(

@@ -10,7 +10,9 @@
 //! device does (integer division by zero, float-to-integer conversion out of range, 16-bit
 //! floats, complex numbers) is left for the device.
 
-use crate::ir::{BinaryOp, CompareDir, Func, Literal, OpKind, UnaryOp};
+use std::sync::Arc;
+
+use crate::ir::{BinaryOp, CompareDir, Func, Literal, Loc, Op, OpKind, UnaryOp, Value};
 use crate::types::{ElemType, TensorType};
 
 /// The largest tensor evaluated here (elements). Larger results stay computed by the device:
@@ -201,78 +203,91 @@ fn linear(index: impl Iterator<Item = i64>, strides: &[usize]) -> usize {
     index.zip(strides).map(|(i, s)| i as usize * s).sum()
 }
 
-/// Results up to this size are folded even when cheap to compute: they read better as
-/// constants (`[0, 1, 2, 3]` rather than `iota * 1 + 0`).
-const SMALL_ELEMENTS: usize = 1024;
-
-/// Evaluates every op it can, in order, and turns the ones worth it into constants. Worth it: a
-/// result computed through a costly op (a transcendental function, a power, a division), one
-/// that is a single repeated value, or a small one. Not worth it: an op that is itself cheap
-/// for the device (a constant, an iota, a broadcast), a large result of index arithmetic (a
-/// causal mask: compared iotas fuse into their consumer for free, while a dense constant costs
-/// memory and module text), and boolean tensors (printed element by element).
+/// Evaluates every op it can, in order, and replaces each with a constant, except ops that are
+/// themselves cheap for the device (a constant, an iota, a broadcast). Index arithmetic is
+/// folded too: XLA:CPU computes a mask such as `iota >= iota` per element of each consumer with
+/// index divisions, which costs more than reading the folded mask.
 pub fn fold_constants(f: &mut Func) {
-    // Per value: its elements, and whether computing them takes a costly op.
-    let mut known: Vec<Option<(Elems, bool)>> = vec![None; f.value_count()];
-    for op in &mut f.ops {
-        if op.results.len() != 1 {
-            continue;
-        }
-        let result = op.results[0];
-        let ty = f.types[result.index()].clone();
-        if !foldable(ty.elem) || ty.numel() as usize > MAX_ELEMENTS {
-            continue;
-        }
-        let operands: Option<Vec<(&Elems, &TensorType)>> = op
-            .operands
-            .iter()
-            .map(|v| {
-                known[v.index()]
-                    .as_ref()
-                    .map(|(e, _)| (e, &f.types[v.index()]))
-            })
-            .collect();
-        let Some(operands) = operands else { continue };
-        let Some(values) = evaluate(&op.kind, &operands, &ty) else {
-            continue;
-        };
-        debug_assert_eq!(values.len(), ty.numel() as usize);
-        let costly = is_costly(&op.kind)
-            || op
-                .operands
-                .iter()
-                .any(|v| known[v.index()].as_ref().is_some_and(|(_, c)| *c));
-        let cheap_op = matches!(
-            op.kind,
-            OpKind::Constant(_) | OpKind::Iota { .. } | OpKind::BroadcastInDim { .. }
-        );
-        if !cheap_op {
-            let lit = encode(&ty, &values);
-            let worth = lit.splat
-                || (ty.elem != ElemType::I1 && (costly || values.len() <= SMALL_ELEMENTS));
-            if worth {
+    let mut known: Vec<Option<Elems>> = vec![None; f.value_count()];
+    let ops = std::mem::take(&mut f.ops);
+    let mut folded = Vec::with_capacity(ops.len());
+    for mut op in ops {
+        if let Some(values) = evaluate_op(&op, f, &known) {
+            let result = op.results[0];
+            let cheap = matches!(
+                op.kind,
+                OpKind::Constant(_) | OpKind::Iota { .. } | OpKind::BroadcastInDim { .. }
+            );
+            known[result.index()] = Some(values);
+            if !cheap {
+                let lit = encode(f.ty(result), known[result.index()].as_ref().unwrap());
+                if lit.ty.elem == ElemType::I1 && !lit.splat {
+                    folded.extend(bool_constant(f, lit, result, &op.loc));
+                    continue;
+                }
                 op.kind = OpKind::Constant(lit);
                 op.operands.clear();
             }
         }
-        known[result.index()] = Some((values, costly));
+        folded.push(op);
     }
+    f.ops = folded;
 }
 
-/// Ops that cost the device more than a few instructions per element.
-fn is_costly(kind: &OpKind) -> bool {
-    use UnaryOp::*;
-    match kind {
-        OpKind::Unary(u) => !matches!(
-            u,
-            Abs | Neg | Floor | Ceil | RoundEven | RoundAwayFromZero | Sign | Not
-        ),
-        OpKind::Binary(b) => matches!(
-            b,
-            BinaryOp::Div | BinaryOp::Rem | BinaryOp::Pow | BinaryOp::Atan2
-        ),
-        _ => false,
+/// The op's single result when all its operands are known and it can be computed here.
+fn evaluate_op(op: &Op, f: &Func, known: &[Option<Elems>]) -> Option<Elems> {
+    let [result] = op.results[..] else {
+        return None;
+    };
+    let ty = f.ty(result);
+    if !foldable(ty.elem) || ty.numel() as usize > MAX_ELEMENTS {
+        return None;
     }
+    let operands: Option<Vec<(&Elems, &TensorType)>> = op
+        .operands
+        .iter()
+        .map(|&v| known[v.index()].as_ref().map(|e| (e, f.ty(v))))
+        .collect();
+    let values = evaluate(&op.kind, &operands?, ty)?;
+    debug_assert_eq!(values.len(), ty.numel() as usize);
+    Some(values)
+}
+
+/// A boolean tensor as bytes compared with zero: the XLA CPU plugin cannot read a non-splat
+/// boolean constant from the serialized module (MLIR stores i1 elements differently across
+/// versions), while XLA folds the comparison back into a boolean constant.
+fn bool_constant(f: &mut Func, lit: Literal, result: Value, loc: &Arc<Loc>) -> [Op; 3] {
+    let ty = lit.ty.with_elem(ElemType::U8);
+    let zero = Literal {
+        ty: ty.clone(),
+        bytes: vec![0u8].into(),
+        splat: true,
+    };
+    let bytes = Literal {
+        ty: ty.clone(),
+        bytes: lit.bytes,
+        splat: false,
+    };
+    let constant = |lit, result| Op {
+        kind: OpKind::Constant(lit),
+        operands: vec![],
+        results: vec![result],
+        loc: loc.clone(),
+    };
+    let (b, z) = (f.add_value(ty.clone()), f.add_value(ty));
+    [
+        constant(bytes, b),
+        constant(zero, z),
+        Op {
+            kind: OpKind::Compare {
+                dir: CompareDir::Ne,
+                cmp: ElemType::U8.comparison_type(),
+            },
+            operands: vec![b, z],
+            results: vec![result],
+            loc: loc.clone(),
+        },
+    ]
 }
 
 fn evaluate(kind: &OpKind, operands: &[(&Elems, &TensorType)], ty: &TensorType) -> Option<Elems> {
@@ -680,8 +695,9 @@ mod tests {
         assert_eq!(producer(&f, y), &OpKind::Binary(BinaryOp::Mul));
     }
 
+    /// A causal mask folds into bytes compared with zero; the select with an argument stays.
     #[test]
-    fn leaves_cheap_ops_masks_and_unknown_values() {
+    fn folds_masks_into_bytes_compared_with_zero() {
         let mut b = Builder::new();
         let x = b.arg(
             TensorType::new(vec![3, 3], ElemType::F32),
@@ -693,18 +709,37 @@ mod tests {
         let mask = b.compare(CompareDir::Ge, rows, cols).unwrap();
         let zero = b.splat(&TensorType::new(vec![3, 3], ElemType::F32), 0.0);
         let y = b.select(mask, x, zero).unwrap();
-        let mut f = b.finish(vec![y], Vec::new());
-        fold_constants(&mut f);
-        assert!(matches!(producer(&f, rows), OpKind::Iota { .. }));
-        assert!(matches!(producer(&f, mask), OpKind::Compare { .. }));
+        let f = b.finish(vec![y], Vec::new());
+        let f = crate::passes::cleanup(crate::ir::Module {
+            main: f,
+            attrs: Vec::new(),
+        })
+        .main;
+        let compare = f.ops.iter().find(|op| op.results == [mask]).unwrap();
+        assert!(matches!(
+            compare.kind,
+            OpKind::Compare {
+                dir: CompareDir::Ne,
+                ..
+            }
+        ));
+        let OpKind::Constant(bytes) = producer(&f, compare.operands[0]) else {
+            panic!("mask bytes are not a constant");
+        };
+        assert_eq!(bytes.ty.elem, ElemType::U8);
+        assert_eq!(&bytes.bytes[..], &[1, 0, 0, 1, 1, 0, 1, 1, 1]);
         assert_eq!(producer(&f, y), &OpKind::Select);
+        // The iotas no longer have a use.
+        assert!(!f
+            .ops
+            .iter()
+            .any(|op| matches!(op.kind, OpKind::Iota { .. })));
     }
 
-    /// An additive causal mask (0 where allowed, -inf elsewhere) is index arithmetic: folded
-    /// when small, left for the device when large.
+    /// An additive causal mask (0 where allowed, -inf elsewhere) folds up to the size limit.
     #[test]
-    fn folds_index_arithmetic_only_when_small() {
-        for (n, folded) in [(8, true), (64, false)] {
+    fn folds_additive_masks_up_to_the_size_limit() {
+        for (n, folded) in [(8, true), (1024, false)] {
             let mut b = Builder::new();
             let ty = TensorType::new(vec![n, n], ElemType::I64);
             let rows = b.iota(ty.clone(), 0).unwrap();

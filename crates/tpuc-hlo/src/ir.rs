@@ -406,6 +406,12 @@ impl Func {
         self.types.len()
     }
 
+    /// A new value of this type, for an op about to be added.
+    pub(crate) fn add_value(&mut self, ty: TensorType) -> Value {
+        self.types.push(ty);
+        Value(self.types.len() as u32 - 1)
+    }
+
     pub fn arg_types(&self) -> Vec<TensorType> {
         self.args.iter().map(|&a| self.ty(a).clone()).collect()
     }
