@@ -8,7 +8,8 @@ threads) and each model:
 - steady-state latency: all backends compiled in one process and timed in interleaved rounds
   (each round times a block of calls of every backend, in rotating order), so a slow spell of
   this shared machine lands on all backends alike. Reported: the median over rounds of each
-  round's median call, and the median over rounds of each round's ratio to eager.
+  round's median call, and the medians over rounds of each round's ratios to eager and to
+  inductor.
 Models: a tiny graph (per-call overhead), a Llama block (batch 1, seq 128, hidden 256, fp32) and
 ResNet-18 (batch 1, 3x224x224). Inference under torch.no_grad. Run on an idle machine:
 tools/bench_backend.sh.
@@ -66,7 +67,7 @@ def first_call(model_name, backend):
 
 def steady(model_name, backends, rounds):
     """Per backend: median over interleaved rounds of the round's median call (seconds), and the
-    median over rounds of the round's ratio to the first backend."""
+    per-round medians (for ratios within a round)."""
     import torch
 
     fns = {b: compiled(model_name, b) for b in backends}
@@ -91,15 +92,21 @@ def steady(model_name, backends, rounds):
                     fn(*inputs)
                     times.append(time.perf_counter() - start)
                 per_round[b].append(statistics.median(times))
-    base = per_round[backends[0]]
     return {
         b: {
             "steady_s": statistics.median(v),
-            "ratio": statistics.median(x / y for x, y in zip(v, base)),
+            "per_round_s": v,
             "calls_per_round": counts[b],
         }
         for b, v in per_round.items()
     }
+
+
+def ratio(timed, backend, base):
+    """Median over rounds of the backend's steady time over the base's in the same round."""
+    return statistics.median(
+        x / y for x, y in zip(timed[backend]["per_round_s"], timed[base]["per_round_s"])
+    )
 
 
 def child(args):
@@ -144,7 +151,7 @@ def main():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     results = []
     print(f"{'threads':>7} {'model':<12} {'backend':<9} {'first call':>11} {'steady':>10}  "
-          f"vs {args.backends[0]}")
+          f"vs {args.backends[0]}" + ("  vs inductor" if "inductor" in args.backends else ""))
     for threads in args.threads:
         for model in args.models:
             common = ["--model", model, "--threads-one", str(threads)]
@@ -160,10 +167,14 @@ def main():
                     print(f"{threads:>7} {model:<12} {backend:<9} first call FAILED: {e}")
                     continue
                 r = dict(timed[backend], first_call_s=first, threads=threads, model=model,
-                         backend=backend)
+                         backend=backend, ratio=ratio(timed, backend, args.backends[0]))
+                line = (f"{threads:>7} {model:<12} {backend:<9} {first:>10.2f}s "
+                        f"{r['steady_s'] * 1e3:>8.3f}ms  {r['ratio']:.2f}x")
+                if "inductor" in timed:
+                    r["vs_inductor"] = ratio(timed, backend, "inductor")
+                    line += f"     {r['vs_inductor']:.2f}x"
                 results.append(r)
-                print(f"{threads:>7} {model:<12} {backend:<9} {first:>10.2f}s "
-                      f"{r['steady_s'] * 1e3:>8.3f}ms  {r['ratio']:.2f}x", flush=True)
+                print(line, flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

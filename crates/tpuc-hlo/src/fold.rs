@@ -419,13 +419,17 @@ fn evaluate(kind: &OpKind, operands: &[(&Elems, &TensorType)], ty: &TensorType) 
                 bases.push(all.len());
                 all.extend(x)?;
             }
+            let operand_strides: Vec<Vec<usize>> =
+                operands.iter().map(|(_, xt)| strides(&xt.shape)).collect();
             let idx = map_indices(&ty.shape, |out| {
                 let mut at = out[d];
                 for (k, (_, xt)) in operands.iter().enumerate() {
                     if at < xt.shape[d] {
-                        let mut inner = out.to_vec();
-                        inner[d] = at;
-                        return bases[k] + linear(inner.into_iter(), &strides(&xt.shape));
+                        let inner = out
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &x)| if i == d { at } else { x });
+                        return bases[k] + linear(inner, &operand_strides[k]);
                     }
                     at -= xt.shape[d];
                 }
