@@ -253,9 +253,10 @@ fn evaluate_op(op: &Op, f: &Func, known: &[Option<Elems>]) -> Option<Elems> {
     Some(values)
 }
 
-/// A boolean tensor as bytes compared with zero: the XLA CPU plugin cannot read a non-splat
-/// boolean constant from the serialized module (MLIR stores i1 elements differently across
-/// versions), while XLA folds the comparison back into a boolean constant.
+/// A boolean tensor as bytes compared with zero, which XLA folds back into a boolean constant.
+/// The CPU plugin refuses a boolean constant of more than 100 elements ("Failed to parse using
+/// StableHLO v1.16.1"): MLIR writes such constants in its hex form, whose layout for i1 differs
+/// between our MLIR and the plugin's.
 fn bool_constant(f: &mut Func, lit: Literal, result: Value, loc: &Arc<Loc>) -> [Op; 3] {
     let ty = lit.ty.with_elem(ElemType::U8);
     let zero = Literal {
