@@ -1,4 +1,5 @@
-//! `.pt2` -> StableHLO text for a large graph, split into reading, lowering and emission.
+//! `.pt2` -> StableHLO text for a large graph, split into reading, lowering (and constant folding
+//! within it) and emission.
 //! The model comes from tools/gen_bench_model.py (tools/bench_compile.sh runs both).
 
 use std::path::PathBuf;
@@ -23,6 +24,10 @@ fn bench(c: &mut Criterion) {
     g.bench_function("read", |b| b.iter(|| tpuc_fx::read_program(&path).unwrap()));
     g.bench_function("lower", |b| {
         b.iter(|| tpuc_hlo::lower(&program, &opts).unwrap())
+    });
+    // Constant folding alone (part of `lower`), re-run over the lowered module.
+    g.bench_function("fold", |b| {
+        b.iter(|| tpuc_hlo::fold::fold_constants(&mut lowered.module.main.clone()))
     });
     g.bench_function("emit_text", |b| {
         b.iter(|| tpuc_hlo::emit(&lowered.module, EmitFormat::Text).unwrap())
