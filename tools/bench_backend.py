@@ -11,11 +11,12 @@ threads) and each model:
   round's median call, and the medians over rounds of each round's ratios to eager and to
   inductor.
 Models: a tiny graph (per-call overhead), a Llama block (batch 1, seq 128, hidden 256, fp32) and
-ResNet-18 (batch 1, 3x224x224). Inference under torch.no_grad. Run on an idle machine:
-tools/bench_backend.sh.
+ResNet-18 (batch 1, 3x224x224); on request the Llama block's pieces alone: linear (256 -> 688),
+swiglu, rmsnorm, attention (projections, RoPE, GQA, causal SDPA) and sdpa (8 heads x 128 x 32).
+Inference under torch.no_grad. Run on an idle machine: tools/bench_backend.sh.
 
-usage: bench_backend.py [--threads 1 2] [--models tiny llama_block resnet18] [--rounds 15]
-                        [--json OUT]
+usage: bench_backend.py [--threads 1 2] [--models tiny llama_block resnet18 | linear swiglu
+                        rmsnorm attention sdpa] [--rounds 15] [--json OUT]
 """
 import argparse
 import json
@@ -29,6 +30,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "crates", "tpuc-python", "tests"))
 
 
+def causal_attention_module():
+    import torch
+
+    class CausalAttention(torch.nn.Module):
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return CausalAttention
+
+
 def build(name):
     import torch
 
@@ -40,6 +51,24 @@ def build(name):
         from models import DecoderBlock
 
         return DecoderBlock(256, heads=8, kv_heads=4, hidden=688).eval(), (torch.randn(1, 128, 256),)
+    # The Llama block's pieces, to see where a difference comes from.
+    x = torch.randn(1, 128, 256)
+    if name == "linear":
+        return torch.nn.Linear(256, 688, bias=False).eval(), (x,)
+    if name == "swiglu":
+        from models import SwiGLU
+
+        return SwiGLU(256, 688).eval(), (x,)
+    if name == "rmsnorm":
+        from models import RMSNorm
+
+        return RMSNorm(256).eval(), (x,)
+    if name == "attention":
+        from models import Attention
+
+        return Attention(256, 8, 4).eval(), (x,)
+    if name == "sdpa":
+        return causal_attention_module()().eval(), tuple(torch.randn(1, 8, 128, 32) for _ in range(3))
     if name == "resnet18":
         from models import resnet18
 
@@ -133,7 +162,9 @@ def run_child(args, env, *extra):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--models", nargs="+", default=["tiny", "llama_block", "resnet18"])
+    parser.add_argument("--models", nargs="+", default=["tiny", "llama_block", "resnet18"],
+                        choices=["tiny", "llama_block", "resnet18", "linear", "swiglu", "rmsnorm",
+                                 "attention", "sdpa"])
     parser.add_argument("--backends", nargs="+", default=["eager", "inductor", "tpuc"])
     parser.add_argument("--rounds", type=int, default=15,
                         help="interleaved rounds of steady-state timing (default 15)")
