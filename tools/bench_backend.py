@@ -30,16 +30,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "crates", "tpuc-python", "tests"))
 
 
-def causal_attention_module():
-    import torch
-
-    class CausalAttention(torch.nn.Module):
-        def forward(self, q, k, v):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-    return CausalAttention
-
-
 def build(name):
     import torch
 
@@ -68,7 +58,12 @@ def build(name):
 
         return Attention(256, 8, 4).eval(), (x,)
     if name == "sdpa":
-        return causal_attention_module()().eval(), tuple(torch.randn(1, 8, 128, 32) for _ in range(3))
+
+        class CausalAttention(torch.nn.Module):
+            def forward(self, q, k, v):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        return CausalAttention().eval(), tuple(torch.randn(1, 8, 128, 32) for _ in range(3))
     if name == "resnet18":
         from models import resnet18
 

@@ -10,9 +10,7 @@
 //! device does (integer division by zero, float-to-integer conversion out of range, 16-bit
 //! floats, complex numbers) is left for the device.
 
-use std::sync::Arc;
-
-use crate::ir::{BinaryOp, CompareDir, Func, Literal, Loc, Op, OpKind, UnaryOp, Value};
+use crate::ir::{BinaryOp, CompareDir, Func, Literal, Op, OpKind, UnaryOp};
 use crate::types::{ElemType, TensorType};
 
 /// The largest tensor evaluated here (elements). Larger results stay computed by the device:
@@ -101,15 +99,11 @@ fn int_range(elem: ElemType) -> (f64, f64) {
     }
 }
 
-fn decode(lit: &Literal) -> Option<Elems> {
+/// A literal's elements (its type and size were checked by the caller).
+fn decode(lit: &Literal) -> Elems {
     let elem = lit.ty.elem;
-    let n = lit.ty.numel() as usize;
-    if !foldable(elem) || n > MAX_ELEMENTS {
-        return None;
-    }
     let size = elem.byte_size();
     let chunks = lit.bytes.chunks_exact(size);
-    let at = |i: usize| if lit.splat { 0 } else { i };
     let values: Elems = match elem {
         ElemType::I1 => Elems::Bool(lit.bytes.iter().map(|&b| b != 0).collect()),
         ElemType::F32 => Elems::Float(
@@ -136,7 +130,11 @@ fn decode(lit: &Literal) -> Option<Elems> {
                 .collect(),
         ),
     };
-    Some(values.pick(&(0..n).map(at).collect::<Vec<_>>()))
+    if lit.splat {
+        values.pick(&vec![0; lit.ty.numel() as usize])
+    } else {
+        values
+    }
 }
 
 fn encode(ty: &TensorType, values: &Elems) -> Literal {
@@ -209,92 +207,46 @@ fn linear(index: impl Iterator<Item = i64>, strides: &[usize]) -> usize {
 /// index divisions, which costs more than reading the folded mask.
 pub fn fold_constants(f: &mut Func) {
     let mut known: Vec<Option<Elems>> = vec![None; f.value_count()];
-    let ops = std::mem::take(&mut f.ops);
-    let mut folded = Vec::with_capacity(ops.len());
-    for mut op in ops {
-        if let Some(values) = evaluate_op(&op, f, &known) {
-            let result = op.results[0];
-            let cheap = matches!(
-                op.kind,
-                OpKind::Constant(_) | OpKind::Iota { .. } | OpKind::BroadcastInDim { .. }
-            );
-            known[result.index()] = Some(values);
-            if !cheap {
-                let lit = encode(f.ty(result), known[result.index()].as_ref().unwrap());
-                if lit.ty.elem == ElemType::I1 && !lit.splat {
-                    folded.extend(bool_constant(f, lit, result, &op.loc));
-                    continue;
-                }
-                op.kind = OpKind::Constant(lit);
-                op.operands.clear();
-            }
+    for op in &mut f.ops {
+        let Some(values) = evaluate_op(op, &f.types, &known) else {
+            continue;
+        };
+        let result = op.results[0];
+        let cheap = matches!(
+            op.kind,
+            OpKind::Constant(_) | OpKind::Iota { .. } | OpKind::BroadcastInDim { .. }
+        );
+        if !cheap {
+            op.kind = OpKind::Constant(encode(&f.types[result.index()], &values));
+            op.operands.clear();
         }
-        folded.push(op);
+        known[result.index()] = Some(values);
     }
-    f.ops = folded;
 }
 
 /// The op's single result when all its operands are known and it can be computed here.
-fn evaluate_op(op: &Op, f: &Func, known: &[Option<Elems>]) -> Option<Elems> {
+fn evaluate_op(op: &Op, types: &[TensorType], known: &[Option<Elems>]) -> Option<Elems> {
     let [result] = op.results[..] else {
         return None;
     };
-    let ty = f.ty(result);
+    let ty = &types[result.index()];
     if !foldable(ty.elem) || ty.numel() as usize > MAX_ELEMENTS {
         return None;
     }
     let operands: Option<Vec<(&Elems, &TensorType)>> = op
         .operands
         .iter()
-        .map(|&v| known[v.index()].as_ref().map(|e| (e, f.ty(v))))
+        .map(|&v| known[v.index()].as_ref().map(|e| (e, &types[v.index()])))
         .collect();
     let values = evaluate(&op.kind, &operands?, ty)?;
     debug_assert_eq!(values.len(), ty.numel() as usize);
     Some(values)
 }
 
-/// A boolean tensor as bytes compared with zero, which XLA folds back into a boolean constant.
-/// The CPU plugin refuses a boolean constant of more than 100 elements ("Failed to parse using
-/// StableHLO v1.16.1"): MLIR writes such constants in its hex form, whose layout for i1 differs
-/// between our MLIR and the plugin's.
-fn bool_constant(f: &mut Func, lit: Literal, result: Value, loc: &Arc<Loc>) -> [Op; 3] {
-    let ty = lit.ty.with_elem(ElemType::U8);
-    let zero = Literal {
-        ty: ty.clone(),
-        bytes: vec![0u8].into(),
-        splat: true,
-    };
-    let bytes = Literal {
-        ty: ty.clone(),
-        bytes: lit.bytes,
-        splat: false,
-    };
-    let constant = |lit, result| Op {
-        kind: OpKind::Constant(lit),
-        operands: vec![],
-        results: vec![result],
-        loc: loc.clone(),
-    };
-    let (b, z) = (f.add_value(ty.clone()), f.add_value(ty));
-    [
-        constant(bytes, b),
-        constant(zero, z),
-        Op {
-            kind: OpKind::Compare {
-                dir: CompareDir::Ne,
-                cmp: ElemType::U8.comparison_type(),
-            },
-            operands: vec![b, z],
-            results: vec![result],
-            loc: loc.clone(),
-        },
-    ]
-}
-
 fn evaluate(kind: &OpKind, operands: &[(&Elems, &TensorType)], ty: &TensorType) -> Option<Elems> {
     let elem = ty.elem;
     match kind {
-        OpKind::Constant(lit) => decode(lit),
+        OpKind::Constant(lit) => Some(decode(lit)),
         OpKind::Iota { dim } => {
             let d = *dim as usize;
             let stride = strides(&ty.shape)[d];
@@ -659,6 +611,14 @@ mod tests {
             .kind
     }
 
+    /// `rows >= cols` over an n x n grid of iotas: a causal mask.
+    fn causal_mask(b: &mut Builder, n: i64) -> Value {
+        let ty = TensorType::new(vec![n, n], ElemType::I64);
+        let rows = b.iota(ty.clone(), 0).unwrap();
+        let cols = b.iota(ty, 1).unwrap();
+        b.compare(CompareDir::Ge, rows, cols).unwrap()
+    }
+
     /// A rotary table: cos(arange(4) x 1/10000^(arange(0, 4, 2)/4)), as torch computes it.
     #[test]
     fn folds_a_table_built_from_iotas() {
@@ -708,10 +668,7 @@ mod tests {
             TensorType::new(vec![3, 3], ElemType::F32),
             ArgAttrs::default(),
         );
-        let ty = TensorType::new(vec![3, 3], ElemType::I64);
-        let rows = b.iota(ty.clone(), 0).unwrap();
-        let cols = b.iota(ty, 1).unwrap();
-        let mask = b.compare(CompareDir::Ge, rows, cols).unwrap();
+        let mask = causal_mask(&mut b, 3);
         let zero = b.splat(&TensorType::new(vec![3, 3], ElemType::F32), 0.0);
         let y = b.select(mask, x, zero).unwrap();
         let f = b.finish(vec![y], Vec::new());
@@ -746,10 +703,7 @@ mod tests {
     fn folds_additive_masks_up_to_the_size_limit() {
         for (n, folded) in [(8, true), (1024, false)] {
             let mut b = Builder::new();
-            let ty = TensorType::new(vec![n, n], ElemType::I64);
-            let rows = b.iota(ty.clone(), 0).unwrap();
-            let cols = b.iota(ty, 1).unwrap();
-            let mask = b.compare(CompareDir::Ge, rows, cols).unwrap();
+            let mask = causal_mask(&mut b, n);
             let fty = TensorType::new(vec![n, n], ElemType::F32);
             let zero = b.splat(&fty, 0.0);
             let minus_inf = b.splat(&fty, f64::NEG_INFINITY);
