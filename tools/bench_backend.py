@@ -9,14 +9,16 @@ threads) and each model:
   (each round times a block of calls of every backend, in rotating order), so a slow spell of
   this shared machine lands on all backends alike. Reported: the median over rounds of each
   round's median call, and the medians over rounds of each round's ratios to eager and to
-  inductor.
+  inductor. With --repeat N, that process runs N times and the rounds of all runs are pooled;
+  the range of the runs' own ratios to inductor is printed too (this machine's speed drifts by
+  tens of percent over minutes, more with two threads).
 Models: a tiny graph (per-call overhead), a Llama block (batch 1, seq 128, hidden 256, fp32) and
 ResNet-18 (batch 1, 3x224x224); on request the Llama block's pieces alone: linear (256 -> 688),
 swiglu, rmsnorm, attention (projections, RoPE, GQA, causal SDPA) and sdpa (8 heads x 128 x 32).
 Inference under torch.no_grad. Run on an idle machine: tools/bench_backend.sh.
 
 usage: bench_backend.py [--threads 1 2] [--models tiny llama_block resnet18 | linear swiglu
-                        rmsnorm attention sdpa] [--rounds 15] [--json OUT]
+                        rmsnorm attention sdpa] [--rounds 15] [--repeat 1] [--json OUT]
 """
 import argparse
 import json
@@ -126,6 +128,19 @@ def steady(model_name, backends, rounds):
     }
 
 
+def pooled(runs):
+    """The steady-state results of several processes as one, their rounds pooled."""
+    timed = {}
+    for backend in runs[0]:
+        rounds = [t for run in runs for t in run[backend]["per_round_s"]]
+        timed[backend] = {
+            "steady_s": statistics.median(rounds),
+            "per_round_s": rounds,
+            "calls_per_round": runs[0][backend]["calls_per_round"],
+        }
+    return timed
+
+
 def ratio(timed, backend, base):
     """Median over rounds of the backend's steady time over the base's in the same round."""
     return statistics.median(
@@ -163,6 +178,9 @@ def main():
     parser.add_argument("--backends", nargs="+", default=["eager", "inductor", "tpuc"])
     parser.add_argument("--rounds", type=int, default=15,
                         help="interleaved rounds of steady-state timing (default 15)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="steady-state processes per model and thread count, rounds pooled "
+                             "(default 1)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -182,10 +200,12 @@ def main():
         for model in args.models:
             common = ["--model", model, "--threads-one", str(threads)]
             try:
-                timed = run_child(args, env, *common, "--backends", *args.backends)
+                runs = [run_child(args, env, *common, "--backends", *args.backends)
+                        for _ in range(max(1, args.repeat))]
             except RuntimeError as e:
                 print(f"{threads:>7} {model:<12} steady-state run FAILED: {e}")
                 continue
+            timed = pooled(runs)
             for backend in args.backends:
                 try:
                     first = run_child(args, env, *common, "--backend", backend)["first_call_s"]
@@ -199,6 +219,10 @@ def main():
                 if "inductor" in timed:
                     r["vs_inductor"] = ratio(timed, backend, "inductor")
                     line += f"     {r['vs_inductor']:.2f}x"
+                    if len(runs) > 1:
+                        per_run = [ratio(run, backend, "inductor") for run in runs]
+                        r["vs_inductor_per_run"] = per_run
+                        line += f" ({min(per_run):.2f}-{max(per_run):.2f} over {len(runs)} runs)"
                 results.append(r)
                 print(line, flush=True)
     if args.json:
