@@ -118,27 +118,23 @@ def steady(model_name, backends, rounds):
                     fn(*inputs)
                     times.append(time.perf_counter() - start)
                 per_round[b].append(statistics.median(times))
+    return {b: summary(v, counts[b]) for b, v in per_round.items()}
+
+
+def summary(per_round_s, calls_per_round):
     return {
-        b: {
-            "steady_s": statistics.median(v),
-            "per_round_s": v,
-            "calls_per_round": counts[b],
-        }
-        for b, v in per_round.items()
+        "steady_s": statistics.median(per_round_s),
+        "per_round_s": per_round_s,
+        "calls_per_round": calls_per_round,
     }
 
 
 def pooled(runs):
     """The steady-state results of several processes as one, their rounds pooled."""
-    timed = {}
-    for backend in runs[0]:
-        rounds = [t for run in runs for t in run[backend]["per_round_s"]]
-        timed[backend] = {
-            "steady_s": statistics.median(rounds),
-            "per_round_s": rounds,
-            "calls_per_round": runs[0][backend]["calls_per_round"],
-        }
-    return timed
+    return {
+        b: summary([t for run in runs for t in run[b]["per_round_s"]], runs[0][b]["calls_per_round"])
+        for b in runs[0]
+    }
 
 
 def ratio(timed, backend, base):

@@ -10,7 +10,7 @@
 //! device does (integer division by zero, float-to-integer conversion out of range, 16-bit
 //! floats, complex numbers) is left for the device.
 
-use crate::ir::{BinaryOp, CompareDir, Func, Literal, Op, OpKind, UnaryOp};
+use crate::ir::{BinaryOp, CompareDir, Func, Literal, OpKind, UnaryOp};
 use crate::types::{ElemType, TensorType};
 
 /// The largest tensor evaluated here (elements). Larger results stay computed by the device:
@@ -201,43 +201,78 @@ fn linear(index: impl Iterator<Item = i64>, strides: &[usize]) -> usize {
     index.zip(strides).map(|(i, s)| i as usize * s).sum()
 }
 
+/// What folding knows of a value.
+#[derive(Clone)]
+enum Known {
+    /// Computed.
+    Ready(Elems),
+    /// The result of an op left in place (a constant, an iota, a broadcast) whose operands are
+    /// known: computed when a folded op first reads it, so that weights and broadcasts nothing
+    /// folded reads cost nothing.
+    Deferred { op: usize },
+    /// Not computable here.
+    Unknown,
+}
+
 /// Evaluates every op it can, in order, and replaces each with a constant, except ops that are
 /// themselves cheap for the device (a constant, an iota, a broadcast). Index arithmetic is
 /// folded too: XLA:CPU computes a mask such as `iota >= iota` per element of each consumer with
 /// index divisions, which costs more than reading the folded mask.
 pub fn fold_constants(f: &mut Func) {
-    let mut known: Vec<Option<Elems>> = vec![None; f.value_count()];
-    for op in &mut f.ops {
-        let Some(values) = evaluate_op(op, &f.types, &known) else {
+    let mut known: Vec<Known> = vec![Known::Unknown; f.value_count()];
+    for i in 0..f.ops.len() {
+        let op = &f.ops[i];
+        let [result] = op.results[..] else {
             continue;
         };
-        let result = op.results[0];
+        let ty = &f.types[result.index()];
+        let computable = foldable(ty.elem)
+            && ty.numel() as usize <= MAX_ELEMENTS
+            && op
+                .operands
+                .iter()
+                .all(|v| !matches!(known[v.index()], Known::Unknown));
+        if !computable {
+            continue;
+        }
         let cheap = matches!(
             op.kind,
             OpKind::Constant(_) | OpKind::Iota { .. } | OpKind::BroadcastInDim { .. }
         );
-        if !cheap {
+        if cheap {
+            known[result.index()] = Known::Deferred { op: i };
+            continue;
+        }
+        if let Some(values) = compute(f, &mut known, i) {
+            let op = &mut f.ops[i];
             op.kind = OpKind::Constant(encode(&f.types[result.index()], &values));
             op.operands.clear();
+            known[result.index()] = Known::Ready(values);
         }
-        known[result.index()] = Some(values);
     }
 }
 
-/// The op's single result when all its operands are known and it can be computed here.
-fn evaluate_op(op: &Op, types: &[TensorType], known: &[Option<Elems>]) -> Option<Elems> {
-    let [result] = op.results[..] else {
-        return None;
-    };
-    let ty = &types[result.index()];
-    if !foldable(ty.elem) || ty.numel() as usize > MAX_ELEMENTS {
-        return None;
+/// The value of `f.ops[i]`'s single result, its operands computed first where deferred; None
+/// when it cannot be computed here (and then every deferred value it needed is marked unknown).
+fn compute(f: &Func, known: &mut [Known], i: usize) -> Option<Elems> {
+    let op = &f.ops[i];
+    for &v in &op.operands {
+        if let Known::Deferred { op: producer } = known[v.index()] {
+            known[v.index()] = match compute(f, known, producer) {
+                Some(values) => Known::Ready(values),
+                None => Known::Unknown,
+            };
+        }
     }
     let operands: Option<Vec<(&Elems, &TensorType)>> = op
         .operands
         .iter()
-        .map(|&v| known[v.index()].as_ref().map(|e| (e, &types[v.index()])))
+        .map(|&v| match &known[v.index()] {
+            Known::Ready(values) => Some((values, &f.types[v.index()])),
+            _ => None,
+        })
         .collect();
+    let ty = &f.types[op.results[0].index()];
     let values = evaluate(&op.kind, &operands?, ty)?;
     debug_assert_eq!(values.len(), ty.numel() as usize);
     Some(values)
