@@ -28,6 +28,9 @@ import subprocess
 import sys
 import time
 
+MODELS = ("tiny", "llama_block", "resnet18")
+# The Llama block's pieces, on request.
+PIECES = ("linear", "swiglu", "rmsnorm", "attention", "sdpa")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "crates", "tpuc-python", "tests"))
 
@@ -43,6 +46,10 @@ def build(name):
         from models import DecoderBlock
 
         return DecoderBlock(256, heads=8, kv_heads=4, hidden=688).eval(), (torch.randn(1, 128, 256),)
+    if name == "resnet18":
+        from models import resnet18
+
+        return resnet18().eval(), (torch.randn(1, 3, 224, 224),)
     # The Llama block's pieces, to see where a difference comes from.
     x = torch.randn(1, 128, 256)
     if name == "linear":
@@ -66,10 +73,6 @@ def build(name):
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
         return CausalAttention().eval(), tuple(torch.randn(1, 8, 128, 32) for _ in range(3))
-    if name == "resnet18":
-        from models import resnet18
-
-        return resnet18().eval(), (torch.randn(1, 3, 224, 224),)
     raise ValueError(name)
 
 
@@ -168,9 +171,7 @@ def run_child(args, env, *extra):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--models", nargs="+", default=["tiny", "llama_block", "resnet18"],
-                        choices=["tiny", "llama_block", "resnet18", "linear", "swiglu", "rmsnorm",
-                                 "attention", "sdpa"])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS + PIECES)
     parser.add_argument("--backends", nargs="+", default=["eager", "inductor", "tpuc"])
     parser.add_argument("--rounds", type=int, default=15,
                         help="interleaved rounds of steady-state timing (default 15)")
