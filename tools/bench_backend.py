@@ -23,6 +23,7 @@ usage: bench_backend.py [--threads 1 2] [--models tiny llama_block resnet18 | li
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -164,8 +165,16 @@ def run_child(args, env, *extra):
         capture_output=True, text=True, env=env,
     )
     if out.returncode != 0:
-        raise RuntimeError(out.stderr.strip().splitlines()[-1:] or out.returncode)
+        raise RuntimeError(failure(out.stderr, out.returncode))
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def failure(stderr: str, returncode: int) -> str:
+    """The line of a child's stderr that says what failed: the last exception raised (torch's
+    errors end with lines of advice after it), else the last line."""
+    lines = stderr.strip().splitlines()
+    raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", line)]
+    return (raised or lines or [f"exit status {returncode}"])[-1]
 
 
 def main():

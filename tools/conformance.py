@@ -62,11 +62,11 @@ class Recorder:
         self.ops = set()
         original = backend.GraphCompiler.compile_whole
 
-        def compile_whole(compiler, gm, name):
+        def compile_whole(compiler, gm, name, *rest):
             from tpuc.graph import op_name
 
             self.ops.update(op_name(n) for n in gm.graph.nodes if n.op == "call_function")
-            return original(compiler, gm, name)
+            return original(compiler, gm, name, *rest)
 
         backend.GraphCompiler.compile_whole = compile_whole
 

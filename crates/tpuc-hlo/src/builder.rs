@@ -622,31 +622,32 @@ impl Builder {
                 format!("invalid operands {tx} and {tw} or attributes {attrs:?}"),
             );
         }
-        if tx.shape[1] != tw.shape[1] * attrs.groups || tw.shape[0] % attrs.groups != 0 {
+        let (out_channels, in_channels, window) = attrs.kernel.split(&tw.shape);
+        if tx.shape[1] != in_channels * attrs.groups || out_channels % attrs.groups != 0 {
             return fail(
                 OP,
                 format!(
                     "{tx} has {} channels but kernel {tw} with {} groups expects {}",
                     tx.shape[1],
                     attrs.groups,
-                    tw.shape[1] * attrs.groups
+                    in_channels * attrs.groups
                 ),
             );
         }
-        if tx.shape[0] % attrs.batch_groups != 0 || tw.shape[0] % attrs.batch_groups != 0 {
+        if tx.shape[0] % attrs.batch_groups != 0 || out_channels % attrs.batch_groups != 0 {
             return fail(
                 OP,
                 format!(
                     "batch {} and {} output channels do not split into {} batch groups",
-                    tx.shape[0], tw.shape[0], attrs.batch_groups
+                    tx.shape[0], out_channels, attrs.batch_groups
                 ),
             );
         }
-        let mut shape = vec![tx.shape[0] / attrs.batch_groups, tw.shape[0]];
-        for i in 0..spatial {
+        let mut shape = vec![tx.shape[0] / attrs.batch_groups, out_channels];
+        for (i, &size) in window.iter().enumerate() {
             let input = (tx.shape[i + 2] - 1) * attrs.lhs_dilation[i] + 1;
             let padded = input + attrs.padding[i].0 + attrs.padding[i].1;
-            let kernel = (tw.shape[i + 2] - 1) * attrs.rhs_dilation[i] + 1;
+            let kernel = (size - 1) * attrs.rhs_dilation[i] + 1;
             if padded < kernel || attrs.strides[i] < 1 {
                 return fail(
                     OP,
@@ -1177,6 +1178,7 @@ mod tests {
             groups: 2,
             batch_groups: 1,
             precision: Precision::Default,
+            kernel: KernelLayout::OutInSpatial,
         };
         let y = b.convolution(x, w, attrs).unwrap();
         assert_eq!(b.shape(y), &[1, 6, 4, 4]);

@@ -388,6 +388,10 @@ impl<'c> Emitter<'c> {
             OpKind::Convolution(c) => {
                 let spatial: Vec<String> = (0..c.strides.len()).map(|i| i.to_string()).collect();
                 let s = spatial.join(", ");
+                let kernel = match c.kernel {
+                    KernelLayout::OutInSpatial => format!("o, i, {s}"),
+                    KernelLayout::SpatialInOut => format!("{s}, i, o"),
+                };
                 (
                     "stablehlo.convolution",
                     vec![
@@ -397,7 +401,7 @@ impl<'c> Emitter<'c> {
                         ("rhs_dilation", array_i64(&c.rhs_dilation)),
                         (
                             "dimension_numbers",
-                            format!("#stablehlo.conv<[b, f, {s}]x[o, i, {s}]->[b, f, {s}]>"),
+                            format!("#stablehlo.conv<[b, f, {s}]x[{kernel}]->[b, f, {s}]>"),
                         ),
                         ("feature_group_count", format!("{} : i64", c.groups)),
                         ("batch_group_count", format!("{} : i64", c.batch_groups)),

@@ -219,8 +219,19 @@ impl Precision {
     }
 }
 
-/// Convolution in the layout torch uses: input [N, C, spatial...], kernel [O, I/groups,
-/// spatial...], output [N, O, spatial...].
+/// How a convolution's kernel is laid out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KernelLayout {
+    /// [O, I/groups, spatial...], torch's layout.
+    #[default]
+    OutInSpatial,
+    /// [spatial..., I/groups, O], the layout XLA:CPU's convolutions read; a kernel given in
+    /// torch's layout is transposed to it on every execution.
+    SpatialInOut,
+}
+
+/// Convolution with input [N, C, spatial...] and output [N, O, spatial...], as in torch; the
+/// kernel in `kernel` layout.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConvAttrs {
     pub strides: Vec<i64>,
@@ -233,6 +244,29 @@ pub struct ConvAttrs {
     /// output channels (how a grouped convolution's kernel gradient is computed).
     pub batch_groups: i64,
     pub precision: Precision,
+    pub kernel: KernelLayout,
+}
+
+impl KernelLayout {
+    /// The kernel's (output channels, input channels per group, spatial sizes) from its shape.
+    pub fn split(self, shape: &[i64]) -> (i64, i64, Vec<i64>) {
+        let rank = shape.len();
+        match self {
+            KernelLayout::OutInSpatial => (shape[0], shape[1], shape[2..].to_vec()),
+            KernelLayout::SpatialInOut => {
+                (shape[rank - 1], shape[rank - 2], shape[..rank - 2].to_vec())
+            }
+        }
+    }
+
+    /// The permutation that takes a kernel in torch's layout to this one.
+    pub fn from_torch(self, rank: usize) -> Vec<i64> {
+        let rank = rank as i64;
+        match self {
+            KernelLayout::OutInSpatial => (0..rank).collect(),
+            KernelLayout::SpatialInOut => (2..rank).chain([1, 0]).collect(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -4,6 +4,7 @@
 pub mod builder;
 pub mod emit;
 pub mod fold;
+pub mod hoist;
 pub mod ir;
 pub mod lower;
 pub mod passes;

@@ -2,12 +2,13 @@
 //! (the torch.compile backend). Graphs arrive as torch.export's serialized `ExportedProgram`
 //! JSON; tensors as (address, size) of torch's own CPU memory, which device buffers alias where
 //! the plugin allows and outputs are copied into.
+use prepared::Prepared;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
-use tpuc_hlo::{ArgRole, EmitFormat, LowerOptions, Precision, WeightsMode};
+use tpuc_hlo::{ArgRole, EmitFormat, KernelLayout, LowerOptions, Precision, WeightsMode};
 use tpuc_pjrt::{
     Buffer, Client, ClientOptions, CompileOptions, Device, ElementType, Executable, HostBytes,
     Plugin,
@@ -71,6 +72,9 @@ struct Runtime {
     /// The device graphs run on (looked up once: every input upload needs it).
     device: Device,
     plugin_path: String,
+    /// The kernel layout of hoisted convolution weights: the one XLA:CPU's convolutions read on
+    /// the CPU plugin; elsewhere torch's (the plugin's compiler picks its own).
+    conv_kernels: KernelLayout,
 }
 
 /// Memory owned by a Python object (a torch tensor) that a device buffer aliases; holding the
@@ -126,10 +130,16 @@ impl Runtime {
                 .ok_or_else(|| {
                     error(format!("the PJRT plugin {} has no device", path.display()))
                 })?;
+            let conv_kernels = if tpuc_pjrt::discover::is_cpu_plugin(&path) {
+                KernelLayout::SpatialInOut
+            } else {
+                KernelLayout::OutInSpatial
+            };
             Ok(Runtime {
                 client,
                 device,
                 plugin_path: path.display().to_string(),
+                conv_kernels,
             })
         })
     }
@@ -145,13 +155,17 @@ impl Runtime {
     }
 
     /// Lowers a serialized ExportedProgram (all tensors as inputs) and compiles it on the plugin.
-    #[pyo3(signature = (program_json, name, matmul_precision="highest"))]
+    /// `stable`: one flag per program input, true for those that stay the same from call to
+    /// call (weights, in inference); what the graph computes from them alone and is worth
+    /// computing once is then split off into a second executable (`tpuc_hlo::hoist`).
+    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None))]
     fn compile(
         &self,
         py: Python<'_>,
         program_json: &[u8],
         name: &str,
         matmul_precision: &str,
+        stable: Option<Vec<bool>>,
     ) -> PyResult<CompiledGraph> {
         let precision = match matmul_precision {
             "highest" => Precision::Highest,
@@ -172,14 +186,40 @@ impl Runtime {
                 precision,
             };
             let lowered = tpuc_hlo::lower(&program, &options).map_err(lowering_error)?;
-            let module =
-                tpuc_hlo::emit(&lowered.module, EmitFormat::Text).map_err(error_with_causes)?;
+            let hoisted = match &stable {
+                Some(flags) => {
+                    let flags = stable_arguments(&lowered.args, flags)?;
+                    tpuc_hlo::hoist::hoist(&lowered.module, &flags, self.conv_kernels)
+                }
+                None => None,
+            };
+            let main = hoisted.as_ref().map_or(&lowered.module, |h| &h.main);
+            let module = tpuc_hlo::emit(main, EmitFormat::Text).map_err(error_with_causes)?;
+            let prep_module = match &hoisted {
+                Some(h) => {
+                    Some(tpuc_hlo::emit(&h.prep, EmitFormat::Text).map_err(error_with_causes)?)
+                }
+                None => None,
+            };
             let lower_seconds = start.elapsed().as_secs_f64();
             let start = Instant::now();
-            let exe = self
-                .client
-                .compile_mlir(&module, &CompileOptions::single_device())
-                .map_err(|e| error(format!("{name}: the plugin cannot compile the module: {e}")))?;
+            let compile = |module: &[u8]| {
+                self.client
+                    .compile_mlir(module, &CompileOptions::single_device())
+                    .map_err(|e| {
+                        error(format!("{name}: the plugin cannot compile the module: {e}"))
+                    })
+            };
+            let exe = compile(&module)?;
+            let prepared = match (hoisted, prep_module) {
+                (Some(h), Some(text)) => Some(Prepared {
+                    exe: compile(&text)?,
+                    args: h.args,
+                    outputs: h.prep.main.results.len(),
+                    stablehlo: String::from_utf8_lossy(&text).into_owned(),
+                }),
+                _ => None,
+            };
             let outputs = lowered
                 .module
                 .main
@@ -193,6 +233,7 @@ impl Runtime {
                 outputs,
                 num_args: lowered.args.len(),
                 random: lowered.args.last() == Some(&ArgRole::RngSeed),
+                prepared,
                 lower_seconds,
                 compile_seconds: start.elapsed().as_secs_f64(),
             })
@@ -227,12 +268,40 @@ impl Runtime {
 }
 
 /// A tensor on a device.
-#[pyclass(frozen, module = "tpuc._tpuc")]
+#[pyclass(frozen, weakref, module = "tpuc._tpuc")]
 struct DeviceBuffer {
     buffer: Buffer,
 }
 
 mod dlpack;
+mod prepared;
+
+/// One flag per argument of the lowered module from one per program input: weights of the
+/// program are stable, the random seed is not.
+fn stable_arguments(roles: &[ArgRole], inputs: &[bool]) -> PyResult<Vec<bool>> {
+    let mut given = inputs.iter();
+    let flags: Vec<bool> = roles
+        .iter()
+        .map(|role| match role {
+            ArgRole::Weight(_) => Some(true),
+            ArgRole::UserInput(_) => given.next().copied(),
+            ArgRole::RngSeed => Some(false),
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            error(format!(
+                "{} stable flags given for more program inputs",
+                inputs.len()
+            ))
+        })?;
+    if given.next().is_some() {
+        return Err(error(format!(
+            "{} stable flags given for fewer program inputs",
+            inputs.len()
+        )));
+    }
+    Ok(flags)
+}
 
 /// A graph compiled on a plugin.
 #[pyclass(frozen, module = "tpuc._tpuc")]
@@ -244,19 +313,26 @@ struct CompiledGraph {
     num_args: usize,
     /// The last argument is the seed of the graph's random ops.
     random: bool,
+    /// What the graph computes from its stable arguments alone, split off; its results are
+    /// passed after the graph's own arguments.
+    prepared: Option<Prepared>,
     lower_seconds: f64,
     compile_seconds: f64,
 }
 
 impl CompiledGraph {
-    fn check_args(&self, given: usize) -> PyResult<()> {
-        if given != self.num_args {
+    /// Executes the graph on `args`: its own arguments, then the prepared values, if any.
+    fn execute(&self, py: Python<'_>, args: &[PyRef<'_, DeviceBuffer>]) -> PyResult<Vec<Buffer>> {
+        let expected = self.num_args + self.prepared.as_ref().map_or(0, |p| p.outputs);
+        if args.len() != expected {
             return Err(error(format!(
-                "the graph takes {} arguments, {given} given",
-                self.num_args
+                "the graph takes {expected} arguments, {} given",
+                args.len()
             )));
         }
-        Ok(())
+        let buffers: Vec<&Buffer> = args.iter().map(|a| &a.buffer).collect();
+        py.detach(|| self.exe.execute_on_one_device(&buffers))
+            .map_err(error)
     }
 }
 
@@ -266,6 +342,51 @@ impl CompiledGraph {
     #[getter]
     fn stablehlo(&self) -> &str {
         &self.stablehlo
+    }
+
+    /// The StableHLO module computing what the graph derives from its stable arguments alone,
+    /// when that was split off (its results are passed after the graph's own arguments).
+    #[getter]
+    fn prepared_stablehlo(&self) -> Option<&str> {
+        self.prepared.as_ref().map(|p| p.stablehlo.as_str())
+    }
+
+    /// Positions, among the graph's own arguments, of those the prepared values are computed
+    /// from; None when nothing was split off.
+    #[getter]
+    fn prepared_args(&self) -> Option<Vec<usize>> {
+        self.prepared.as_ref().map(|p| p.args.clone())
+    }
+
+    /// Computes the prepared values from `args`, the arguments at `prepared_args`.
+    fn prepare(
+        &self,
+        py: Python<'_>,
+        args: Vec<PyRef<'_, DeviceBuffer>>,
+    ) -> PyResult<Vec<DeviceBuffer>> {
+        let prepared = self
+            .prepared
+            .as_ref()
+            .ok_or_else(|| error("the graph has no prepared values"))?;
+        if args.len() != prepared.args.len() {
+            return Err(error(format!(
+                "the prepared values are computed from {} arguments, {} given",
+                prepared.args.len(),
+                args.len()
+            )));
+        }
+        let buffers: Vec<&Buffer> = args.iter().map(|a| &a.buffer).collect();
+        let values = py
+            .detach(|| prepared.exe.execute_on_one_device(&buffers))
+            .map_err(|e| {
+                error(format!(
+                    "computing the values derived from the weights: {e}"
+                ))
+            })?;
+        Ok(values
+            .into_iter()
+            .map(|buffer| DeviceBuffer { buffer })
+            .collect())
     }
 
     /// (dtype name, shape) of each output.
@@ -300,14 +421,9 @@ impl CompiledGraph {
     fn run_dlpack<'py>(
         &self,
         py: Python<'py>,
-        args: Vec<PyRef<'_, DeviceBuffer>>,
+        args: Vec<PyRef<'py, DeviceBuffer>>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        self.check_args(args.len())?;
-        let buffers: Vec<&Buffer> = args.iter().map(|a| &a.buffer).collect();
-        let results = py
-            .detach(|| self.exe.execute_on_one_device(&buffers))
-            .map_err(error)?;
-        results
+        self.execute(py, &args)?
             .into_iter()
             .zip(&self.outputs)
             .map(|(b, (element_type, shape))| dlpack::capsule(py, b, *element_type, shape))
@@ -322,7 +438,6 @@ impl CompiledGraph {
         args: Vec<PyRef<'_, DeviceBuffer>>,
         outputs: Vec<(usize, usize)>,
     ) -> PyResult<()> {
-        self.check_args(args.len())?;
         if outputs.len() != self.outputs.len() {
             return Err(error(format!(
                 "the graph has {} outputs, {} destinations given",
@@ -330,9 +445,8 @@ impl CompiledGraph {
                 outputs.len()
             )));
         }
-        let buffers: Vec<&Buffer> = args.iter().map(|a| &a.buffer).collect();
+        let results = self.execute(py, &args)?;
         py.detach(|| {
-            let results = self.exe.execute_on_one_device(&buffers).map_err(error)?;
             for (i, (result, &(address, nbytes))) in results.iter().zip(&outputs).enumerate() {
                 let dst: &mut [u8] = if nbytes == 0 {
                     &mut []

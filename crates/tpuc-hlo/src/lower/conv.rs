@@ -67,6 +67,7 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             groups,
             batch_groups: 1,
             precision,
+            kernel: KernelLayout::OutInSpatial,
         };
         (w, attrs)
     };
@@ -116,6 +117,7 @@ impl Strided {
             groups,
             batch_groups: 1,
             precision,
+            kernel: KernelLayout::OutInSpatial,
         }
     }
 }
@@ -201,6 +203,7 @@ fn conv_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             groups: 1,
             batch_groups: groups,
             precision,
+            kernel: KernelLayout::OutInSpatial,
         };
         let dw = cx.b.convolution(xt, gt, attrs)?;
         let dw = cx.b.transpose(dw, &perm)?;

@@ -36,6 +36,7 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None 
     return aot_autograd(
         fw_compiler=compiler.forward,
         bw_compiler=compiler.backward,
+        inference_compiler=compiler.inference,
         decompositions=decompositions(opts),
     )(gm, example_inputs)
 
@@ -99,18 +100,23 @@ class GraphCompiler:
     def backward(self, gm, example_inputs):
         return self.compile(gm, "backward")
 
-    def compile(self, gm: torch.fx.GraphModule, kind: str):
+    def inference(self, gm, example_inputs):
+        return self.compile(gm, "inference", _weight_inputs() if self.opts.hoist_weights else None)
+
+    def compile(self, gm: torch.fx.GraphModule, kind: str, weights: frozenset[int] | None = None):
+        """`weights`: positions of the inputs that are the model's parameters and buffers, whose
+        derived values (see `Options.hoist_weights`) are computed once per version."""
         name = f"graph_{next(_GRAPH_IDS):03d}_{kind}"
         if _has_symbolic_sizes(gm):
-            return make_boxed_func(SpecializingGraph(gm, self, name))
-        return self.compile_static(gm, name)
+            return make_boxed_func(SpecializingGraph(gm, self, name, weights))
+        return self.compile_static(gm, name, weights)
 
-    def compile_static(self, gm: torch.fx.GraphModule, name: str):
+    def compile_static(self, gm: torch.fx.GraphModule, name: str, weights: frozenset[int] | None = None):
         """A boxed function running the static graph `gm`."""
         missing = unsupported_ops(gm, self.supported)
         if not missing:
             try:
-                return _boxed(self.compile_whole(gm, name))
+                return _boxed(self.compile_whole(gm, name, weights))
             except _tpuc.TpucError as error:
                 # An op tpuc lowers, but not with these arguments: run that node eagerly.
                 node_name = getattr(error, "node", None)
@@ -167,8 +173,10 @@ class GraphCompiler:
         fused.recompile()
         return fused
 
-    def compile_whole(self, gm: torch.fx.GraphModule, name: str) -> CompiledGraph:
-        """Compiles every op of the static graph `gm`."""
+    def compile_whole(self, gm: torch.fx.GraphModule, name: str,
+                      weights: frozenset[int] | None = None) -> CompiledGraph:
+        """Compiles every op of the static graph `gm`; `weights` as for `compile`."""
+        own_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         gm, constants = _lift_constants(gm, name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         inputs = []
@@ -194,7 +202,9 @@ class GraphCompiler:
         if unused:
             gm = _without(gm, unused)
         program = serialize(gm, tensor_outputs)
-        compiled = self.session.compile(program, name, self.opts.matmul_precision)
+        # The graph's constants (lifted to trailing inputs) never change either.
+        stable = None if weights is None else [i in weights or i >= own_inputs for i in inputs]
+        compiled = self.session.compile(program, name, self.opts.matmul_precision, stable)
         if self.opts.dump_dir:
             _dump(self.opts.dump_dir, name, gm, compiled)
         return CompiledGraph(compiled, self.session, inputs, outputs, single, constants)
@@ -251,6 +261,15 @@ def _without(gm: torch.fx.GraphModule, unused: list[torch.fx.Node]) -> torch.fx.
     return gm
 
 
+def _weight_inputs() -> frozenset[int] | None:
+    """Positions of the graph inputs aot_autograd is compiling that are parameters or buffers
+    (Dynamo marks them static), or None when it does not say."""
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None)
+    indices = getattr(metadata, "static_input_indices", None)
+    return None if indices is None else frozenset(indices)
+
+
 def _boxed(compiled: CompiledGraph):
     def run(args):
         return compiled.call(args)
@@ -273,10 +292,12 @@ class _CompiledModule(torch.nn.Module):
 class SpecializingGraph:
     """A graph with symbolic sizes, compiled once per distinct set of concrete input sizes."""
 
-    def __init__(self, gm: torch.fx.GraphModule, compiler: GraphCompiler, name: str):
+    def __init__(self, gm: torch.fx.GraphModule, compiler: GraphCompiler, name: str,
+                 weights: frozenset[int] | None = None):
         self.gm = gm
         self.compiler = compiler
         self.name = name
+        self.weights = weights
         self.variants: dict[tuple, object] = {}
 
     def __call__(self, *args):
@@ -288,7 +309,7 @@ class SpecializingGraph:
             from torch.fx.experimental.proxy_tensor import make_fx
 
             static = make_fx(self.gm, tracing_mode="fake")(*args)
-            run = self.compiler.compile_static(static, f"{self.name}_v{len(self.variants)}")
+            run = self.compiler.compile_static(static, f"{self.name}_v{len(self.variants)}", self.weights)
             self.variants[key] = run
         return run(list(args))
 
@@ -300,6 +321,9 @@ def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None
         f.write(gm.print_readable(print_output=False))
     with open(base + ".mlir", "w") as f:
         f.write(compiled.stablehlo)
+    if compiled.prepared_stablehlo is not None:
+        with open(base + ".prepared.mlir", "w") as f:
+            f.write(compiled.prepared_stablehlo)
     lower, xla = compiled.timings
     with open(base + ".json", "w") as f:
         json.dump({"graph": name, "lower_seconds": lower, "xla_compile_seconds": xla,

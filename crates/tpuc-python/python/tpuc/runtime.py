@@ -13,9 +13,9 @@ from torch.utils.dlpack import from_dlpack
 
 from . import _tpuc
 
-# Counts of plugin compilations, host-to-device uploads and reused device buffers, for tests
-# and diagnostics.
-STATS = {"compiles": 0, "uploads": 0, "reused": 0}
+# Counts of plugin compilations, host-to-device uploads, reused device buffers and computations
+# of weight-derived values, for tests and diagnostics.
+STATS = {"compiles": 0, "uploads": 0, "reused": 0, "prepared": 0}
 
 _RUNTIMES: dict[str, "Session"] = {}
 _RUNTIMES_LOCK = threading.Lock()
@@ -45,17 +45,19 @@ class Session:
         self.executables: OrderedDict = OrderedDict()
         self.lock = threading.Lock()
 
-    def compile(self, program: bytes, name: str, matmul_precision: str) -> _tpuc.CompiledGraph:
+    def compile(self, program: bytes, name: str, matmul_precision: str,
+                stable: list[bool] | None = None) -> _tpuc.CompiledGraph:
         """The executable of `program`, compiled once per distinct graph (its serialized form
-        holds the ops, the input and output types, and the source locations)."""
-        key = (hashlib.sha256(program).digest(), matmul_precision)
+        holds the ops, the input and output types, and the source locations). `stable` flags
+        the inputs that stay the same between calls (see `_tpuc.Runtime.compile`)."""
+        key = (hashlib.sha256(program).digest(), matmul_precision, None if stable is None else tuple(stable))
         with self.lock:
             found = self.executables.get(key)
             if found is not None:
                 self.executables.move_to_end(key)
                 return found
         STATS["compiles"] += 1
-        compiled = self.runtime.compile(program, name, matmul_precision)
+        compiled = self.runtime.compile(program, name, matmul_precision, stable)
         with self.lock:
             self.executables[key] = compiled
             while len(self.executables) > self.MAX_EXECUTABLES:
@@ -147,6 +149,42 @@ class BufferCache:
         return buffer
 
 
+class PreparedValues:
+    """What a compiled graph derives from its weights alone (see `Options.hoist_weights`), per set
+    of weight buffers. The buffer cache gives a tensor a new buffer after any in-place update, so
+    the same buffers mean the same weights; one entry per set seen (a block compiled once and
+    called with each layer's weights keeps one per layer), dropped when one of its buffers goes."""
+
+    def __init__(self, compiled: _tpuc.CompiledGraph):
+        self.compiled = compiled
+        self.positions = compiled.prepared_args
+        self.entries: dict[tuple, tuple] = {}
+
+    def values(self, buffers: list) -> list:
+        sources = [buffers[i] for i in self.positions]
+        key = tuple(map(id, sources))
+        entry = self.entries.get(key)
+        if entry is not None and all(ref() is source for ref, source in zip(entry[0], sources)):
+            return entry[1]
+        STATS["prepared"] += 1
+        values = self.compiled.prepare(sources)
+        owner = weakref.ref(self)
+
+        def forget(dead, key=key):
+            me = owner()
+            if me is not None:
+                me._forget(key, dead)
+
+        self.entries[key] = ([weakref.ref(s, forget) for s in sources], values)
+        return values
+
+    def _forget(self, key: tuple, dead: weakref.ref) -> None:
+        """Drops the entry `dead` (a reference to one of its buffers, now gone) belonged to."""
+        entry = self.entries.get(key)
+        if entry is not None and any(ref is dead for ref in entry[0]):
+            del self.entries[key]
+
+
 class CompiledGraph:
     """A compiled graph as a function of the graph's original inputs and outputs.
 
@@ -168,6 +206,7 @@ class CompiledGraph:
         self.specs = [(_DTYPES[d], tuple(s)) for d, s in compiled.output_specs]
         self.random = compiled.random
         self.zero_copy = session.host_memory and all(0 not in shape for _, shape in self.specs)
+        self.prepared = PreparedValues(compiled) if compiled.prepared_args is not None else None
 
     def __call__(self, *args):
         return self.call(list(args))
@@ -179,6 +218,8 @@ class CompiledGraph:
         buffers = [buffer(args[i]) for i in self.inputs]
         if self.random:
             buffers.append(self.cache.seed())
+        if self.prepared is not None:
+            buffers += self.prepared.values(buffers)
         if self.zero_copy:
             results = [from_dlpack(c) for c in self.compiled.run_dlpack(buffers)]
         else:

@@ -1,0 +1,474 @@
+//! Hoisting: the part of a graph that depends only on arguments that stay the same from call to
+//! call (a model's weights, in inference) is split off into a module of its own, run once per
+//! version of those arguments; the rest reads its results as extra arguments.
+//!
+//! Worth hoisting is what costs time on every call and does not grow the weights: a kernel laid
+//! out for the backend's convolutions (XLA:CPU otherwise transposes each convolution kernel on
+//! every execution) and arithmetic on weights (batch norm's scale and shift, merged adapters).
+//! Pure reshapes and transposes feeding other ops are left alone: XLA folds those into their
+//! consumers, and a hoisted copy would only double the weight's memory.
+
+use std::collections::BTreeSet;
+
+use crate::ir::{ArgAttrs, Func, KernelLayout, Module, Op, OpKind, Value};
+
+/// What [`hoist`] split off.
+#[derive(Clone, Debug)]
+pub struct Hoisted {
+    /// Computes the hoisted values from the stable arguments at positions `args` of the
+    /// original module.
+    pub prep: Module,
+    pub args: Vec<usize>,
+    /// The original module's computation: its arguments, then one per result of `prep`, in order.
+    pub main: Module,
+}
+
+/// Splits `module` when part of it depends only on the arguments marked `stable` (one flag per
+/// argument) and is worth computing once; `None` when nothing is. Convolutions whose kernel is
+/// stable are first given kernels in the `conv_kernels` layout, the transpose then hoisted.
+pub fn hoist(module: &Module, stable: &[bool], conv_kernels: KernelLayout) -> Option<Hoisted> {
+    if stable.len() != module.main.args.len() || !stable.contains(&true) {
+        return None;
+    }
+    let mut f = module.main.clone();
+    relayout_kernels(&mut f, stable, conv_kernels);
+    let origin = Origin::of(&f, stable);
+    let hoisted = choose(&f, &origin);
+    if hoisted.is_empty() {
+        return None;
+    }
+    let (prep, args) = prep_function(&f, &origin, &hoisted);
+    let main = main_function(f, &hoisted);
+    Some(Hoisted {
+        prep: Module {
+            main: prep,
+            attrs: vec![],
+        },
+        args,
+        main: crate::passes::dead_code(Module {
+            main,
+            attrs: module.attrs.clone(),
+        }),
+    })
+}
+
+/// Where each value comes from: `stable` for values computed from stable arguments and
+/// constants alone, `from_args` for those among them that read at least one stable argument,
+/// and the op (by index) that defines each op result.
+struct Origin {
+    stable: Vec<bool>,
+    from_args: Vec<bool>,
+    defined_by: Vec<Option<usize>>,
+    arg_position: Vec<Option<usize>>,
+}
+
+impl Origin {
+    fn of(f: &Func, stable_args: &[bool]) -> Origin {
+        let n = f.value_count();
+        let mut origin = Origin {
+            stable: vec![false; n],
+            from_args: vec![false; n],
+            defined_by: vec![None; n],
+            arg_position: vec![None; n],
+        };
+        for (i, (&arg, &is_stable)) in f.args.iter().zip(stable_args).enumerate() {
+            origin.stable[arg.index()] = is_stable;
+            origin.from_args[arg.index()] = is_stable;
+            origin.arg_position[arg.index()] = Some(i);
+        }
+        for (index, op) in f.ops.iter().enumerate() {
+            let stable = !matches!(op.kind, OpKind::RngBitGenerator)
+                && op.operands.iter().all(|o| origin.stable[o.index()]);
+            let from_args = stable && op.operands.iter().any(|o| origin.from_args[o.index()]);
+            for r in &op.results {
+                origin.stable[r.index()] = stable;
+                origin.from_args[r.index()] = from_args;
+                origin.defined_by[r.index()] = Some(index);
+            }
+        }
+        origin
+    }
+
+    fn computed_from_args(&self, v: Value) -> bool {
+        self.from_args[v.index()] && self.defined_by[v.index()].is_some()
+    }
+}
+
+/// Gives each convolution whose kernel is stable a kernel in `layout`: a transpose of the
+/// torch-layout kernel, which hoisting then computes once.
+fn relayout_kernels(f: &mut Func, stable_args: &[bool], layout: KernelLayout) {
+    if layout == KernelLayout::OutInSpatial {
+        return;
+    }
+    let origin = Origin::of(f, stable_args);
+    let mut ops = Vec::with_capacity(f.ops.len());
+    for mut op in std::mem::take(&mut f.ops) {
+        if let OpKind::Convolution(attrs) = &mut op.kind {
+            let kernel = op.operands[1];
+            if attrs.kernel == KernelLayout::OutInSpatial && origin.from_args[kernel.index()] {
+                let ty = f.ty(kernel).clone();
+                let perm = layout.from_torch(ty.rank());
+                let shape = perm.iter().map(|&d| ty.shape[d as usize]).collect();
+                let transposed = f.add_value(crate::types::TensorType::new(shape, ty.elem));
+                ops.push(Op {
+                    kind: OpKind::Transpose { perm },
+                    operands: vec![kernel],
+                    results: vec![transposed],
+                    loc: op.loc.clone(),
+                });
+                attrs.kernel = layout;
+                op.operands[1] = transposed;
+            }
+        }
+        ops.push(op);
+    }
+    f.ops = ops;
+}
+
+/// Values computed from stable arguments that an op outside the stable part reads: the
+/// candidates for hoisting. Values the function returns stay where they are.
+fn frontier(f: &Func, origin: &Origin) -> Vec<Value> {
+    let mut returned = vec![false; f.value_count()];
+    for r in &f.results {
+        returned[r.index()] = true;
+    }
+    let mut seen = vec![false; f.value_count()];
+    let mut found = vec![];
+    for op in &f.ops {
+        if op.results.iter().all(|r| origin.stable[r.index()]) {
+            continue;
+        }
+        for &o in &op.operands {
+            if origin.computed_from_args(o) && !returned[o.index()] && !seen[o.index()] {
+                seen[o.index()] = true;
+                found.push(o);
+            }
+        }
+    }
+    found
+}
+
+/// The ops `values` are computed from, by index, in program order.
+fn ancestry(f: &Func, origin: &Origin, values: &[Value]) -> BTreeSet<usize> {
+    let mut ops = BTreeSet::new();
+    let mut stack: Vec<Value> = values.to_vec();
+    while let Some(v) = stack.pop() {
+        if let Some(index) = origin.defined_by[v.index()] {
+            if ops.insert(index) {
+                stack.extend(&f.ops[index].operands);
+            }
+        }
+    }
+    ops
+}
+
+enum Verdict {
+    Hoist,
+    /// Larger than what it is computed from (a broadcast, say): its operands may be worth it.
+    Grows,
+    /// Only moves data: leave it to XLA.
+    NoGain,
+}
+
+/// Whether computing `v` once saves work on every call without growing memory beyond the
+/// arguments it comes from: it must be no larger than they are, and either feed a convolution
+/// kernel (a relayout XLA would otherwise redo per call) or involve arithmetic.
+fn verdict(f: &Func, origin: &Origin, v: Value) -> Verdict {
+    let ops = ancestry(f, origin, &[v]);
+    let mut args = BTreeSet::new();
+    for &index in &ops {
+        for o in &f.ops[index].operands {
+            if origin.arg_position[o.index()].is_some() {
+                args.insert(*o);
+            }
+        }
+    }
+    let source_elements: i64 = args.iter().map(|&a| f.ty(a).numel()).sum();
+    if f.ty(v).numel() > source_elements {
+        return Verdict::Grows;
+    }
+    let feeds_kernel = f.ops.iter().any(|op| {
+        matches!(op.kind, OpKind::Convolution(_))
+            && op.operands[1] == v
+            && !origin.stable[op.results[0].index()]
+    });
+    if feeds_kernel || ops.iter().any(|&i| computes(&f.ops[i].kind)) {
+        Verdict::Hoist
+    } else {
+        Verdict::NoGain
+    }
+}
+
+/// The values to hoist: those of the frontier worth it and, in place of one that grows, the
+/// values it is computed from, recursively.
+fn choose(f: &Func, origin: &Origin) -> Vec<Value> {
+    let mut candidates = frontier(f, origin);
+    let mut seen: BTreeSet<Value> = candidates.iter().copied().collect();
+    let mut chosen = vec![];
+    let mut next = 0;
+    while next < candidates.len() {
+        let v = candidates[next];
+        next += 1;
+        match verdict(f, origin, v) {
+            Verdict::Hoist => chosen.push(v),
+            Verdict::NoGain => {}
+            Verdict::Grows => {
+                let op = &f.ops[origin.defined_by[v.index()].expect("computed values have an op")];
+                for &o in &op.operands {
+                    if origin.computed_from_args(o) && seen.insert(o) {
+                        candidates.push(o);
+                    }
+                }
+            }
+        }
+    }
+    chosen
+}
+
+/// Whether an op does arithmetic, as opposed to moving, selecting or relabelling data.
+fn computes(kind: &OpKind) -> bool {
+    !matches!(
+        kind,
+        OpKind::Constant(_)
+            | OpKind::Iota { .. }
+            | OpKind::Reshape
+            | OpKind::Transpose { .. }
+            | OpKind::BroadcastInDim { .. }
+            | OpKind::Slice { .. }
+            | OpKind::Concatenate { .. }
+            | OpKind::Pad { .. }
+            | OpKind::Reverse { .. }
+            | OpKind::Convert
+    )
+}
+
+/// The function computing `hoisted` from the stable arguments it needs, and the positions of
+/// those arguments in `f`.
+fn prep_function(f: &Func, origin: &Origin, hoisted: &[Value]) -> (Func, Vec<usize>) {
+    let ops = ancestry(f, origin, hoisted);
+    let mut prep = Func::default();
+    let mut renamed: Vec<Option<Value>> = vec![None; f.value_count()];
+    let mut positions = vec![];
+    for (position, &arg) in f.args.iter().enumerate() {
+        if ops.iter().any(|&i| f.ops[i].operands.contains(&arg)) {
+            let v = prep.add_value(f.ty(arg).clone());
+            prep.args.push(v);
+            prep.arg_attrs.push(ArgAttrs::default());
+            renamed[arg.index()] = Some(v);
+            positions.push(position);
+        }
+    }
+    for &index in &ops {
+        let op = &f.ops[index];
+        let operands = op
+            .operands
+            .iter()
+            .map(|o| renamed[o.index()].expect("operands are defined before use"))
+            .collect();
+        let results = op
+            .results
+            .iter()
+            .map(|r| {
+                let v = prep.add_value(f.ty(*r).clone());
+                renamed[r.index()] = Some(v);
+                v
+            })
+            .collect();
+        prep.ops.push(Op {
+            kind: op.kind.clone(),
+            operands,
+            results,
+            loc: op.loc.clone(),
+        });
+    }
+    prep.results = hoisted
+        .iter()
+        .map(|v| renamed[v.index()].expect("hoisted values are computed"))
+        .collect();
+    prep.result_attrs = vec![ArgAttrs::default(); hoisted.len()];
+    (prep, positions)
+}
+
+/// `f` reading each hoisted value from a new trailing argument instead of computing it.
+fn main_function(mut f: Func, hoisted: &[Value]) -> Func {
+    let mut replaced: Vec<Option<Value>> = vec![None; f.value_count()];
+    for &v in hoisted {
+        let arg = f.add_value(f.ty(v).clone());
+        f.args.push(arg);
+        f.arg_attrs.push(ArgAttrs::default());
+        replaced.push(None);
+        replaced[v.index()] = Some(arg);
+    }
+    for op in &mut f.ops {
+        for o in &mut op.operands {
+            if let Some(arg) = replaced[o.index()] {
+                *o = arg;
+            }
+        }
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::Builder;
+    use crate::ir::{BinaryOp, ConvAttrs, DotDims, Precision, UnaryOp};
+    use crate::types::{ElemType, TensorType};
+
+    fn f32t(shape: &[i64]) -> TensorType {
+        TensorType::new(shape.to_vec(), ElemType::F32)
+    }
+
+    fn conv_attrs() -> ConvAttrs {
+        ConvAttrs {
+            strides: vec![1, 1],
+            padding: vec![(0, 0); 2],
+            lhs_dilation: vec![1, 1],
+            rhs_dilation: vec![1, 1],
+            groups: 1,
+            batch_groups: 1,
+            precision: Precision::Highest,
+            kernel: KernelLayout::OutInSpatial,
+        }
+    }
+
+    fn module(b: Builder, results: Vec<Value>) -> Module {
+        Module {
+            main: b.finish(results, vec![]),
+            attrs: vec![],
+        }
+    }
+
+    fn kinds(f: &Func) -> Vec<&'static str> {
+        f.ops
+            .iter()
+            .map(|op| match &op.kind {
+                OpKind::Constant(_) => "constant",
+                OpKind::Unary(_) => "unary",
+                OpKind::Binary(_) => "binary",
+                OpKind::Transpose { .. } => "transpose",
+                OpKind::BroadcastInDim { .. } => "broadcast",
+                OpKind::Convolution(_) => "convolution",
+                OpKind::DotGeneral { .. } => "dot",
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    }
+
+    /// conv(x, w) * broadcast(rsqrt(var + eps)): a convolution and the scale of the batch norm
+    /// after it, with x the only input that changes.
+    fn conv_and_scale() -> Module {
+        let mut b = Builder::new();
+        let x = b.arg(f32t(&[1, 4, 8, 8]), ArgAttrs::default());
+        let w = b.arg(f32t(&[6, 4, 3, 3]), ArgAttrs::default());
+        let var = b.arg(f32t(&[6]), ArgAttrs::default());
+        let y = b.convolution(x, w, conv_attrs()).unwrap();
+        let eps = b.splat(&f32t(&[6]), 1e-5);
+        let shifted = b.binary(BinaryOp::Add, var, eps).unwrap();
+        let scale = b.unary(UnaryOp::Rsqrt, shifted).unwrap();
+        let wide = b.broadcast_in_dim(scale, &[1, 6, 6, 6], &[1]).unwrap();
+        let out = b.binary(BinaryOp::Mul, y, wide).unwrap();
+        module(b, vec![out])
+    }
+
+    #[test]
+    fn hoists_kernel_relayout_and_weight_arithmetic_but_not_broadcasts() {
+        let m = conv_and_scale();
+        let h = hoist(&m, &[false, true, true], KernelLayout::SpatialInOut).unwrap();
+        assert_eq!(h.args, vec![1, 2]);
+        assert_eq!(
+            kinds(&h.prep.main),
+            ["transpose", "constant", "binary", "unary"]
+        );
+        assert_eq!(
+            h.prep.main.result_types(),
+            vec![f32t(&[3, 3, 4, 6]), f32t(&[6])]
+        );
+        // main: the original arguments, then the hoisted kernel and scale.
+        let main = &h.main.main;
+        assert_eq!(main.args.len(), 5);
+        assert_eq!(kinds(main), ["convolution", "broadcast", "binary"]);
+        let conv = &main.ops[0];
+        assert_eq!(conv.operands, vec![main.args[0], main.args[3]]);
+        match &conv.kind {
+            OpKind::Convolution(c) => assert_eq!(c.kernel, KernelLayout::SpatialInOut),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(main.ops[1].operands, vec![main.args[4]]);
+        assert_eq!(main.result_types(), vec![f32t(&[1, 6, 6, 6])]);
+        // Both modules are valid MLIR, the kernel read in its new layout.
+        let text = crate::emit_text(&h.main).unwrap();
+        assert!(
+            text.contains("[b, f, 0, 1]x[0, 1, i, o]->[b, f, 0, 1]"),
+            "{text}"
+        );
+        crate::emit_text(&h.prep).unwrap();
+    }
+
+    #[test]
+    fn keeps_torch_kernels_when_asked() {
+        let h = hoist(
+            &conv_and_scale(),
+            &[false, true, true],
+            KernelLayout::OutInSpatial,
+        )
+        .unwrap();
+        // Only the scale is hoisted; the kernel stays an argument read as it is.
+        assert_eq!(h.args, vec![2]);
+        assert_eq!(kinds(&h.prep.main), ["constant", "binary", "unary"]);
+        let conv = &h.main.main.ops[0];
+        assert_eq!(conv.operands[1], h.main.main.args[1]);
+    }
+
+    #[test]
+    fn nothing_to_hoist() {
+        let m = conv_and_scale();
+        // No stable argument, or a stable argument nothing worth computing once reads.
+        assert!(hoist(&m, &[false, false, false], KernelLayout::SpatialInOut).is_none());
+        assert!(hoist(&m, &[true, false, false], KernelLayout::SpatialInOut).is_none());
+        // A flag per argument is required.
+        assert!(hoist(&m, &[true], KernelLayout::SpatialInOut).is_none());
+        // A transposed weight read by a dot: XLA folds the transpose; a copy would only cost
+        // memory.
+        let mut b = Builder::new();
+        let x = b.arg(f32t(&[2, 4]), ArgAttrs::default());
+        let w = b.arg(f32t(&[8, 4]), ArgAttrs::default());
+        let wt = b.transpose(w, &[1, 0]).unwrap();
+        let dims = DotDims {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contracting: vec![1],
+            rhs_contracting: vec![0],
+        };
+        let y = b.dot_general(x, wt, dims, Precision::Highest).unwrap();
+        assert!(hoist(
+            &module(b, vec![y]),
+            &[false, true],
+            KernelLayout::SpatialInOut
+        )
+        .is_none());
+        // Arithmetic on weights that the graph returns as it is stays in the graph.
+        let mut b = Builder::new();
+        let w = b.arg(f32t(&[8]), ArgAttrs::default());
+        let r = b.unary(UnaryOp::Rsqrt, w).unwrap();
+        assert!(hoist(&module(b, vec![r]), &[true], KernelLayout::SpatialInOut).is_none());
+    }
+
+    #[test]
+    fn random_bits_are_never_hoisted() {
+        let mut b = Builder::new();
+        let x = b.arg(f32t(&[4]), ArgAttrs::default());
+        let seed = b.arg(TensorType::new(vec![2], ElemType::U64), ArgAttrs::default());
+        let (_, bits) = b.rng_bit_generator(seed, &[4], ElemType::U32).unwrap();
+        let bits = b.convert(bits, ElemType::F32);
+        let y = b.binary(BinaryOp::Mul, x, bits).unwrap();
+        // Even with the seed marked stable, the generator runs on every call.
+        assert!(hoist(
+            &module(b, vec![y]),
+            &[false, true],
+            KernelLayout::SpatialInOut
+        )
+        .is_none());
+    }
+}
