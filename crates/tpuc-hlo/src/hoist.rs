@@ -1,5 +1,5 @@
 //! Hoisting: the part of a graph that depends only on arguments that stay the same from call to
-//! call (a model's weights, in inference) is split off into a module of its own, run once per
+//! call (a model's weights, between updates) is split off into a module of its own, run once per
 //! version of those arguments; the rest reads its results as extra arguments.
 //!
 //! Worth hoisting is what costs time on every call and does not grow the weights: a kernel laid

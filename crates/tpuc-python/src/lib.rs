@@ -156,7 +156,7 @@ impl Runtime {
 
     /// Lowers a serialized ExportedProgram (all tensors as inputs) and compiles it on the plugin.
     /// `stable`: one flag per program input, true for those that stay the same from call to
-    /// call (weights, in inference); what the graph computes from them alone and is worth
+    /// call (a model's weights); what the graph computes from them alone and is worth
     /// computing once is then split off into a second executable (`tpuc_hlo::hoist`).
     #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None))]
     fn compile(

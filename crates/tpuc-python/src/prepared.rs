@@ -1,5 +1,5 @@
 //! The part of a graph split off by `tpuc_hlo::hoist`: an executable computing, from the
-//! graph's stable arguments (weights, in inference), values the graph then reads as extra
+//! graph's stable arguments (a model's weights), values the graph then reads as extra
 //! arguments. The Python side decides when to run it (once per set of weight buffers).
 use tpuc_pjrt::Executable;
 

@@ -109,13 +109,41 @@ def test_inputs_that_change_are_not_hoisted(tmp_path):
     assert not list(tmp_path.glob("*.prepared.mlir"))
 
 
-def test_training_graphs_are_not_hoisted(tmp_path):
+def test_training_recomputes_the_values_after_each_step(tmp_path):
+    torch.manual_seed(0)
     model = trained_block().train()
+    reference = trained_block().train()
+    reference.load_state_dict(model.state_dict())
     compiled = torch.compile(model, backend="tpuc", options={"dump_dir": str(tmp_path)})
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
     x = torch.randn(2, 3, 8, 8)
-    compiled(x).sum().backward()
-    assert list(tmp_path.glob("*_forward.mlir")) and list(tmp_path.glob("*_backward.mlir"))
-    assert not list(tmp_path.glob("*.prepared.mlir"))
+    before = STATS["prepared"]
+    for step in range(3):
+        loss = compiled(x).square().mean()
+        expected = reference(x).square().mean()
+        close(loss, expected, tol=1e-4)
+        for opt, l in ((optimizer, loss), (reference_optimizer, expected)):
+            opt.zero_grad()
+            l.backward()
+            opt.step()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        close(p, q, tol=1e-4)
+    assert STATS["prepared"] - before == 3  # the kernels changed at every step
+    assert list(tmp_path.glob("*_forward.prepared.mlir"))
+    assert not list(tmp_path.glob("*_backward.prepared.mlir"))
+
+
+def test_eval_without_no_grad_is_hoisted_too(tmp_path):
+    # Gradients enabled: aot_autograd compiles a forward graph for training.
+    model = trained_block()
+    compiled = torch.compile(model, backend="tpuc", options={"dump_dir": str(tmp_path)})
+    x = torch.randn(1, 3, 8, 8)
+    before = STATS["prepared"]
+    for _ in range(3):
+        close(compiled(x), model(x))
+    assert STATS["prepared"] - before == 1
+    assert list(tmp_path.glob("*_forward.prepared.mlir"))
 
 
 @pytest.mark.parametrize(

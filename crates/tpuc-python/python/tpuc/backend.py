@@ -95,13 +95,23 @@ class GraphCompiler:
         self.supported = LoweredOps()
 
     def forward(self, gm, example_inputs):
-        return self.compile(gm, "forward")
+        return self.compile(gm, "forward", self.weight_inputs())
 
     def backward(self, gm, example_inputs):
         return self.compile(gm, "backward")
 
     def inference(self, gm, example_inputs):
-        return self.compile(gm, "inference", _weight_inputs() if self.opts.hoist_weights else None)
+        return self.compile(gm, "inference", self.weight_inputs())
+
+    def weight_inputs(self) -> frozenset[int] | None:
+        """Positions of the inputs of the graph aot_autograd is compiling that are parameters or
+        buffers (Dynamo marks them static); None when hoisting is off or it does not say."""
+        if not self.opts.hoist_weights:
+            return None
+        context = torch._guards.TracingContext.try_get()
+        metadata = getattr(context, "fw_metadata", None)
+        indices = getattr(metadata, "static_input_indices", None)
+        return None if indices is None else frozenset(indices)
 
     def compile(self, gm: torch.fx.GraphModule, kind: str, weights: frozenset[int] | None = None):
         """`weights`: positions of the inputs that are the model's parameters and buffers, whose
@@ -259,15 +269,6 @@ def _without(gm: torch.fx.GraphModule, unused: list[torch.fx.Node]) -> torch.fx.
             gm.graph.erase_node(node)
     gm.recompile()
     return gm
-
-
-def _weight_inputs() -> frozenset[int] | None:
-    """Positions of the graph inputs aot_autograd is compiling that are parameters or buffers
-    (Dynamo marks them static), or None when it does not say."""
-    context = torch._guards.TracingContext.try_get()
-    metadata = getattr(context, "fw_metadata", None)
-    indices = getattr(metadata, "static_input_indices", None)
-    return None if indices is None else frozenset(indices)
 
 
 def _boxed(compiled: CompiledGraph):

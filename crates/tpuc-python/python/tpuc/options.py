@@ -21,13 +21,14 @@ class Options:
     dump_dir:         write each compiled graph's FX graph, StableHLO and compile times there
                       (also TPUC_DUMP_DIR).
     matmul_precision: "highest" (default; what torch computes), "high" or "default".
-    hoist_weights:    in inference, compute what a graph derives from the model's parameters and
+    hoist_weights:    compute what a forward graph derives from the model's parameters and
                       buffers alone once per version of them instead of on every call: convolution
                       kernels in the layout the plugin's convolutions read, batch norm scales and
                       shifts, other arithmetic on weights (default True). Costs the memory of those
                       values (for a convolutional network about one more copy of its kernels).
                       A weight counts as changed after an in-place update (its version changes); a
                       change made through `.data` leaves the version as it is and is not seen here.
+                      In training the weights change every step, and so are these values.
     """
 
     plugin: str | None = None
