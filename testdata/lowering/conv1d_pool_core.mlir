@@ -11,49 +11,53 @@ module {
     %2 = "stablehlo.add"(%0, %1) : (tensor<2x6x12xf32>, tensor<2x6x12xf32>) -> tensor<2x6x12xf32> loc(#loc3)
     %3 = "stablehlo.reshape"(%2) : (tensor<2x6x12xf32>) -> tensor<2x6x1x12xf32> loc(#loc4)
     %4 = "stablehlo.constant"() {value = dense<0xFF800000> : tensor<f32>} : () -> tensor<f32> loc(#loc5)
-    %5 = "stablehlo.reduce_window"(%3, %4) ({
+    %5 = "stablehlo.transpose"(%3) {permutation = array<i64: 0, 2, 3, 1>} : (tensor<2x6x1x12xf32>) -> tensor<2x1x12x6xf32> loc(#loc5)
+    %6 = "stablehlo.reduce_window"(%5, %4) ({
     ^bb0(%arg3: tensor<f32> loc("max_pool2d_with_indices"(#loc1)), %arg4: tensor<f32> loc("max_pool2d_with_indices"(#loc1))):
-      %27 = "stablehlo.maximum"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc5)
-      "stablehlo.return"(%27) : (tensor<f32>) -> () loc(#loc5)
-    }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 1, 2>, window_strides = array<i64: 1, 1, 1, 2>} : (tensor<2x6x1x12xf32>, tensor<f32>) -> tensor<2x6x1x6xf32> loc(#loc5)
-    %6 = "stablehlo.reshape"(%5) : (tensor<2x6x1x6xf32>) -> tensor<2x6x6xf32> loc(#loc6)
-    %7 = "stablehlo.reshape"(%6) : (tensor<2x6x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc7)
-    %8 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc8)
-    %9 = "stablehlo.reduce_window"(%7, %8) ({
-    ^bb0(%arg3: tensor<f32> loc("avg_pool2d"(#loc2)), %arg4: tensor<f32> loc("avg_pool2d"(#loc2))):
-      %27 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc8)
-      "stablehlo.return"(%27) : (tensor<f32>) -> () loc(#loc8)
-    }) {padding = dense<[[0, 0], [0, 0], [0, 0], [1, 1]]> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 1, 3>, window_strides = array<i64: 1, 1, 1, 1>} : (tensor<2x6x1x6xf32>, tensor<f32>) -> tensor<2x6x1x6xf32> loc(#loc8)
+      %31 = "stablehlo.maximum"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc5)
+      "stablehlo.return"(%31) : (tensor<f32>) -> () loc(#loc5)
+    }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 2, 1>, window_strides = array<i64: 1, 1, 2, 1>} : (tensor<2x1x12x6xf32>, tensor<f32>) -> tensor<2x1x6x6xf32> loc(#loc5)
+    %7 = "stablehlo.transpose"(%6) {permutation = array<i64: 0, 3, 1, 2>} : (tensor<2x1x6x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc5)
+    %8 = "stablehlo.reshape"(%7) : (tensor<2x6x1x6xf32>) -> tensor<2x6x6xf32> loc(#loc6)
+    %9 = "stablehlo.reshape"(%8) : (tensor<2x6x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc7)
     %10 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc8)
-    %11 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<2x6x1x6xf32>} : () -> tensor<2x6x1x6xf32> loc(#loc8)
-    %12 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc8)
-    %13 = "stablehlo.pad"(%11, %12) {edge_padding_high = array<i64: 0, 0, 0, 1>, edge_padding_low = array<i64: 0, 0, 0, 1>, interior_padding = array<i64: 0, 0, 0, 0>} : (tensor<2x6x1x6xf32>, tensor<f32>) -> tensor<2x6x1x8xf32> loc(#loc8)
-    %14 = "stablehlo.reduce_window"(%13, %10) ({
+    %11 = "stablehlo.transpose"(%9) {permutation = array<i64: 0, 2, 3, 1>} : (tensor<2x6x1x6xf32>) -> tensor<2x1x6x6xf32> loc(#loc8)
+    %12 = "stablehlo.reduce_window"(%11, %10) ({
     ^bb0(%arg3: tensor<f32> loc("avg_pool2d"(#loc2)), %arg4: tensor<f32> loc("avg_pool2d"(#loc2))):
-      %27 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc8)
-      "stablehlo.return"(%27) : (tensor<f32>) -> () loc(#loc8)
+      %31 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc8)
+      "stablehlo.return"(%31) : (tensor<f32>) -> () loc(#loc8)
+    }) {padding = dense<[[0, 0], [0, 0], [1, 1], [0, 0]]> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 3, 1>, window_strides = array<i64: 1, 1, 1, 1>} : (tensor<2x1x6x6xf32>, tensor<f32>) -> tensor<2x1x6x6xf32> loc(#loc8)
+    %13 = "stablehlo.transpose"(%12) {permutation = array<i64: 0, 3, 1, 2>} : (tensor<2x1x6x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc8)
+    %14 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc8)
+    %15 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<2x6x1x6xf32>} : () -> tensor<2x6x1x6xf32> loc(#loc8)
+    %16 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc8)
+    %17 = "stablehlo.pad"(%15, %16) {edge_padding_high = array<i64: 0, 0, 0, 1>, edge_padding_low = array<i64: 0, 0, 0, 1>, interior_padding = array<i64: 0, 0, 0, 0>} : (tensor<2x6x1x6xf32>, tensor<f32>) -> tensor<2x6x1x8xf32> loc(#loc8)
+    %18 = "stablehlo.reduce_window"(%17, %14) ({
+    ^bb0(%arg3: tensor<f32> loc("avg_pool2d"(#loc2)), %arg4: tensor<f32> loc("avg_pool2d"(#loc2))):
+      %31 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc8)
+      "stablehlo.return"(%31) : (tensor<f32>) -> () loc(#loc8)
     }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 1, 3>, window_strides = array<i64: 1, 1, 1, 1>} : (tensor<2x6x1x8xf32>, tensor<f32>) -> tensor<2x6x1x6xf32> loc(#loc8)
-    %15 = "stablehlo.divide"(%9, %14) : (tensor<2x6x1x6xf32>, tensor<2x6x1x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc8)
-    %16 = "stablehlo.reshape"(%15) : (tensor<2x6x1x6xf32>) -> tensor<2x6x6xf32> loc(#loc9)
-    %17 = "stablehlo.reshape"(%6) : (tensor<2x6x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc10)
-    %18 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc11)
-    %19 = "stablehlo.reduce_window"(%17, %18) ({
-    ^bb0(%arg3: tensor<f32> loc("_adaptive_avg_pool2d"(#loc2)), %arg4: tensor<f32> loc("_adaptive_avg_pool2d"(#loc2))):
-      %27 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc11)
-      "stablehlo.return"(%27) : (tensor<f32>) -> () loc(#loc11)
-    }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 1, 1>, window_strides = array<i64: 1, 1, 1, 1>} : (tensor<2x6x1x6xf32>, tensor<f32>) -> tensor<2x6x1x6xf32> loc(#loc11)
-    %20 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<2x6x1x6xf32>} : () -> tensor<2x6x1x6xf32> loc(#loc11)
-    %21 = "stablehlo.divide"(%19, %20) : (tensor<2x6x1x6xf32>, tensor<2x6x1x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc11)
+    %19 = "stablehlo.divide"(%13, %18) : (tensor<2x6x1x6xf32>, tensor<2x6x1x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc8)
+    %20 = "stablehlo.reshape"(%19) : (tensor<2x6x1x6xf32>) -> tensor<2x6x6xf32> loc(#loc9)
+    %21 = "stablehlo.reshape"(%8) : (tensor<2x6x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc10)
     %22 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc11)
     %23 = "stablehlo.reduce_window"(%21, %22) ({
     ^bb0(%arg3: tensor<f32> loc("_adaptive_avg_pool2d"(#loc2)), %arg4: tensor<f32> loc("_adaptive_avg_pool2d"(#loc2))):
-      %27 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc11)
-      "stablehlo.return"(%27) : (tensor<f32>) -> () loc(#loc11)
+      %31 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc11)
+      "stablehlo.return"(%31) : (tensor<f32>) -> () loc(#loc11)
+    }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 1, 1>, window_strides = array<i64: 1, 1, 1, 1>} : (tensor<2x6x1x6xf32>, tensor<f32>) -> tensor<2x6x1x6xf32> loc(#loc11)
+    %24 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<2x6x1x6xf32>} : () -> tensor<2x6x1x6xf32> loc(#loc11)
+    %25 = "stablehlo.divide"(%23, %24) : (tensor<2x6x1x6xf32>, tensor<2x6x1x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc11)
+    %26 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc11)
+    %27 = "stablehlo.reduce_window"(%25, %26) ({
+    ^bb0(%arg3: tensor<f32> loc("_adaptive_avg_pool2d"(#loc2)), %arg4: tensor<f32> loc("_adaptive_avg_pool2d"(#loc2))):
+      %31 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc11)
+      "stablehlo.return"(%31) : (tensor<f32>) -> () loc(#loc11)
     }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 1, 3>, window_strides = array<i64: 1, 1, 1, 3>} : (tensor<2x6x1x6xf32>, tensor<f32>) -> tensor<2x6x1x2xf32> loc(#loc11)
-    %24 = "stablehlo.constant"() {value = dense<3.000000e+00> : tensor<2x6x1x2xf32>} : () -> tensor<2x6x1x2xf32> loc(#loc11)
-    %25 = "stablehlo.divide"(%23, %24) : (tensor<2x6x1x2xf32>, tensor<2x6x1x2xf32>) -> tensor<2x6x1x2xf32> loc(#loc11)
-    %26 = "stablehlo.reshape"(%25) : (tensor<2x6x1x2xf32>) -> tensor<2x6x2xf32> loc(#loc12)
-    return %16, %26 : tensor<2x6x6xf32>, tensor<2x6x2xf32> loc(#loc)
+    %28 = "stablehlo.constant"() {value = dense<3.000000e+00> : tensor<2x6x1x2xf32>} : () -> tensor<2x6x1x2xf32> loc(#loc11)
+    %29 = "stablehlo.divide"(%27, %28) : (tensor<2x6x1x2xf32>, tensor<2x6x1x2xf32>) -> tensor<2x6x1x2xf32> loc(#loc11)
+    %30 = "stablehlo.reshape"(%29) : (tensor<2x6x1x2xf32>) -> tensor<2x6x2xf32> loc(#loc12)
+    return %20, %30 : tensor<2x6x6xf32>, tensor<2x6x2xf32> loc(#loc)
   } loc(#loc)
 } loc(#loc)
 #loc3 = loc("convolution"(#loc1))
