@@ -87,6 +87,18 @@ def test_each_set_of_weights_keeps_its_values_while_it_lives():
     assert len(prepared.entries) == 1
 
 
+def test_graphs_specialised_per_size_share_the_values():
+    model = trained_block()
+    compiled = torch.compile(model, backend="tpuc", dynamic=True)
+    before = dict(STATS)
+    with torch.no_grad():
+        for size in (8, 10, 12, 10):
+            x = torch.randn(1, 3, size, size)
+            close(compiled(x), model(x))
+    assert STATS["compiles"] - before["compiles"] == 3  # one graph per size
+    assert STATS["prepared"] - before["prepared"] == 1  # one copy of the values
+
+
 def test_hoisting_can_be_turned_off(tmp_path):
     model = trained_block()
     compiled = torch.compile(model, backend="tpuc", options={"dump_dir": str(tmp_path), "hoist_weights": False})

@@ -43,7 +43,18 @@ class Session:
         # The CPU plugin's device memory is host memory: outputs become tensors without a copy.
         self.host_memory = self.runtime.platform == "cpu"
         self.executables: OrderedDict = OrderedDict()
+        # Weight-derived values by the module computing them: graphs that derive the same values
+        # (the variants of a graph specialised per input size) share them.
+        self.prepared: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self.lock = threading.Lock()
+
+    def prepared_values(self, compiled: _tpuc.CompiledGraph) -> "PreparedValues":
+        key = hashlib.sha256(compiled.prepared_stablehlo.encode()).digest()
+        with self.lock:
+            found = self.prepared.get(key)
+            if found is None:
+                found = self.prepared[key] = PreparedValues(compiled)
+            return found
 
     def compile(self, program: bytes, name: str, matmul_precision: str,
                 stable: list[bool] | None = None) -> _tpuc.CompiledGraph:
@@ -150,18 +161,18 @@ class BufferCache:
 
 
 class PreparedValues:
-    """What a compiled graph derives from its weights alone (see `Options.hoist_weights`), per set
+    """What compiled graphs derive from their weights alone (see `Options.hoist_weights`), per set
     of weight buffers. The buffer cache gives a tensor a new buffer after any in-place update, so
     the same buffers mean the same weights; one entry per set seen (a block compiled once and
     called with each layer's weights keeps one per layer), dropped when one of its buffers goes."""
 
     def __init__(self, compiled: _tpuc.CompiledGraph):
+        # Computes the values; any graph with the same prepared module could.
         self.compiled = compiled
-        self.positions = compiled.prepared_args
         self.entries: dict[tuple, tuple] = {}
 
-    def values(self, buffers: list) -> list:
-        sources = [buffers[i] for i in self.positions]
+    def values(self, sources: list) -> list:
+        """The values computed from `sources`, the buffers of the weights they derive from."""
         key = tuple(map(id, sources))
         entry = self.entries.get(key)
         if entry is not None and all(ref() is source for ref, source in zip(entry[0], sources)):
@@ -206,7 +217,8 @@ class CompiledGraph:
         self.specs = [(_DTYPES[d], tuple(s)) for d, s in compiled.output_specs]
         self.random = compiled.random
         self.zero_copy = session.host_memory and all(0 not in shape for _, shape in self.specs)
-        self.prepared = PreparedValues(compiled) if compiled.prepared_args is not None else None
+        self.prepared_args = compiled.prepared_args
+        self.prepared = session.prepared_values(compiled) if self.prepared_args is not None else None
 
     def __call__(self, *args):
         return self.call(list(args))
@@ -219,7 +231,7 @@ class CompiledGraph:
         if self.random:
             buffers.append(self.cache.seed())
         if self.prepared is not None:
-            buffers += self.prepared.values(buffers)
+            buffers += self.prepared.values([buffers[i] for i in self.prepared_args])
         if self.zero_copy:
             results = [from_dlpack(c) for c in self.compiled.run_dlpack(buffers)]
         else:
