@@ -54,12 +54,11 @@ pub fn hoist(module: &Module, stable: &[bool], conv_kernels: KernelLayout) -> Op
 
 /// Where each value comes from: `stable` for values computed from stable arguments and
 /// constants alone, `from_args` for those among them that read at least one stable argument,
-/// and the op (by index) that defines each op result.
+/// and the op (by index) that defines each op result (None for the arguments).
 struct Origin {
     stable: Vec<bool>,
     from_args: Vec<bool>,
     defined_by: Vec<Option<usize>>,
-    arg_position: Vec<Option<usize>>,
 }
 
 impl Origin {
@@ -68,22 +67,19 @@ impl Origin {
         let mut origin = Origin {
             stable: vec![false; n],
             from_args: vec![false; n],
-            defined_by: vec![None; n],
-            arg_position: vec![None; n],
+            defined_by: f.defining_ops(),
         };
-        for (i, (&arg, &is_stable)) in f.args.iter().zip(stable_args).enumerate() {
+        for (&arg, &is_stable) in f.args.iter().zip(stable_args) {
             origin.stable[arg.index()] = is_stable;
             origin.from_args[arg.index()] = is_stable;
-            origin.arg_position[arg.index()] = Some(i);
         }
-        for (index, op) in f.ops.iter().enumerate() {
+        for op in &f.ops {
             let stable = !matches!(op.kind, OpKind::RngBitGenerator)
                 && op.operands.iter().all(|o| origin.stable[o.index()]);
             let from_args = stable && op.operands.iter().any(|o| origin.from_args[o.index()]);
             for r in &op.results {
                 origin.stable[r.index()] = stable;
                 origin.from_args[r.index()] = from_args;
-                origin.defined_by[r.index()] = Some(index);
             }
         }
         origin
@@ -171,14 +167,15 @@ enum Verdict {
 }
 
 /// Whether computing `v` once saves work on every call without growing memory beyond the
-/// arguments it comes from: it must be no larger than they are, and either feed a convolution
-/// kernel (a relayout XLA would otherwise redo per call) or involve arithmetic.
-fn verdict(f: &Func, origin: &Origin, v: Value) -> Verdict {
+/// arguments it comes from: it must be no larger than they are, and either be a kernel of a
+/// convolution on changing inputs (`kernels`; a relayout XLA would otherwise redo per call) or
+/// involve arithmetic.
+fn verdict(f: &Func, origin: &Origin, kernels: &BTreeSet<Value>, v: Value) -> Verdict {
     let ops = ancestry(f, origin, &[v]);
     let mut args = BTreeSet::new();
     for &index in &ops {
         for o in &f.ops[index].operands {
-            if origin.arg_position[o.index()].is_some() {
+            if origin.defined_by[o.index()].is_none() {
                 args.insert(*o);
             }
         }
@@ -187,12 +184,7 @@ fn verdict(f: &Func, origin: &Origin, v: Value) -> Verdict {
     if f.ty(v).numel() > source_elements {
         return Verdict::Grows;
     }
-    let feeds_kernel = f.ops.iter().any(|op| {
-        matches!(op.kind, OpKind::Convolution(_))
-            && op.operands[1] == v
-            && !origin.stable[op.results[0].index()]
-    });
-    if feeds_kernel || ops.iter().any(|&i| computes(&f.ops[i].kind)) {
+    if kernels.contains(&v) || ops.iter().any(|&i| computes(&f.ops[i].kind)) {
         Verdict::Hoist
     } else {
         Verdict::NoGain
@@ -202,6 +194,14 @@ fn verdict(f: &Func, origin: &Origin, v: Value) -> Verdict {
 /// The values to hoist: those of the frontier worth it and, in place of one that grows, the
 /// values it is computed from, recursively.
 fn choose(f: &Func, origin: &Origin) -> Vec<Value> {
+    let kernels: BTreeSet<Value> = f
+        .ops
+        .iter()
+        .filter(|op| {
+            matches!(op.kind, OpKind::Convolution(_)) && !origin.stable[op.results[0].index()]
+        })
+        .map(|op| op.operands[1])
+        .collect();
     let mut candidates = frontier(f, origin);
     let mut seen: BTreeSet<Value> = candidates.iter().copied().collect();
     let mut chosen = vec![];
@@ -209,7 +209,7 @@ fn choose(f: &Func, origin: &Origin) -> Vec<Value> {
     while next < candidates.len() {
         let v = candidates[next];
         next += 1;
-        match verdict(f, origin, v) {
+        match verdict(f, origin, &kernels, v) {
             Verdict::Hoist => chosen.push(v),
             Verdict::NoGain => {}
             Verdict::Grows => {
@@ -291,12 +291,11 @@ fn prep_function(f: &Func, origin: &Origin, hoisted: &[Value]) -> (Func, Vec<usi
 
 /// `f` reading each hoisted value from a new trailing argument instead of computing it.
 fn main_function(mut f: Func, hoisted: &[Value]) -> Func {
-    let mut replaced: Vec<Option<Value>> = vec![None; f.value_count()];
+    let mut replaced: Vec<Option<Value>> = vec![None; f.value_count() + hoisted.len()];
     for &v in hoisted {
         let arg = f.add_value(f.ty(v).clone());
         f.args.push(arg);
         f.arg_attrs.push(ArgAttrs::default());
-        replaced.push(None);
         replaced[v.index()] = Some(arg);
     }
     for op in &mut f.ops {

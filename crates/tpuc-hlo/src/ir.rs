@@ -440,6 +440,17 @@ impl Func {
         self.types.len()
     }
 
+    /// The index of the op defining each value; None for the arguments.
+    pub fn defining_ops(&self) -> Vec<Option<usize>> {
+        let mut defined_by = vec![None; self.value_count()];
+        for (index, op) in self.ops.iter().enumerate() {
+            for r in &op.results {
+                defined_by[r.index()] = Some(index);
+            }
+        }
+        defined_by
+    }
+
     /// A new value of this type, for an op about to be added.
     pub(crate) fn add_value(&mut self, ty: TensorType) -> Value {
         self.types.push(ty);

@@ -85,16 +85,15 @@ pub fn bool_constants_as_bytes(mut module: Module) -> Module {
 /// module is smaller and easier to read without them.
 pub fn canonicalize(mut module: Module) -> Module {
     let f = &mut module.main;
-    // What each value is replaced by, and the op that defines each value (by index).
+    // What each value is replaced by; ops are rewritten in place, so definitions stay put.
     let mut replaced: Vec<Value> = (0..f.value_count() as u32).map(Value).collect();
-    let mut defined_by: Vec<Option<usize>> = vec![None; f.value_count()];
+    let defined_by = f.defining_ops();
     for index in 0..f.ops.len() {
         for o in &mut f.ops[index].operands {
             *o = replaced[o.index()];
         }
         let op = &f.ops[index];
         if let [result] = op.results[..] {
-            defined_by[result.index()] = Some(index);
             let operand = op.operands.first().copied();
             let source = operand
                 .and_then(|o| defined_by[o.index()])

@@ -193,12 +193,12 @@ impl Runtime {
                 }
                 None => None,
             };
-            let main = hoisted.as_ref().map_or(&lowered.module, |h| &h.main);
-            let module = tpuc_hlo::emit(main, EmitFormat::Text).map_err(error_with_causes)?;
-            let prep_module = match &hoisted {
-                Some(h) => {
-                    Some(tpuc_hlo::emit(&h.prep, EmitFormat::Text).map_err(error_with_causes)?)
-                }
+            let emit = |module: &tpuc_hlo::Module| {
+                tpuc_hlo::emit(module, EmitFormat::Text).map_err(error_with_causes)
+            };
+            let module = emit(hoisted.as_ref().map_or(&lowered.module, |h| &h.main))?;
+            let hoisted = match hoisted {
+                Some(h) => Some((emit(&h.prep)?, h)),
                 None => None,
             };
             let lower_seconds = start.elapsed().as_secs_f64();
@@ -211,14 +211,14 @@ impl Runtime {
                     })
             };
             let exe = compile(&module)?;
-            let prepared = match (hoisted, prep_module) {
-                (Some(h), Some(text)) => Some(Prepared {
+            let prepared = match hoisted {
+                Some((text, h)) => Some(Prepared {
                     exe: compile(&text)?,
                     args: h.args,
                     outputs: h.prep.main.results.len(),
                     stablehlo: String::from_utf8_lossy(&text).into_owned(),
                 }),
-                _ => None,
+                None => None,
             };
             let outputs = lowered
                 .module
@@ -330,10 +330,18 @@ impl CompiledGraph {
                 args.len()
             )));
         }
-        let buffers: Vec<&Buffer> = args.iter().map(|a| &a.buffer).collect();
-        py.detach(|| self.exe.execute_on_one_device(&buffers))
-            .map_err(error)
+        execute_on(py, &self.exe, args).map_err(error)
     }
+}
+
+/// Runs `exe` on one device with `args`, the GIL released.
+fn execute_on(
+    py: Python<'_>,
+    exe: &Executable,
+    args: &[PyRef<'_, DeviceBuffer>],
+) -> tpuc_pjrt::Result<Vec<Buffer>> {
+    let buffers: Vec<&Buffer> = args.iter().map(|a| &a.buffer).collect();
+    py.detach(|| exe.execute_on_one_device(&buffers))
 }
 
 #[pymethods]
@@ -375,14 +383,11 @@ impl CompiledGraph {
                 args.len()
             )));
         }
-        let buffers: Vec<&Buffer> = args.iter().map(|a| &a.buffer).collect();
-        let values = py
-            .detach(|| prepared.exe.execute_on_one_device(&buffers))
-            .map_err(|e| {
-                error(format!(
-                    "computing the values derived from the weights: {e}"
-                ))
-            })?;
+        let values = execute_on(py, &prepared.exe, &args).map_err(|e| {
+            error(format!(
+                "computing the values derived from the weights: {e}"
+            ))
+        })?;
         Ok(values
             .into_iter()
             .map(|buffer| DeviceBuffer { buffer })
