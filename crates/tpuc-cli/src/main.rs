@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tpuc_cli::run::{RunOptions, Runner};
 use tpuc_cli::{compare, npy};
 use tpuc_hlo::{EmitFormat, LowerOptions, Precision, WeightsMode};
+use tpuc_pjrt::CacheOutcome;
 
 /// `println!` that returns an error instead of panicking when standard output is closed
 /// (`tpuc ops | head`); `main` treats a broken pipe as a normal end.
@@ -147,6 +148,12 @@ enum Command {
         /// when an output is outside the tolerance.
         #[arg(long, value_name = "NPZ")]
         expect: Option<PathBuf>,
+        /// Where compiled executables are kept, so that a model compiled once is loaded
+        /// afterwards instead of compiled; `off` for no cache. Kept under $TPUC_CACHE_MAX_MB
+        /// megabytes (default 1024), least recently used first.
+        /// [default: $TPUC_CACHE_DIR, else $XDG_CACHE_HOME/tpuc or ~/.cache/tpuc]
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<String>,
         /// Relative tolerance of --expect.
         #[arg(long, default_value_t = 1e-5)]
         rtol: f64,
@@ -255,6 +262,7 @@ fn run() -> Result<()> {
             expect,
             rtol,
             atol,
+            cache_dir,
         } => {
             let options = RunOptions {
                 plugin,
@@ -264,6 +272,7 @@ fn run() -> Result<()> {
                     weights: WeightsMode::Args,
                     precision: matmul_precision.into(),
                 },
+                cache_dir,
             };
             let request = RunRequest {
                 model,
@@ -320,8 +329,13 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
     std::fs::create_dir_all(&request.out)
         .with_context(|| format!("cannot create {}", request.out.display()))?;
     let t = &runner.timings;
+    let cached = match &t.cache {
+        Some(CacheOutcome::Hit) => " (from the cache)".to_string(),
+        Some(CacheOutcome::NotStored(why)) => format!(" (not cached: {why})"),
+        Some(CacheOutcome::Stored) | None => String::new(),
+    };
     eprintln!(
-        "{} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms, weights {:.1} ms, run {:.2} ms",
+        "{} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms{cached}, weights {:.1} ms, run {:.2} ms",
         request.model.display(),
         runner.devices(),
         ms(t.lower),

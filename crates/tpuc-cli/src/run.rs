@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use tpuc_fx::{OutputKind, Program, WeightBytes};
 use tpuc_hlo::{ArgAttrs, ArgRole, ElemType, EmitFormat, LowerOptions, Lowered, WeightsMode};
 use tpuc_pjrt::{
-    Buffer, Client, ClientOptions, CompileOptions, ElementType, Executable, HostBytes, HostTensor,
-    Partitioner, Plugin,
+    Buffer, CacheOutcome, Client, ClientOptions, CompileCache, CompileOptions, ElementType,
+    Executable, HostBytes, HostTensor, Partitioner, Plugin,
 };
 
 /// How to run a model.
@@ -29,6 +29,9 @@ pub struct RunOptions {
     pub seed: u64,
     /// Lowering options for `.pt2` / `.fx` models (weights are always arguments).
     pub lower: LowerOptions,
+    /// The cache of compiled executables: `None` for $TPUC_CACHE_DIR or the default, `off`
+    /// for none (see `tpuc_pjrt::CompileCache::configured`).
+    pub cache_dir: Option<String>,
 }
 
 impl Default for RunOptions {
@@ -38,6 +41,7 @@ impl Default for RunOptions {
             devices: 1,
             seed: 0,
             lower: LowerOptions::default(),
+            cache_dir: None,
         }
     }
 }
@@ -57,8 +61,10 @@ pub struct PrepareTimings {
     pub lower: Duration,
     /// Loading the plugin and creating the client.
     pub client: Duration,
-    /// The plugin's compilation.
+    /// The plugin's compilation (or loading the executable from the cache).
     pub compile: Duration,
+    /// What the cache of compiled executables did; `None` when it is off.
+    pub cache: Option<CacheOutcome>,
     /// Uploading the weights.
     pub weights: Duration,
 }
@@ -260,9 +266,18 @@ impl Runner {
         } else {
             CompileOptions::single_device()
         };
-        let executable = client
-            .compile_mlir(&module, &compile_options)
-            .with_context(|| format!("the plugin cannot compile {}", model.display()))?;
+        let cache = CompileCache::configured(options.cache_dir.as_deref())?;
+        let compiled = match &cache {
+            Some(cache) => cache
+                .compile(&client, &module, &compile_options)
+                .map(|(exe, outcome)| (exe, Some(outcome))),
+            None => client
+                .compile_mlir(&module, &compile_options)
+                .map(|exe| (exe, None)),
+        };
+        let (executable, cache_outcome) =
+            compiled.with_context(|| format!("the plugin cannot compile {}", model.display()))?;
+        timings.cache = cache_outcome;
         timings.compile = start.elapsed();
 
         let start = Instant::now();

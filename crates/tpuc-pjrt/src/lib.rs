@@ -20,6 +20,7 @@
 
 mod buffer;
 mod client;
+mod compile_cache;
 mod compile_options;
 mod device;
 pub mod discover;
@@ -29,9 +30,11 @@ mod event;
 mod executable;
 mod host;
 mod plugin;
+mod stderr_filter;
 
 pub use buffer::Buffer;
 pub use client::{Client, ClientOptions, OptionValue};
+pub use compile_cache::{CacheOutcome, CompileCache};
 pub use compile_options::{CompileOptions, Partitioner};
 pub use device::{Device, Memory};
 pub use element_type::ElementType;

@@ -184,6 +184,11 @@ fn check_spmd(partitioner: Partitioner) {
             &CompileOptions::spmd(4, partitioner),
         )
         .unwrap();
+    check_row_sum(&client, &exe);
+}
+
+/// Runs `row_sum_module` on its four devices and checks every device's result.
+fn check_row_sum(client: &Client, exe: &Executable) {
     assert_eq!(exe.devices().len(), 4);
     assert_eq!(exe.num_partitions().unwrap(), 4);
     let shards: Vec<Buffer> = exe
@@ -365,4 +370,140 @@ fn files_that_are_not_plugins_are_refused_clearly() {
         .to_string();
     assert!(err.contains("missing.so"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A module compiled through the cache in one client (process) and loaded in another.
+fn cached_compile(
+    dir: &std::path::Path,
+    client: &Client,
+    module: &str,
+    options: &CompileOptions,
+) -> (Executable, CacheOutcome) {
+    CompileCache::new(dir, CompileCache::DEFAULT_MAX_BYTES)
+        .compile(client, module.as_bytes(), options)
+        .unwrap()
+}
+
+fn cache_entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pjrt"))
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn compile_cache_stores_then_loads_instead_of_compiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let single = CompileOptions::single_device();
+    let first = client(1);
+    let (exe, outcome) = cached_compile(dir.path(), &first, ADD, &single);
+    assert_eq!(outcome, CacheOutcome::Stored);
+    assert_eq!(cache_entries(dir.path()).len(), 1);
+    // Another client, as in another process: loaded, with the same results.
+    let second = client(1);
+    let (loaded, outcome) = cached_compile(dir.path(), &second, ADD, &single);
+    assert_eq!(outcome, CacheOutcome::Hit);
+    let a = [0.5, -1., 2., 1e30, -0., 7.];
+    let b = [0.25, 1., -2., 1e30, 0., 1.];
+    assert_eq!(
+        run_add(&first, &exe, &a, &b),
+        run_add(&second, &loaded, &a, &b)
+    );
+    // Another module, or the same one with other options, is another entry.
+    let sub = ADD.replace("stablehlo.add", "stablehlo.subtract");
+    let (exe, outcome) = cached_compile(dir.path(), &second, &sub, &single);
+    assert_eq!(outcome, CacheOutcome::Stored);
+    assert_eq!(run_add(&second, &exe, &a, &b)[..3], [0.25, -2., 4.]);
+    let assigned = CompileOptions {
+        device_assignment: Some(vec![0]),
+        ..CompileOptions::single_device()
+    };
+    let (_, outcome) = cached_compile(dir.path(), &second, ADD, &assigned);
+    assert_eq!(outcome, CacheOutcome::Stored);
+    assert_eq!(cache_entries(dir.path()).len(), 3);
+}
+
+#[test]
+fn compile_cache_serves_spmd_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let module = row_sum_module(Partitioner::Gspmd);
+    let options = CompileOptions::spmd(4, Partitioner::Gspmd);
+    let (_, outcome) = cached_compile(dir.path(), &client(4), &module, &options);
+    assert_eq!(outcome, CacheOutcome::Stored);
+    let client = client(4);
+    let (exe, outcome) = cached_compile(dir.path(), &client, &module, &options);
+    assert_eq!(outcome, CacheOutcome::Hit);
+    assert_eq!(exe.num_partitions().unwrap(), 4);
+    check_row_sum(&client, &exe);
+}
+
+#[test]
+fn compile_cache_replaces_damaged_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = client(1);
+    let single = CompileOptions::single_device();
+    cached_compile(dir.path(), &client, ADD, &single);
+    let entry = cache_entries(dir.path()).remove(0);
+    let sound = std::fs::read(&entry).unwrap();
+    let mut flipped = sound.clone();
+    *flipped.last_mut().unwrap() ^= 0x55;
+    // A changed byte, a truncated file, an empty file, another file format: each is compiled
+    // again and the entry rewritten.
+    for damaged in [
+        flipped,
+        sound[..sound.len() / 2].to_vec(),
+        vec![],
+        b"not an entry".to_vec(),
+    ] {
+        std::fs::write(&entry, &damaged).unwrap();
+        let (exe, outcome) = cached_compile(dir.path(), &client, ADD, &single);
+        assert_eq!(outcome, CacheOutcome::Stored);
+        assert_eq!(run_add(&client, &exe, &[1.; 6], &[2.; 6]), vec![3.; 6]);
+        assert_ne!(std::fs::read(&entry).unwrap(), damaged);
+        assert_eq!(
+            cached_compile(dir.path(), &client, ADD, &single).1,
+            CacheOutcome::Hit
+        );
+    }
+}
+
+#[test]
+fn compile_cache_that_cannot_store_still_compiles() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the cache directory should be.
+    let blocked = dir.path().join("cache");
+    std::fs::write(&blocked, b"").unwrap();
+    let client = client(1);
+    let (exe, outcome) = cached_compile(&blocked, &client, ADD, &CompileOptions::single_device());
+    match outcome {
+        CacheOutcome::NotStored(reason) => assert!(reason.contains("cannot write"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(run_add(&client, &exe, &[1.; 6], &[2.; 6]), vec![3.; 6]);
+}
+
+#[test]
+fn compile_cache_keeps_under_its_size_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("notes.txt");
+    std::fs::write(&other, b"not the cache's").unwrap();
+    let client = client(1);
+    let tiny = CompileCache::new(dir.path(), 1);
+    let single = CompileOptions::single_device();
+    let sub = ADD.replace("stablehlo.add", "stablehlo.subtract");
+    tiny.compile(&client, ADD.as_bytes(), &single).unwrap();
+    let first = cache_entries(dir.path());
+    tiny.compile(&client, sub.as_bytes(), &single).unwrap();
+    // Only the newest entry is left; files the cache did not write stay.
+    let left = cache_entries(dir.path());
+    assert_eq!(left.len(), 1);
+    assert_ne!(left, first);
+    assert!(other.exists());
+    assert_eq!(
+        tiny.compile(&client, sub.as_bytes(), &single).unwrap().1,
+        CacheOutcome::Hit
+    );
 }

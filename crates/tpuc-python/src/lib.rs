@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use tpuc_hlo::{ArgRole, EmitFormat, KernelLayout, LowerOptions, Precision, WeightsMode};
 use tpuc_pjrt::{
-    Buffer, Client, ClientOptions, CompileOptions, Device, ElementType, Executable, HostBytes,
-    Plugin,
+    Buffer, CacheOutcome, Client, ClientOptions, CompileCache, CompileOptions, Device, ElementType,
+    Executable, HostBytes, Plugin,
 };
 
 pyo3::create_exception!(
@@ -158,7 +158,9 @@ impl Runtime {
     /// `stable`: one flag per program input, true for those that stay the same from call to
     /// call (a model's weights); what the graph computes from them alone and is worth
     /// computing once is then split off into a second executable (`tpuc_hlo::hoist`).
-    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None))]
+    /// `cache_dir`: the cache of compiled executables (`tpuc_pjrt::CompileCache`); `None` for
+    /// $TPUC_CACHE_DIR or the default, `"off"` for none.
+    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None))]
     fn compile(
         &self,
         py: Python<'_>,
@@ -166,6 +168,7 @@ impl Runtime {
         name: &str,
         matmul_precision: &str,
         stable: Option<Vec<bool>>,
+        cache_dir: Option<&str>,
     ) -> PyResult<CompiledGraph> {
         let precision = match matmul_precision {
             "highest" => Precision::Highest,
@@ -203,12 +206,24 @@ impl Runtime {
             };
             let lower_seconds = start.elapsed().as_secs_f64();
             let start = Instant::now();
-            let compile = |module: &[u8]| {
-                self.client
-                    .compile_mlir(module, &CompileOptions::single_device())
-                    .map_err(|e| {
-                        error(format!("{name}: the plugin cannot compile the module: {e}"))
-                    })
+            let cache = CompileCache::configured(cache_dir).map_err(error)?;
+            let mut cache_outcomes = Vec::new();
+            let mut compile = |module: &[u8]| {
+                let options = CompileOptions::single_device();
+                let compiled = match &cache {
+                    Some(cache) => {
+                        cache
+                            .compile(&self.client, module, &options)
+                            .map(|(exe, outcome)| {
+                                cache_outcomes.push(outcome);
+                                exe
+                            })
+                    }
+                    None => self.client.compile_mlir(module, &options),
+                };
+                compiled.map_err(|e| {
+                    error(format!("{name}: the plugin cannot compile the module: {e}"))
+                })
             };
             let exe = compile(&module)?;
             let prepared = match hoisted {
@@ -236,6 +251,10 @@ impl Runtime {
                 prepared,
                 lower_seconds,
                 compile_seconds: start.elapsed().as_secs_f64(),
+                cache: match cache {
+                    None => "off".into(),
+                    Some(_) => cache_summary(&cache_outcomes),
+                },
             })
         })
     }
@@ -318,6 +337,24 @@ struct CompiledGraph {
     prepared: Option<Prepared>,
     lower_seconds: f64,
     compile_seconds: f64,
+    /// What the cache of compiled executables did: see `CompiledGraph.cache`.
+    cache: String,
+}
+
+/// One word for what the cache did with a graph's executables (the graph's own and the prepared
+/// one): "hit" when both were loaded, "stored" when one was compiled, "not stored: why".
+fn cache_summary(outcomes: &[CacheOutcome]) -> String {
+    if let Some(CacheOutcome::NotStored(reason)) = outcomes
+        .iter()
+        .find(|o| matches!(o, CacheOutcome::NotStored(_)))
+    {
+        return format!("not stored: {reason}");
+    }
+    if outcomes.iter().all(|o| *o == CacheOutcome::Hit) {
+        "hit".into()
+    } else {
+        "stored".into()
+    }
 }
 
 impl CompiledGraph {
@@ -414,7 +451,16 @@ impl CompiledGraph {
         self.random
     }
 
-    /// Seconds spent lowering to StableHLO and in the plugin's compiler.
+    /// What the cache of compiled executables did: "hit" (loaded, not compiled), "stored"
+    /// (compiled and stored), "not stored: <why>" (compiled; the cache could not store it) or
+    /// "off".
+    #[getter]
+    fn cache(&self) -> &str {
+        &self.cache
+    }
+
+    /// Seconds spent lowering to StableHLO and in the plugin's compiler (or loading from the
+    /// cache).
     #[getter]
     fn timings(&self) -> (f64, f64) {
         (self.lower_seconds, self.compile_seconds)

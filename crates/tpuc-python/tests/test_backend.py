@@ -181,3 +181,75 @@ def test_identical_graphs_compile_once():
     torch._dynamo.reset()  # Dynamo forgets; tpuc's executable cache does not
     close(torch.compile(f, backend="tpuc")(x), f(x))
     assert STATS["compiles"] == before
+
+
+# A process compiling a convolution with batch norm (whose graph has weight-derived values, so
+# two executables) and reporting what the cache of compiled executables did.
+_CACHED_RUN = """
+import json, torch
+from tpuc.runtime import STATS
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+model, x = model.eval(), torch.randn(2, 3, 8, 8)
+with torch.no_grad():
+    out = torch.compile(model, backend="tpuc", options={options!r})(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+print(json.dumps(dict(STATS)))
+"""
+
+
+def _cached_run(options: dict, env: dict | None = None):
+    code = _CACHED_RUN.format(options=options)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | (env or {})
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1]), run.stderr
+
+
+def test_compiled_executables_are_loaded_by_later_processes(tmp_path):
+    cache = str(tmp_path / "cache")
+    first, _ = _cached_run({}, {"TPUC_CACHE_DIR": cache})
+    assert first["compiles"] == 1 and first["cache_hits"] == 0
+    entries = os.listdir(cache)
+    assert len(entries) == 2 and all(e.endswith(".pjrt") for e in entries), entries
+    second, stderr = _cached_run({}, {"TPUC_CACHE_DIR": cache})
+    assert second["compiles"] == 1 and second["cache_hits"] == 1
+    # XLA:CPU's loader logs a false alarm per load on CPUs with tuning features; tpuc drops it.
+    assert "cpu_aot_loader" not in stderr, stderr[-3000:]
+    # The option wins over the environment.
+    other = str(tmp_path / "other")
+    third, _ = _cached_run({"cache_dir": other}, {"TPUC_CACHE_DIR": cache})
+    assert third["cache_hits"] == 0 and len(os.listdir(other)) == 2
+    assert sorted(os.listdir(cache)) == sorted(entries)
+
+
+def test_the_cache_can_be_turned_off_and_dumps_say_what_it_did(tmp_path):
+    x = torch.randn(5)
+    for cache_dir, expected in ((str(tmp_path / "c"), "stored"), ("off", "off")):
+        torch._dynamo.reset()
+        from tpuc import runtime
+
+        runtime.session(None).executables.clear()  # compile again, not from this process's table
+        dump = tmp_path / f"dump-{expected}"
+        f = torch.compile(lambda y: torch.cos(y) + 3, backend="tpuc",
+                          options={"cache_dir": cache_dir, "dump_dir": str(dump)})
+        close(f(x), torch.cos(x) + 3)
+        (record,) = [json.loads(p.read_text()) for p in dump.glob("*.json")]
+        assert record["cache"] == expected, record
+    assert not (tmp_path / "off").exists()
+
+
+def test_a_cache_that_cannot_store_warns_once_and_compiles(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    model, x = MLP().eval(), torch.randn(4, 16)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        from tpuc import runtime
+
+        runtime.session(None).cache_warned = False
+        out = torch.compile(model, backend="tpuc", options={"cache_dir": str(blocked)})(x)
+        torch.compile(lambda y: y.exp(), backend="tpuc", options={"cache_dir": str(blocked)})(x)
+    close(out, model(x))
+    said = [str(w.message) for w in caught if "not cached" in str(w.message)]
+    assert len(said) == 1 and str(blocked) in said[0], said

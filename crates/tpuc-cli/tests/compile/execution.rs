@@ -209,21 +209,28 @@ fn tpuc() -> Command {
     command
 }
 
-/// `tpuc run` writes one .npy per output and checks them against a reference.
-fn cli_run() -> Result<(), Failed> {
-    let case = lowering_dir().join("multi_out.pt2");
-    let dir = tempfile::tempdir()?;
-    let out = dir.path().join("out");
-    let status = tpuc()
+/// `tpuc run CASE` on its inputs, writing to `out`, comparing with `expected`.
+fn tpuc_run(case: &Path, out: &Path, expected: &Path) -> Command {
+    let mut command = tpuc();
+    command
         .arg("run")
-        .arg(&case)
+        .arg(case)
         .arg("--input")
         .arg(case.with_extension("inputs.npz"))
         .arg("--out")
-        .arg(&out)
+        .arg(out)
         .arg("--expect")
-        .arg(case.with_extension("expected.npz"))
-        .output()?;
+        .arg(expected);
+    command
+}
+
+/// `tpuc run` writes one .npy per output and checks them against a reference.
+fn cli_run() -> Result<(), Failed> {
+    let case = lowering_dir().join("multi_out.pt2");
+    let expected = case.with_extension("expected.npz");
+    let dir = tempfile::tempdir()?;
+    let out = dir.path().join("out");
+    let status = tpuc_run(&case, &out, &expected).output()?;
     if !status.status.success() {
         return Err(String::from_utf8_lossy(&status.stderr).into_owned().into());
     }
@@ -237,17 +244,30 @@ fn cli_run() -> Result<(), Failed> {
         .map_err(|e| format!("{e:#}"))?;
     check_outputs(&outputs, &case)?;
 
+    // With a cache of compiled executables: compiled and stored, then loaded, same outputs;
+    // `off`: neither.
+    let cache = dir.path().join("cache");
+    for (setting, said) in [
+        (cache.as_os_str(), "compile"),
+        (cache.as_os_str(), "(from the cache)"),
+        ("off".as_ref(), "compile"),
+    ] {
+        let run = tpuc_run(&case, &out, &expected)
+            .arg("--cache-dir")
+            .arg(setting)
+            .output()?;
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        let loaded = stderr.contains("(from the cache)");
+        if !run.status.success() || !stderr.contains(said) || loaded != (said != "compile") {
+            return Err(format!("--cache-dir {setting:?}: expected {said:?}:\n{stderr}").into());
+        }
+    }
+    if std::fs::read_dir(&cache)?.count() != 1 {
+        return Err("the cache should hold one executable".into());
+    }
+
     // A reference that does not match: exit status 1 and the mismatch named.
-    let wrong = tpuc()
-        .arg("run")
-        .arg(&case)
-        .args(["--input"])
-        .arg(case.with_extension("inputs.npz"))
-        .arg("--out")
-        .arg(&out)
-        .arg("--expect")
-        .arg(lowering_dir().join("mlp.expected.npz"))
-        .output()?;
+    let wrong = tpuc_run(&case, &out, &lowering_dir().join("mlp.expected.npz")).output()?;
     let stderr = String::from_utf8_lossy(&wrong.stderr);
     if wrong.status.code() != Some(1) || !stderr.contains("reference") {
         return Err(format!("a mismatch must fail: {:?}\n{stderr}", wrong.status).into());

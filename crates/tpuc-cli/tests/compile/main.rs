@@ -288,6 +288,13 @@ fn invalid_graphs() -> Result<(), Failed> {
 
 fn main() {
     let args = Arguments::from_args();
+    // The tests' own cache of compiled executables, not the user's (set before any thread
+    // starts; the directory goes when the tests end).
+    let cache = tempfile::tempdir().expect("a temporary directory");
+    if std::env::var_os("TPUC_CACHE_DIR").is_none() {
+        // SAFETY: no other thread exists yet.
+        unsafe { std::env::set_var("TPUC_CACHE_DIR", cache.path()) };
+    }
     let mut cases: Vec<PathBuf> = std::fs::read_dir(lowering_dir())
         .expect("testdata/lowering exists")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -323,5 +330,7 @@ fn main() {
         ),
     ]);
     trials.extend(execution::trials(&cases));
-    libtest_mimic::run(&args, trials).exit();
+    let conclusion = libtest_mimic::run(&args, trials);
+    drop(cache);
+    conclusion.exit();
 }

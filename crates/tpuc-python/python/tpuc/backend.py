@@ -214,7 +214,7 @@ class GraphCompiler:
         program = serialize(gm, tensor_outputs)
         # The graph's constants (lifted to trailing inputs) never change either.
         stable = None if weights is None else [i in weights or i >= own_inputs for i in inputs]
-        compiled = self.session.compile(program, name, self.opts.matmul_precision, stable)
+        compiled = self.session.compile(program, name, self.opts.matmul_precision, stable, self.opts.cache_dir)
         if self.opts.dump_dir:
             _dump(self.opts.dump_dir, name, gm, compiled)
         return CompiledGraph(compiled, self.session, inputs, outputs, single, constants)
@@ -327,5 +327,5 @@ def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None
             f.write(compiled.prepared_stablehlo)
     lower, xla = compiled.timings
     with open(base + ".json", "w") as f:
-        json.dump({"graph": name, "lower_seconds": lower, "xla_compile_seconds": xla,
+        json.dump({"graph": name, "lower_seconds": lower, "xla_compile_seconds": xla, "cache": compiled.cache,
                    "written": time.strftime("%Y-%m-%dT%H:%M:%S")}, f, indent=1)

@@ -29,6 +29,11 @@ class Options:
                       A weight counts as changed after an in-place update (its version changes); a
                       change made through `.data` leaves the version as it is and is not seen here.
                       In training the weights change every step, and so are these values.
+    cache_dir:        where compiled executables are kept between processes, so that a graph
+                      compiled once is loaded instead of compiled again (default
+                      $TPUC_CACHE_DIR, else $XDG_CACHE_HOME/tpuc or ~/.cache/tpuc; "off" for no
+                      cache). Its size is kept under $TPUC_CACHE_MAX_MB megabytes (default 1024),
+                      least recently used executables going first.
     """
 
     plugin: str | None = None
@@ -38,6 +43,7 @@ class Options:
     dump_dir: str | None = None
     matmul_precision: str = "highest"
     hoist_weights: bool = True
+    cache_dir: str | None = None
 
     @staticmethod
     def parse(given: dict[str, Any] | None) -> "Options":

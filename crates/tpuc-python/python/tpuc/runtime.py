@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import warnings
 import weakref
 from collections import OrderedDict
 
@@ -13,9 +14,10 @@ from torch.utils.dlpack import from_dlpack
 
 from . import _tpuc
 
-# Counts of plugin compilations, host-to-device uploads, reused device buffers and computations
-# of weight-derived values, for tests and diagnostics.
-STATS = {"compiles": 0, "uploads": 0, "reused": 0, "prepared": 0}
+# Counts of compilations (graphs not compiled before in this process), those of them loaded from
+# the cache of compiled executables instead, host-to-device uploads, reused device buffers and
+# computations of weight-derived values, for tests and diagnostics.
+STATS = {"compiles": 0, "cache_hits": 0, "uploads": 0, "reused": 0, "prepared": 0}
 
 _RUNTIMES: dict[str, "Session"] = {}
 _RUNTIMES_LOCK = threading.Lock()
@@ -47,6 +49,8 @@ class Session:
         # (the variants of a graph specialised per input size) share them.
         self.prepared: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self.lock = threading.Lock()
+        # A cache that cannot store is said once per session.
+        self.cache_warned = False
 
     def prepared_values(self, compiled: _tpuc.CompiledGraph) -> "PreparedValues":
         key = hashlib.sha256(compiled.prepared_stablehlo.encode()).digest()
@@ -57,10 +61,11 @@ class Session:
             return found
 
     def compile(self, program: bytes, name: str, matmul_precision: str,
-                stable: list[bool] | None = None) -> _tpuc.CompiledGraph:
+                stable: list[bool] | None = None, cache_dir: str | None = None) -> _tpuc.CompiledGraph:
         """The executable of `program`, compiled once per distinct graph (its serialized form
         holds the ops, the input and output types, and the source locations). `stable` flags
-        the inputs that stay the same between calls (see `_tpuc.Runtime.compile`)."""
+        the inputs that stay the same between calls (see `_tpuc.Runtime.compile`); `cache_dir`
+        as `Options.cache_dir`."""
         key = (hashlib.sha256(program).digest(), matmul_precision, None if stable is None else tuple(stable))
         with self.lock:
             found = self.executables.get(key)
@@ -68,7 +73,13 @@ class Session:
                 self.executables.move_to_end(key)
                 return found
         STATS["compiles"] += 1
-        compiled = self.runtime.compile(program, name, matmul_precision, stable)
+        compiled = self.runtime.compile(program, name, matmul_precision, stable, cache_dir)
+        if compiled.cache == "hit":
+            STATS["cache_hits"] += 1
+        elif compiled.cache.startswith("not stored") and not self.cache_warned:
+            self.cache_warned = True
+            warnings.warn(f"tpuc: compiled executables are not cached ({compiled.cache}); "
+                          "set TPUC_CACHE_DIR to a writable directory, or to 'off'", stacklevel=2)
         with self.lock:
             self.executables[key] = compiled
             while len(self.executables) > self.MAX_EXECUTABLES:

@@ -1,0 +1,358 @@
+//! A cache of compiled executables on disk, shared by processes: a module compiled once is
+//! afterwards loaded instead of compiled (the plugin's compilation is most of a graph's first
+//! call; loading takes milliseconds).
+//!
+//! An entry's name is a SHA-256 of everything the plugin's output depends on: the module, the
+//! compile options, the plugin (path, size, modification time, platform and version),
+//! `XLA_FLAGS`, the host CPU and the threads the plugin may use. Entries are written whole (a
+//! temporary file renamed into place, so concurrent processes see a complete entry or none) and
+//! checked when read (a checksum, then the plugin's own checks); a damaged entry is compiled
+//! again and replaced. The directory is kept under a size limit, least recently used entries
+//! going first. Failing to store never fails a compilation.
+use crate::error::{Error, Result};
+use crate::{Client, CompileOptions, Executable};
+use sha2::{Digest, Sha256};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// The first bytes of an entry; a new format gets a new tag (and so new names).
+const MAGIC: &[u8; 8] = b"TPUCEXE1";
+const EXTENSION: &str = "pjrt";
+/// Entries being written are named `<key>.tmp<pid>-<time>`.
+const TEMPORARY: &str = "tmp";
+/// Temporary files older than this are left over from a process that died while writing.
+const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
+
+/// Where and how large the cache is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileCache {
+    dir: PathBuf,
+    max_bytes: u64,
+}
+
+/// What the cache did for one compilation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Loaded from the cache: not compiled.
+    Hit,
+    /// Compiled, and stored for next time.
+    Stored,
+    /// Compiled, but not stored (the reason: an unwritable directory, a full disk, a plugin
+    /// that cannot serialize executables).
+    NotStored(String),
+}
+
+impl CompileCache {
+    /// The size limit unless `TPUC_CACHE_MAX_MB` sets another.
+    pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+
+    pub fn new(dir: impl Into<PathBuf>, max_bytes: u64) -> Self {
+        CompileCache {
+            dir: dir.into(),
+            max_bytes,
+        }
+    }
+
+    /// The cache to use: in `dir` when given, else in `$TPUC_CACHE_DIR`, else in
+    /// `$XDG_CACHE_HOME/tpuc` or `~/.cache/tpuc`; `None` when the directory given is `off` (or
+    /// no home directory is known). The size limit is `$TPUC_CACHE_MAX_MB` megabytes (default
+    /// 1024).
+    pub fn configured(dir: Option<&str>) -> Result<Option<CompileCache>> {
+        Self::configured_with(dir, |name| std::env::var(name).ok())
+    }
+
+    /// `configured`, the environment read through `env`.
+    fn configured_with(
+        dir: Option<&str>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<CompileCache>> {
+        let env = |name: &str| env(name).filter(|value| !value.is_empty());
+        let dir = match dir.map(str::to_string).or_else(|| env("TPUC_CACHE_DIR")) {
+            Some(dir) if dir == "off" => return Ok(None),
+            Some(dir) => PathBuf::from(dir),
+            None => match env("XDG_CACHE_HOME")
+                .or_else(|| env("HOME").map(|home| format!("{home}/.cache")))
+            {
+                Some(base) => Path::new(&base).join("tpuc"),
+                None => return Ok(None),
+            },
+        };
+        let max_bytes = match env("TPUC_CACHE_MAX_MB") {
+            None => Self::DEFAULT_MAX_BYTES,
+            Some(text) => match text.parse::<u64>() {
+                Ok(mb) => mb.saturating_mul(1 << 20),
+                Err(_) => {
+                    return Err(Error::Invalid(format!(
+                        "TPUC_CACHE_MAX_MB must be a whole number of megabytes, not {text:?}"
+                    )))
+                }
+            },
+        };
+        Ok(Some(CompileCache::new(dir, max_bytes)))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `module` compiled with `options` on `client`'s plugin: loaded from the cache when an
+    /// earlier compilation stored it, else compiled (and stored).
+    pub fn compile(
+        &self,
+        client: &Client,
+        module: &[u8],
+        options: &CompileOptions,
+    ) -> Result<(Executable, CacheOutcome)> {
+        let path = self
+            .dir
+            .join(format!("{}.{EXTENSION}", key(client, module, options)?));
+        if let Some(exe) = load(client, &path) {
+            // Recently used entries are the last to go when the cache is pruned.
+            if let Ok(file) = fs::File::options().write(true).open(&path) {
+                let _ = file.set_modified(SystemTime::now());
+            }
+            return Ok((exe, CacheOutcome::Hit));
+        }
+        let exe = client.compile_mlir(module, options)?;
+        let outcome = match self.store(&exe, &path) {
+            Ok(()) => CacheOutcome::Stored,
+            Err(reason) => CacheOutcome::NotStored(reason),
+        };
+        Ok((exe, outcome))
+    }
+
+    fn store(&self, exe: &Executable, path: &Path) -> std::result::Result<(), String> {
+        let payload = exe
+            .serialize()
+            .map_err(|e| format!("the plugin cannot serialize the executable: {e}"))?;
+        let written = (|| -> std::io::Result<()> {
+            fs::create_dir_all(&self.dir)?;
+            let nanos = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos();
+            let temporary =
+                path.with_extension(format!("{TEMPORARY}{}-{nanos}", std::process::id()));
+            let mut file = fs::File::create(&temporary)?;
+            let result = file
+                .write_all(MAGIC)
+                .and_then(|()| file.write_all(&Sha256::digest(&payload)))
+                .and_then(|()| file.write_all(&payload))
+                .and_then(|()| file.sync_data())
+                .and_then(|()| fs::rename(&temporary, path));
+            if result.is_err() {
+                let _ = fs::remove_file(&temporary);
+            }
+            result
+        })();
+        written.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        self.prune(path);
+        Ok(())
+    }
+
+    /// Removes the least recently used entries until the cache is under its limit, sparing
+    /// `keep` (the entry just stored), and temporary files left by dead writers.
+    fn prune(&self, keep: &Path) {
+        let Ok(listing) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        let now = SystemTime::now();
+        let mut entries = Vec::new();
+        let mut total = 0u64;
+        for item in listing.flatten() {
+            let path = item.path();
+            // Only files of the cache's own naming are touched: the directory may hold others.
+            let named = path.file_stem().is_some_and(|stem| {
+                stem.len() == 64
+                    && stem
+                        .to_string_lossy()
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit())
+            });
+            let extension = path.extension().map(|e| e.to_string_lossy().into_owned());
+            let (Some(extension), true, Ok(meta)) = (extension, named, item.metadata()) else {
+                continue;
+            };
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            if extension == EXTENSION {
+                total += meta.len();
+                if path != keep {
+                    entries.push((modified, meta.len(), path));
+                }
+            } else if extension.starts_with(TEMPORARY)
+                && now.duration_since(modified).unwrap_or_default() > STALE_TEMPORARY
+            {
+                let _ = fs::remove_file(&path);
+            }
+        }
+        entries.sort();
+        for (_, size, path) in entries {
+            if total <= self.max_bytes {
+                break;
+            }
+            if fs::remove_file(&path).is_ok() {
+                total -= size;
+            }
+        }
+    }
+}
+
+/// The executable stored at `path`, if there is a sound one; a damaged one is removed.
+fn load(client: &Client, path: &Path) -> Option<Executable> {
+    let bytes = fs::read(path).ok()?;
+    let header = MAGIC.len() + 32;
+    let sound = bytes.len() > header
+        && bytes.starts_with(MAGIC)
+        && bytes[MAGIC.len()..header] == Sha256::digest(&bytes[header..])[..];
+    let loaded = if sound {
+        let payload = &bytes[header..];
+        crate::stderr_filter::filtered(is_tuning_feature_alarm, || {
+            client.load_executable(payload).ok()
+        })
+    } else {
+        None
+    };
+    if loaded.is_none() {
+        let _ = fs::remove_file(path);
+    }
+    loaded
+}
+
+/// XLA:CPU's loader compares the features an executable was compiled for, which include LLVM's
+/// tuning features (`+prefer-no-gather`, `+fast-gather`, ...), with the host's, which never do,
+/// and logs an error ("could lead to execution errors such as SIGILL") for each: a false alarm
+/// on every load on such CPUs. Tuning features change no instruction set; a real mismatch cannot
+/// reach the loader either, as an entry's key holds the host CPU's features.
+fn is_tuning_feature_alarm(line: &str) -> bool {
+    const TUNING: [&str; 5] = ["prefer-", "fast-", "slow-", "false-deps-", "tuning-"];
+    line.contains("cpu_aot_loader")
+        && line
+            .split_once("Target machine feature +")
+            .is_some_and(|(_, rest)| TUNING.iter().any(|prefix| rest.starts_with(prefix)))
+}
+
+/// The name of the entry holding `module` compiled with `options` on `client`'s plugin.
+fn key(client: &Client, module: &[u8], options: &CompileOptions) -> Result<String> {
+    let plugin = client.plugin();
+    let file = fs::metadata(plugin.path()).ok();
+    let modified = file
+        .as_ref()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    let threads = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mut hash = Sha256::new();
+    let mut field = |name: &str, value: &[u8]| {
+        hash.update(name.as_bytes());
+        hash.update((value.len() as u64).to_le_bytes());
+        hash.update(value);
+    };
+    field("format", MAGIC);
+    field("plugin", plugin.path().to_string_lossy().as_bytes());
+    field("plugin size", &file.map_or(0, |m| m.len()).to_le_bytes());
+    field("plugin modified", &modified.to_le_bytes());
+    field("platform", client.platform_name()?.as_bytes());
+    field("platform version", client.platform_version()?.as_bytes());
+    field(
+        "XLA_FLAGS",
+        std::env::var("XLA_FLAGS").unwrap_or_default().as_bytes(),
+    );
+    field(
+        "NPROC",
+        std::env::var("NPROC").unwrap_or_default().as_bytes(),
+    );
+    field("threads", &threads.to_le_bytes());
+    field("cpu", host_cpu().as_bytes());
+    field("options", &options.encode()?);
+    field("module", module);
+    Ok(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// What identifies the host's CPU to a compiler emitting code for it: on Linux its vendor,
+/// model and feature flags; elsewhere the architecture alone.
+fn host_cpu() -> String {
+    let described = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let first = described.split("\n\n").next().unwrap_or_default();
+    let mut cpu: Vec<&str> = first
+        .lines()
+        .filter(|l| {
+            ["vendor_id", "model name", "flags", "Features", "CPU part"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        })
+        .collect();
+    cpu.push(std::env::consts::ARCH);
+    cpu.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configured(dir: Option<&str>, vars: &[(&str, &str)]) -> Result<Option<CompileCache>> {
+        CompileCache::configured_with(dir, |name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn the_directory_comes_from_the_caller_then_the_environment() {
+        let home = [("HOME", "/home/u")];
+        let default = CompileCache::new("/home/u/.cache/tpuc", CompileCache::DEFAULT_MAX_BYTES);
+        assert_eq!(configured(None, &home).unwrap(), Some(default.clone()));
+        // An empty variable counts as unset.
+        let empty = [("HOME", "/home/u"), ("TPUC_CACHE_DIR", "")];
+        assert_eq!(configured(None, &empty).unwrap(), Some(default));
+        let xdg = [("HOME", "/home/u"), ("XDG_CACHE_HOME", "/xdg")];
+        assert_eq!(
+            configured(None, &xdg).unwrap().unwrap().dir(),
+            Path::new("/xdg/tpuc")
+        );
+        let set = [
+            ("HOME", "/home/u"),
+            ("TPUC_CACHE_DIR", "/c"),
+            ("TPUC_CACHE_MAX_MB", "3"),
+        ];
+        assert_eq!(
+            configured(None, &set).unwrap(),
+            Some(CompileCache::new("/c", 3 << 20))
+        );
+        assert_eq!(
+            configured(Some("/given"), &set).unwrap().unwrap().dir(),
+            Path::new("/given")
+        );
+        assert_eq!(
+            configured(None, &[("TPUC_CACHE_DIR", "off")]).unwrap(),
+            None
+        );
+        assert_eq!(configured(Some("off"), &set).unwrap(), None);
+        assert_eq!(configured(None, &[]).unwrap(), None, "no home, no default");
+    }
+
+    #[test]
+    fn a_size_that_is_not_a_number_is_refused() {
+        let bad = [("HOME", "/h"), ("TPUC_CACHE_MAX_MB", "1G")];
+        let message = configured(None, &bad).unwrap_err().to_string();
+        assert!(
+            message.contains("TPUC_CACHE_MAX_MB") && message.contains("\"1G\""),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn only_tuning_feature_alarms_are_dropped() {
+        let alarm = |feature: &str| {
+            format!("E0000 00:00:1.2 7 cpu_aot_loader.cc:195] Loading XLA:CPU AOT result. Target machine feature +{feature} is not  supported on the host machine.\n")
+        };
+        assert!(is_tuning_feature_alarm(&alarm("prefer-no-gather")));
+        assert!(is_tuning_feature_alarm(&alarm("fast-gather")));
+        assert!(!is_tuning_feature_alarm(&alarm("avx512f")));
+        assert!(!is_tuning_feature_alarm(
+            "E0000 cpu_aot_loader.cc:12] something else\n"
+        ));
+    }
+}
