@@ -135,12 +135,12 @@ impl CompileCache {
                 .as_nanos();
             let temporary =
                 path.with_extension(format!("{TEMPORARY}{}-{nanos}", std::process::id()));
+            // No fsync: an entry cut short by a crash fails its checksum and is compiled again.
             let mut file = fs::File::create(&temporary)?;
             let result = file
                 .write_all(MAGIC)
                 .and_then(|()| file.write_all(&Sha256::digest(&payload)))
                 .and_then(|()| file.write_all(&payload))
-                .and_then(|()| file.sync_data())
                 .and_then(|()| fs::rename(&temporary, path));
             if result.is_err() {
                 let _ = fs::remove_file(&temporary);
@@ -271,8 +271,14 @@ fn key(client: &Client, module: &[u8], options: &CompileOptions) -> Result<Strin
 }
 
 /// What identifies the host's CPU to a compiler emitting code for it: on Linux its vendor,
-/// model and feature flags; elsewhere the architecture alone.
-fn host_cpu() -> String {
+/// model and feature flags; elsewhere the architecture alone. Read once per process
+/// (/proc/cpuinfo is large on machines with many cores).
+fn host_cpu() -> &'static str {
+    static HOST_CPU: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST_CPU.get_or_init(describe_host_cpu)
+}
+
+fn describe_host_cpu() -> String {
     let described = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let first = described.split("\n\n").next().unwrap_or_default();
     let mut cpu: Vec<&str> = first

@@ -490,6 +490,15 @@ fn compile_cache_keeps_under_its_size_limit() {
     let dir = tempfile::tempdir().unwrap();
     let other = dir.path().join("notes.txt");
     std::fs::write(&other, b"not the cache's").unwrap();
+    // Files a writer that died left behind go once they are old; a recent one may be in use.
+    let hex = "0123456789abcdef".repeat(4);
+    let stale = dir.path().join(format!("{hex}.tmp1-2"));
+    let recent = dir.path().join(format!("{hex}.tmp3-4"));
+    for (path, age) in [(&stale, 7200), (&recent, 0)] {
+        let file = std::fs::File::create(path).unwrap();
+        let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+        file.set_modified(when).unwrap();
+    }
     let client = client(1);
     let tiny = CompileCache::new(dir.path(), 1);
     let single = CompileOptions::single_device();
@@ -501,7 +510,7 @@ fn compile_cache_keeps_under_its_size_limit() {
     let left = cache_entries(dir.path());
     assert_eq!(left.len(), 1);
     assert_ne!(left, first);
-    assert!(other.exists());
+    assert!(other.exists() && recent.exists() && !stale.exists());
     assert_eq!(
         tiny.compile(&client, sub.as_bytes(), &single).unwrap().1,
         CacheOutcome::Hit

@@ -78,8 +78,9 @@ class Session:
             STATS["cache_hits"] += 1
         elif compiled.cache.startswith("not stored") and not self.cache_warned:
             self.cache_warned = True
-            warnings.warn(f"tpuc: compiled executables are not cached ({compiled.cache}); "
-                          "set TPUC_CACHE_DIR to a writable directory, or to 'off'", stacklevel=2)
+            warnings.warn(f"tpuc: compiled executables are not cached ({compiled.cache}); the "
+                          "option cache_dir or TPUC_CACHE_DIR chooses another directory, 'off' none",
+                          stacklevel=2)
         with self.lock:
             self.executables[key] = compiled
             while len(self.executables) > self.MAX_EXECUTABLES:
