@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tpuc_cli::run::{RunOptions, Runner};
 use tpuc_cli::{compare, npy};
 use tpuc_hlo::{EmitFormat, LowerOptions, Precision, WeightsMode};
-use tpuc_pjrt::CacheOutcome;
+use tpuc_pjrt::{CacheOutcome, CompileCache};
 
 /// `println!` that returns an error instead of panicking when standard output is closed
 /// (`tpuc ops | head`); `main` treats a broken pipe as a normal end.
@@ -102,6 +102,18 @@ enum Command {
         /// Print only the overloads tpuc lowers, one per line.
         #[arg(long)]
         lowered: bool,
+    },
+    /// Show the cache of compiled executables (`tpuc run` and the torch.compile backend load
+    /// from it what they compiled before): its directory, how many executables it holds, their
+    /// size and the limit; `--clear` empties it.
+    Cache {
+        /// The cache's directory, or `off`.
+        /// [default: $TPUC_CACHE_DIR, else $XDG_CACHE_HOME/tpuc or ~/.cache/tpuc]
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<String>,
+        /// Remove every compiled executable from it.
+        #[arg(long)]
+        clear: bool,
     },
     /// List the PJRT plugins found on this machine: path, API version, platform, StableHLO
     /// versions and devices.
@@ -250,6 +262,7 @@ fn run() -> Result<()> {
             }
         }
         Command::Plugins { plugin } => return plugins::list(plugin.as_deref()),
+        Command::Cache { cache_dir, clear } => return show_cache(cache_dir.as_deref(), clear),
         Command::Run {
             model,
             inputs,
@@ -297,6 +310,31 @@ impl From<MatmulPrecision> for Precision {
             MatmulPrecision::Default => Precision::Default,
         }
     }
+}
+
+fn show_cache(dir: Option<&str>, clear: bool) -> Result<()> {
+    let Some(cache) = CompileCache::configured(dir)? else {
+        say!("the cache of compiled executables is off")?;
+        return Ok(());
+    };
+    let shown = cache.dir().display();
+    if clear {
+        let removed = cache
+            .clear()
+            .with_context(|| format!("cannot clear the cache in {shown}"))?;
+        say!("{shown}: removed {removed} compiled executable(s)")?;
+        return Ok(());
+    }
+    let (count, bytes) = cache
+        .usage()
+        .with_context(|| format!("cannot read the cache in {shown}"))?;
+    let mb = |b: u64| b as f64 / (1 << 20) as f64;
+    say!(
+        "{shown}: {count} compiled executable(s), {:.1} MB of {:.0} MB",
+        mb(bytes),
+        mb(cache.max_bytes())
+    )?;
+    Ok(())
 }
 
 struct RunRequest {

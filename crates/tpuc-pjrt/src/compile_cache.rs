@@ -155,15 +155,62 @@ impl CompileCache {
     /// Removes the least recently used entries until the cache is under its limit, sparing
     /// `keep` (the entry just stored), and temporary files left by dead writers.
     fn prune(&self, keep: &Path) {
-        let Ok(listing) = fs::read_dir(&self.dir) else {
-            return;
-        };
+        let Ok(files) = self.files() else { return };
         let now = SystemTime::now();
-        let mut entries = Vec::new();
-        let mut total = 0u64;
-        for item in listing.flatten() {
+        for file in files.iter().filter(|f| f.temporary) {
+            if now.duration_since(file.modified).unwrap_or_default() > STALE_TEMPORARY {
+                let _ = fs::remove_file(&file.path);
+            }
+        }
+        let mut entries: Vec<&CacheFile> = files.iter().filter(|f| !f.temporary).collect();
+        let mut total: u64 = entries.iter().map(|f| f.bytes).sum();
+        entries.retain(|f| f.path != keep);
+        entries.sort_by_key(|f| f.modified);
+        for file in entries {
+            if total <= self.max_bytes {
+                break;
+            }
+            if fs::remove_file(&file.path).is_ok() {
+                total -= file.bytes;
+            }
+        }
+    }
+
+    /// The size limit in bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// How many executables the cache holds and their bytes (none if the directory is missing).
+    pub fn usage(&self) -> std::io::Result<(usize, u64)> {
+        let files = self.files()?;
+        let entries = files.iter().filter(|f| !f.temporary);
+        Ok((entries.clone().count(), entries.map(|f| f.bytes).sum()))
+    }
+
+    /// Removes every executable (and temporary file) of the cache; returns how many
+    /// executables went. Other files in the directory stay.
+    pub fn clear(&self) -> std::io::Result<usize> {
+        let mut removed = 0;
+        for file in self.files()? {
+            fs::remove_file(&file.path)?;
+            removed += usize::from(!file.temporary);
+        }
+        Ok(removed)
+    }
+
+    /// The cache's own files in its directory (entries and temporaries; the directory may hold
+    /// others, which are never touched). A missing directory holds none.
+    fn files(&self) -> std::io::Result<Vec<CacheFile>> {
+        let listing = match fs::read_dir(&self.dir) {
+            Ok(listing) => listing,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut files = Vec::new();
+        for item in listing {
+            let item = item?;
             let path = item.path();
-            // Only files of the cache's own naming are touched: the directory may hold others.
             let named = path.file_stem().is_some_and(|stem| {
                 stem.len() == 64
                     && stem
@@ -172,31 +219,32 @@ impl CompileCache {
                         .all(|b| b.is_ascii_hexdigit())
             });
             let extension = path.extension().map(|e| e.to_string_lossy().into_owned());
-            let (Some(extension), true, Ok(meta)) = (extension, named, item.metadata()) else {
-                continue;
+            let temporary = match extension.as_deref() {
+                Some(EXTENSION) => false,
+                Some(e) if e.starts_with(TEMPORARY) => true,
+                _ => continue,
             };
-            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            if extension == EXTENSION {
-                total += meta.len();
-                if path != keep {
-                    entries.push((modified, meta.len(), path));
-                }
-            } else if extension.starts_with(TEMPORARY)
-                && now.duration_since(modified).unwrap_or_default() > STALE_TEMPORARY
-            {
-                let _ = fs::remove_file(&path);
+            let Ok(meta) = item.metadata() else { continue };
+            if named && meta.is_file() {
+                files.push(CacheFile {
+                    modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                    bytes: meta.len(),
+                    path,
+                    temporary,
+                });
             }
         }
-        entries.sort();
-        for (_, size, path) in entries {
-            if total <= self.max_bytes {
-                break;
-            }
-            if fs::remove_file(&path).is_ok() {
-                total -= size;
-            }
-        }
+        Ok(files)
     }
+}
+
+/// One of the cache's files.
+struct CacheFile {
+    path: PathBuf,
+    bytes: u64,
+    modified: SystemTime,
+    /// Being written (or left by a writer that died), not an entry.
+    temporary: bool,
 }
 
 /// The executable stored at `path`, if there is a sound one; a damaged one is removed.

@@ -486,7 +486,7 @@ fn compile_cache_that_cannot_store_still_compiles() {
 }
 
 #[test]
-fn compile_cache_keeps_under_its_size_limit() {
+fn compile_cache_keeps_under_its_size_limit_and_clears() {
     let dir = tempfile::tempdir().unwrap();
     let other = dir.path().join("notes.txt");
     std::fs::write(&other, b"not the cache's").unwrap();
@@ -515,4 +515,13 @@ fn compile_cache_keeps_under_its_size_limit() {
         tiny.compile(&client, sub.as_bytes(), &single).unwrap().1,
         CacheOutcome::Hit
     );
+    let (count, bytes) = tiny.usage().unwrap();
+    assert_eq!(count, 1);
+    assert_eq!(bytes, std::fs::metadata(&left[0]).unwrap().len());
+    // Clearing removes the cache's own files, entries and temporaries, and nothing else.
+    assert_eq!(tiny.clear().unwrap(), 1);
+    assert_eq!(tiny.usage().unwrap(), (0, 0));
+    assert!(other.exists() && !recent.exists());
+    let missing = CompileCache::new(dir.path().join("never-made"), 1);
+    assert_eq!(missing.usage().unwrap(), (0, 0));
 }

@@ -262,8 +262,22 @@ fn cli_run() -> Result<(), Failed> {
             return Err(format!("--cache-dir {setting:?}: expected {said:?}:\n{stderr}").into());
         }
     }
-    if std::fs::read_dir(&cache)?.count() != 1 {
-        return Err("the cache should hold one executable".into());
+    // `tpuc cache` shows it and empties it.
+    for (args, said) in [
+        (&[][..], "1 compiled executable(s)"),
+        (&["--clear"][..], "removed 1 compiled executable(s)"),
+        (&[][..], "0 compiled executable(s)"),
+    ] {
+        let shown = tpuc()
+            .arg("cache")
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(args)
+            .output()?;
+        let stdout = String::from_utf8_lossy(&shown.stdout);
+        if !shown.status.success() || !stdout.contains(said) {
+            return Err(format!("tpuc cache {args:?}: expected {said:?}, got:\n{stdout}").into());
+        }
     }
 
     // A reference that does not match: exit status 1 and the mismatch named.
