@@ -12,7 +12,8 @@ mkdir -p out
 .venv/bin/python tools/gen_bench_model.py out/llama2.pt2 2 >&2
 ./target/release/tpuc compile out/llama2.pt2 -o out/llama2.mlir --stats
 echo "[demo] wrote out/llama2.mlir; the start of its main function:" >&2
-sed -n '/^module/,$p' out/llama2.mlir | head -n 6 | cut -c1-200
+# (awk stops by itself: `sed | head` under pipefail fails when head closes the pipe early)
+awk '/^module/ { shown = 1 } shown { print substr($0, 1, 200); if (++lines == 6) exit }' out/llama2.mlir
 echo "[demo] running the compiled module on the XLA CPU plugin, against torch eager's output:" >&2
 ./target/release/tpuc run out/llama2.mlir --weights out/llama2.pt2 \
     --input out/llama2.inputs.npz --out out/llama2-outputs --expect out/llama2.expected.npz
