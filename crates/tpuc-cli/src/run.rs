@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use tpuc_fx::{OutputKind, Program, WeightBytes};
 use tpuc_hlo::{ArgAttrs, ArgRole, ElemType, EmitFormat, LowerOptions, Lowered, WeightsMode};
 use tpuc_pjrt::{
-    Buffer, CacheOutcome, Client, ClientOptions, CompileCache, CompileOptions, ElementType,
-    Executable, HostBytes, HostTensor, Partitioner, Plugin,
+    compile_with_cache, Buffer, CacheOutcome, Client, ClientOptions, CompileCache, CompileOptions,
+    ElementType, Executable, HostBytes, HostTensor, Partitioner, Plugin,
 };
 
 /// How to run a model.
@@ -267,16 +267,9 @@ impl Runner {
             CompileOptions::single_device()
         };
         let cache = CompileCache::configured(options.cache_dir.as_deref())?;
-        let compiled = match &cache {
-            Some(cache) => cache
-                .compile(&client, &module, &compile_options)
-                .map(|(exe, outcome)| (exe, Some(outcome))),
-            None => client
-                .compile_mlir(&module, &compile_options)
-                .map(|exe| (exe, None)),
-        };
         let (executable, cache_outcome) =
-            compiled.with_context(|| format!("the plugin cannot compile {}", model.display()))?;
+            compile_with_cache(&client, &module, &compile_options, cache.as_ref())
+                .with_context(|| format!("the plugin cannot compile {}", model.display()))?;
         timings.cache = cache_outcome;
         timings.compile = start.elapsed();
 

@@ -247,6 +247,22 @@ struct CacheFile {
     temporary: bool,
 }
 
+/// `module` compiled with `options` on `client`, through `cache` when there is one; the cache's
+/// outcome, `None` without a cache.
+pub fn compile_with_cache(
+    client: &Client,
+    module: &[u8],
+    options: &CompileOptions,
+    cache: Option<&CompileCache>,
+) -> Result<(Executable, Option<CacheOutcome>)> {
+    match cache {
+        Some(cache) => cache
+            .compile(client, module, options)
+            .map(|(exe, outcome)| (exe, Some(outcome))),
+        None => client.compile_mlir(module, options).map(|exe| (exe, None)),
+    }
+}
+
 /// The executable stored at `path`, if there is a sound one; a damaged one is removed.
 fn load(client: &Client, path: &Path) -> Option<Executable> {
     let bytes = fs::read(path).ok()?;

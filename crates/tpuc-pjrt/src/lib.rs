@@ -34,7 +34,7 @@ mod stderr_filter;
 
 pub use buffer::Buffer;
 pub use client::{Client, ClientOptions, OptionValue};
-pub use compile_cache::{CacheOutcome, CompileCache};
+pub use compile_cache::{compile_with_cache, CacheOutcome, CompileCache};
 pub use compile_options::{CompileOptions, Partitioner};
 pub use device::{Device, Memory};
 pub use element_type::ElementType;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use tpuc_hlo::{ArgRole, EmitFormat, KernelLayout, LowerOptions, Precision, WeightsMode};
 use tpuc_pjrt::{
-    Buffer, CacheOutcome, Client, ClientOptions, CompileCache, CompileOptions, Device, ElementType,
-    Executable, HostBytes, Plugin,
+    compile_with_cache, Buffer, CacheOutcome, Client, ClientOptions, CompileCache, CompileOptions,
+    Device, ElementType, Executable, HostBytes, Plugin,
 };
 
 pyo3::create_exception!(
@@ -210,20 +210,12 @@ impl Runtime {
             let mut cache_outcomes = Vec::new();
             let mut compile = |module: &[u8]| {
                 let options = CompileOptions::single_device();
-                let compiled = match &cache {
-                    Some(cache) => {
-                        cache
-                            .compile(&self.client, module, &options)
-                            .map(|(exe, outcome)| {
-                                cache_outcomes.push(outcome);
-                                exe
-                            })
-                    }
-                    None => self.client.compile_mlir(module, &options),
-                };
-                compiled.map_err(|e| {
-                    error(format!("{name}: the plugin cannot compile the module: {e}"))
-                })
+                let (exe, outcome) =
+                    compile_with_cache(&self.client, module, &options, cache.as_ref()).map_err(
+                        |e| error(format!("{name}: the plugin cannot compile the module: {e}")),
+                    )?;
+                cache_outcomes.extend(outcome);
+                Ok::<_, PyErr>(exe)
             };
             let exe = compile(&module)?;
             let prepared = match hoisted {
