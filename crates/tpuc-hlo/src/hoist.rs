@@ -246,11 +246,17 @@ fn computes(kind: &OpKind) -> bool {
 /// those arguments in `f`.
 fn prep_function(f: &Func, origin: &Origin, hoisted: &[Value]) -> (Func, Vec<usize>) {
     let ops = ancestry(f, origin, hoisted);
+    let mut read = vec![false; f.value_count()];
+    for &index in &ops {
+        for o in &f.ops[index].operands {
+            read[o.index()] = true;
+        }
+    }
     let mut prep = Func::default();
     let mut renamed: Vec<Option<Value>> = vec![None; f.value_count()];
     let mut positions = vec![];
     for (position, &arg) in f.args.iter().enumerate() {
-        if ops.iter().any(|&i| f.ops[i].operands.contains(&arg)) {
+        if read[arg.index()] {
             let v = prep.add_value(f.ty(arg).clone());
             prep.args.push(v);
             prep.arg_attrs.push(ArgAttrs::default());

@@ -12,10 +12,9 @@ static REDIRECTING: Mutex<()> = Mutex::new(());
 /// for which `drop_line` is true. Where standard error cannot be redirected, runs `body` as it is.
 pub(crate) fn filtered<T>(drop_line: fn(&str) -> bool, body: impl FnOnce() -> T) -> T {
     let _one_at_a_time = REDIRECTING.lock().unwrap_or_else(|e| e.into_inner());
-    match Redirected::start(drop_line) {
-        Some(_restored_on_drop) => body(),
-        None => body(),
-    }
+    // Restored, and the kept lines passed on, when dropped (after `body`, even if it panics).
+    let _redirected = Redirected::start(drop_line);
+    body()
 }
 
 struct Redirected {
