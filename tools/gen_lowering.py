@@ -329,6 +329,42 @@ ERROR_CASES = {
 }
 
 
+class DynamicShapes(nn.Module):
+    """Exported with a dynamic batch and sequence length: sizes that are symbols, size
+    arithmetic (products, floor division) feeding views and slices, a concatenation."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 8)
+
+    def forward(self, x, y):
+        batch, seq, _ = x.shape
+        h = self.proj(x).reshape(batch, seq * 8)
+        h = h[:, : (seq * 8) // 2] + 1
+        return h, torch.cat([x, y], dim=1).sum(-1)
+
+
+def dynamic_case():
+    """testdata/lowering/dynamic/: the program (core ATen), and inputs with torch's outputs for
+    the exported sizes and for two other sizes in range."""
+    torch.manual_seed(0)
+    model = DynamicShapes().eval()
+    batch = torch.export.Dim("batch", min=2, max=64)
+    seq = torch.export.Dim("seq", min=2, max=512)
+    example = (seeded(3, 5, 16), seeded(3, 2, 16))
+    ep = torch.export.export(model, example, dynamic_shapes={"x": {0: batch, 1: seq}, "y": {0: batch}})
+    out = os.path.join(OUT, "dynamic")
+    os.makedirs(out, exist_ok=True)
+    torch.export.save(ep.run_decompositions(), os.path.join(out, "model.pt2"))
+    for b, s in ((3, 5), (8, 9), (64, 2)):
+        inputs = (seeded(b, s, 16), seeded(b, 2, 16))
+        with torch.no_grad():
+            expected = flat_outputs(model(*inputs))
+        np.savez(os.path.join(out, f"b{b}_s{s}.inputs.npz"), *[to_numpy(t) for t in inputs])
+        np.savez(os.path.join(out, f"b{b}_s{s}.expected.npz"), *[to_numpy(t) for t in expected])
+    print("dynamic: symbols", ep.range_constraints)
+
+
 def to_numpy(t):
     if t.dtype == torch.bfloat16:
         t = t.float()
@@ -346,6 +382,8 @@ def flat_outputs(out):
 
 def main(selected):
     os.makedirs(OUT, exist_ok=True)
+    if not selected or "dynamic" in selected:
+        dynamic_case()
     for name, (model, inputs) in ERROR_CASES.items():
         if not selected or name in selected:
             ep = torch.export.export(model.eval(), inputs)

@@ -86,6 +86,15 @@ enum Command {
         /// Print node/op counts and the time of each stage to standard error.
         #[arg(long)]
         stats: bool,
+        /// Compile a program exported with dynamic shapes for the sizes it was exported with
+        /// (those not set by --size).
+        #[arg(long)]
+        specialize: bool,
+        /// Compile a program exported with dynamic shapes for this size of a symbol, e.g.
+        /// --size s0=8 (repeatable; implies --specialize). Sizes are checked against the ranges
+        /// the program was exported for.
+        #[arg(long = "size", value_name = "SYMBOL=SIZE", value_delimiter = ',')]
+        sizes: Vec<String>,
     },
     /// Convert a .pt2 archive to tpuc's .fx interchange (or re-write a .fx file).
     Convert {
@@ -172,6 +181,11 @@ enum Command {
         /// Absolute tolerance of --expect.
         #[arg(long, default_value_t = 1e-5)]
         atol: f64,
+        /// The size of a symbol of a program exported with dynamic shapes, e.g. --size s0=8
+        /// (repeatable). Symbols not set take their sizes from the inputs' shapes, else the
+        /// sizes the program was exported with.
+        #[arg(long = "size", value_name = "SYMBOL=SIZE", value_delimiter = ',')]
+        sizes: Vec<String>,
     },
 }
 
@@ -184,6 +198,8 @@ fn run() -> Result<()> {
             weights,
             matmul_precision,
             stats,
+            specialize,
+            sizes,
         } => {
             let opts = LowerOptions {
                 weights: match weights {
@@ -199,7 +215,10 @@ fn run() -> Result<()> {
             if matches!(emit, Emit::Bytecode) && output.as_os_str() == "-" && is_terminal() {
                 bail!("refusing to write bytecode to a terminal; pass -o FILE");
             }
-            let c = tpuc_cli::compile_file(&input, &opts, format)?;
+            let sizes = (specialize || !sizes.is_empty())
+                .then(|| tpuc_cli::parse_sizes(&sizes))
+                .transpose()?;
+            let c = tpuc_cli::compile_file_with_sizes(&input, sizes.as_ref(), &opts, format)?;
             if output.as_os_str() == "-" {
                 use std::io::Write;
                 std::io::stdout()
@@ -276,8 +295,11 @@ fn run() -> Result<()> {
             rtol,
             atol,
             cache_dir,
+            sizes,
         } => {
             let options = RunOptions {
+                sizes: tpuc_cli::parse_sizes(&sizes)?,
+                input_dims: None,
                 plugin,
                 devices,
                 seed,
@@ -360,7 +382,12 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
         Some(path) => Some(npy::read_npz(path)?),
         None => None,
     };
-    let runner = Runner::new(&request.model, request.weights.as_deref(), options)?;
+    // The inputs' shapes fix a dynamic-shape program's sizes.
+    let options = RunOptions {
+        input_dims: Some(inputs.iter().map(|t| t.dims().to_vec()).collect()),
+        ..options.clone()
+    };
+    let runner = Runner::new(&request.model, request.weights.as_deref(), &options)?;
     let start = Instant::now();
     let outputs = runner.run(inputs)?;
     let elapsed = start.elapsed();

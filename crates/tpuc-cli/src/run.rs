@@ -8,6 +8,7 @@
 //! With several devices the program runs data-parallel through XLA's SPMD partitioner: each user
 //! input is split along its first dimension, weights are replicated, results are replicated.
 use anyhow::{anyhow, bail, Context, Result};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +33,11 @@ pub struct RunOptions {
     /// The cache of compiled executables: `None` for $TPUC_CACHE_DIR or the default, `off`
     /// for none (see `tpuc_pjrt::CompileCache::configured`).
     pub cache_dir: Option<String>,
+    /// Sizes of a program's symbolic dimensions (torch.export dynamic shapes), by symbol; the
+    /// others come from `input_dims`, else the sizes the program was exported with.
+    pub sizes: BTreeMap<String, i64>,
+    /// The shapes of the user inputs the model will run on, which fix its symbolic sizes.
+    pub input_dims: Option<Vec<Vec<i64>>>,
 }
 
 impl Default for RunOptions {
@@ -42,6 +48,8 @@ impl Default for RunOptions {
             seed: 0,
             lower: LowerOptions::default(),
             cache_dir: None,
+            sizes: BTreeMap::new(),
+            input_dims: None,
         }
     }
 }
@@ -185,7 +193,12 @@ impl Runner {
         if options.devices > 1 && !model_is_program {
             bail!("--devices {} needs a .pt2 or .fx model: tpuc adds the sharding annotations when it compiles", options.devices);
         }
-        let program = tpuc_fx::read_program(archive)?;
+        let program = crate::specialize(
+            tpuc_fx::read_program(archive)?,
+            archive,
+            &options.sizes,
+            options.input_dims.as_deref(),
+        )?;
         let lower_options = LowerOptions {
             weights: WeightsMode::Args,
             ..options.lower.clone()

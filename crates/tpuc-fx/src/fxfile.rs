@@ -11,6 +11,7 @@ use prost::Message;
 use crate::dtype::DType;
 use crate::error::{FxError, Result};
 use crate::graph::*;
+use crate::symbolic::SymbolRange;
 
 #[allow(clippy::all)]
 pub mod proto {
@@ -378,7 +379,18 @@ fn graph_to_proto(g: &Graph) -> proto::Graph {
         })
         .collect();
     sym_ints.sort_by(|a, b| a.name.cmp(&b.name));
+    // A BTreeMap: already sorted.
+    let symbol_ranges = g
+        .symbol_ranges
+        .iter()
+        .map(|(name, r)| proto::SymbolRange {
+            name: name.clone(),
+            min: r.min,
+            max: r.max,
+        })
+        .collect();
     proto::Graph {
+        symbol_ranges,
         inputs: g
             .inputs
             .iter()
@@ -589,11 +601,25 @@ fn graph_from_proto(g: proto::Graph) -> Result<Graph, (String, String)> {
             Ok((s.name, dim))
         })
         .collect::<Result<HashMap<_, _>, (String, String)>>()?;
+    let symbol_ranges = g
+        .symbol_ranges
+        .into_iter()
+        .map(|r| {
+            (
+                r.name,
+                SymbolRange {
+                    min: r.min,
+                    max: r.max,
+                },
+            )
+        })
+        .collect();
     Ok(Graph {
         inputs,
         nodes,
         outputs,
         tensors,
         sym_ints,
+        symbol_ranges,
     })
 }

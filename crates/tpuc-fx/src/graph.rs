@@ -1,10 +1,11 @@
 //! tpuc's model of an exported program: an ATen-level graph with typed values, its signature,
 //! and its weights. Readers (`.pt2`, `.fx`) produce it; the lowering consumes it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::dtype::DType;
+use crate::symbolic::SymbolRange;
 
 /// One dimension of a tensor: a number, or a symbol from torch.export's dynamic shapes.
 #[derive(Clone, Debug, PartialEq)]
@@ -246,6 +247,8 @@ pub struct Graph {
     pub tensors: HashMap<String, TensorMeta>,
     /// SymInt values of the graph: expression and example value.
     pub sym_ints: HashMap<String, Dim>,
+    /// The sizes each symbol of a dynamic-shape export may take.
+    pub symbol_ranges: BTreeMap<String, SymbolRange>,
 }
 
 impl Graph {

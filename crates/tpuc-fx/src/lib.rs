@@ -8,6 +8,7 @@ pub mod graph;
 mod pt2;
 mod schema;
 pub mod source;
+pub mod symbolic;
 pub mod validate;
 
 pub use dtype::DType;

@@ -10,6 +10,7 @@ use crate::dtype::DType;
 use crate::error::{FxError, Result};
 use crate::graph::*;
 use crate::schema;
+use crate::symbolic::SymbolRange;
 
 /// The torch.export schema major version this reader understands.
 pub const SUPPORTED_SCHEMA_MAJOR: i64 = 8;
@@ -217,7 +218,20 @@ fn graph_from_json(path: &Path, entry: &str, json: &[u8]) -> Result<Graph> {
         });
     }
     let exported: schema::ExportedProgram = parse_json(path, entry, json)?;
-    Converter { path }.graph(exported.graph_module.graph, exported.graph_module.signature)
+    let mut graph =
+        Converter { path }.graph(exported.graph_module.graph, exported.graph_module.signature)?;
+    graph.symbol_ranges = exported
+        .range_constraints
+        .into_iter()
+        .map(|(name, r)| {
+            let range = SymbolRange {
+                min: r.min_val.unwrap_or(0).max(0),
+                max: r.max_val,
+            };
+            (name, range)
+        })
+        .collect();
+    Ok(graph)
 }
 
 fn validated(path: &Path, program: Program) -> Result<Program> {
@@ -308,6 +322,7 @@ impl Converter<'_> {
             outputs,
             tensors,
             sym_ints,
+            symbol_ranges: Default::default(),
         })
     }
 

@@ -8,6 +8,15 @@ use serde::Deserialize;
 #[derive(Deserialize)]
 pub struct ExportedProgram {
     pub graph_module: GraphModule,
+    #[serde(default)]
+    pub range_constraints: HashMap<String, RangeConstraint>,
+}
+
+/// The sizes a symbol may take; None: unbounded on that side.
+#[derive(Deserialize)]
+pub struct RangeConstraint {
+    pub min_val: Option<i64>,
+    pub max_val: Option<i64>,
 }
 
 #[derive(Deserialize)]

@@ -40,18 +40,27 @@ fn inputs_of(case: &Path) -> Result<Vec<HostTensor>, Failed> {
 
 fn check_outputs(outputs: &[HostTensor], case: &Path) -> Result<(), Failed> {
     let expected = read_npz(&case.with_extension("expected.npz")).map_err(|e| format!("{e:#}"))?;
+    Ok(compare_all(outputs, &expected)?)
+}
+
+/// Every output within the tolerance of torch's.
+pub fn compare_all(outputs: &[HostTensor], expected: &[HostTensor]) -> Result<(), String> {
     if outputs.len() != expected.len() {
-        return Err(format!("{} outputs, torch gave {}", outputs.len(), expected.len()).into());
+        return Err(format!(
+            "{} outputs, torch gave {}",
+            outputs.len(),
+            expected.len()
+        ));
     }
     let mut failures = Vec::new();
-    for (i, (actual, reference)) in outputs.iter().zip(&expected).enumerate() {
+    for (i, (actual, reference)) in outputs.iter().zip(expected).enumerate() {
         let diff = compare(actual, reference, RTOL, ATOL).map_err(|e| e.to_string())?;
         if !diff.ok() {
             failures.push(format!("output {i} ({}): {diff}", actual.element_type()));
         }
     }
     if !failures.is_empty() {
-        return Err(failures.join("\n").into());
+        return Err(failures.join("\n"));
     }
     Ok(())
 }
@@ -85,7 +94,7 @@ fn compiled_module_with_weights() -> Result<(), Failed> {
     Ok(())
 }
 
-fn expect_err<T>(result: anyhow::Result<T>, needles: &[&str]) -> Result<(), Failed> {
+pub fn expect_err<T>(result: anyhow::Result<T>, needles: &[&str]) -> Result<(), Failed> {
     match result {
         Ok(_) => Err(format!("expected an error mentioning {needles:?}").into()),
         Err(e) => {
@@ -203,7 +212,7 @@ fn npy_round_trip() -> Result<(), Failed> {
     Ok(())
 }
 
-fn tpuc() -> Command {
+pub fn tpuc() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tpuc"));
     command.env("TF_CPP_MIN_LOG_LEVEL", "3");
     command

@@ -3,6 +3,7 @@
 //! input), and execution on the XLA CPU plugin (`execution`). Set TPUC_BLESS=1 to rewrite the
 //! expected .mlir files.
 
+mod dynamic;
 mod execution;
 
 use std::path::{Path, PathBuf};
@@ -330,6 +331,7 @@ fn main() {
         ),
     ]);
     trials.extend(execution::trials(&cases));
+    trials.extend(dynamic::trials());
     let conclusion = libtest_mimic::run(&args, trials);
     drop(cache);
     conclusion.exit();

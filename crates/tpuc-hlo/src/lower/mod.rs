@@ -97,6 +97,12 @@ pub enum LowerError {
     },
     #[error("{0}")]
     Program(String),
+    #[error(
+        "the program has symbolic sizes ({0}); tpuc compiles static shapes: specialize it \
+         (`tpuc compile --specialize` for the exported sizes, `--size SYMBOL=SIZE` for others; \
+         `tpuc run` takes them from its inputs)"
+    )]
+    Symbolic(String),
 }
 
 fn source_suffix(s: &Option<SourceLoc>) -> String {
@@ -760,6 +766,16 @@ fn empty_outputs(b: &mut Builder, recorded: &[Option<TensorType>]) -> Option<Vec
 
 /// The tensor each output position of `n` defines (a tensor list counts one position per
 /// tensor), or None where the graph does not use the output.
+/// A node that computes only sizes (`aten.sym_size.int`, `operator.mul` of sizes, ...) whose
+/// values are all known: nothing to compute at run time; ops read them as numbers.
+fn computes_static_sizes(g: &tpuc_fx::Graph, n: &Node) -> bool {
+    !n.outputs.is_empty()
+        && n.outputs.iter().all(|o| {
+            matches!(o, tpuc_fx::NodeOutput::SymInt(name)
+                if matches!(g.sym_ints.get(name), Some(Dim::Static(_))))
+        })
+}
+
 fn output_slots(n: &Node) -> Vec<Option<&str>> {
     let mut slots = Vec::new();
     for o in &n.outputs {
@@ -787,7 +803,7 @@ pub fn norm_dim(dim: i64, rank: usize) -> OpResult<usize> {
 pub fn meta_type(meta: &tpuc_fx::TensorMeta) -> Result<TensorType, String> {
     let shape = meta.static_sizes().ok_or_else(|| {
         format!(
-            "has symbolic shape {} (tpuc compiles static shapes; use --specialize)",
+            "has symbolic shape {} (tpuc compiles static shapes; specialize the program)",
             meta.describe()
         )
     })?;
@@ -804,10 +820,15 @@ fn node_loc(n: &Node) -> Arc<Loc> {
 /// Lowers a validated program to a StableHLO module. Reports every unsupported op at once.
 pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerError> {
     let g = &program.graph;
+    if tpuc_fx::symbolic::is_symbolic(program) {
+        return Err(LowerError::Symbolic(tpuc_fx::symbolic::describe_symbols(
+            program,
+        )));
+    }
     let mut unsupported: Vec<Unsupported> = g
         .nodes
         .iter()
-        .filter(|n| !is_supported(&n.target))
+        .filter(|n| !is_supported(&n.target) && !computes_static_sizes(g, n))
         .map(|n| Unsupported {
             target: n.target.clone(),
             node: n.name.clone(),
@@ -875,7 +896,7 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
         };
         cx.values.insert(input.name.as_str(), Some(v));
     }
-    for n in &g.nodes {
+    for n in g.nodes.iter().filter(|n| !computes_static_sizes(g, n)) {
         cx.b.set_loc(node_loc(n));
         let node_err = |message: String| LowerError::Node {
             node: n.name.clone(),

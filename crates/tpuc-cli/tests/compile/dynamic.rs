@@ -1,0 +1,237 @@
+//! A program exported with dynamic shapes (testdata/lowering/dynamic, from
+//! tools/gen_lowering.py): refused unspecialised, compiled for the exported or chosen sizes, run
+//! at the sizes of its inputs with torch's results, and bad sizes refused before anything runs.
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use libtest_mimic::{Failed, Trial};
+use tpuc_cli::npy::read_npz;
+use tpuc_cli::run::{RunOptions, Runner};
+use tpuc_hlo::{EmitFormat, LowerOptions};
+
+use crate::execution::{compare_all, expect_err, tpuc};
+use crate::lowering_dir;
+
+fn dir() -> PathBuf {
+    lowering_dir().join("dynamic")
+}
+
+fn model() -> PathBuf {
+    dir().join("model.pt2")
+}
+
+/// The input sets gen_lowering.py wrote: the exported sizes (batch 3, sequence 5) and others.
+const SIZES: [&str; 3] = ["b3_s5", "b8_s9", "b64_s2"];
+
+fn compile_signature(sizes: Option<&BTreeMap<String, i64>>) -> anyhow::Result<String> {
+    let compiled = tpuc_cli::compile_file_with_sizes(
+        &model(),
+        sizes,
+        &LowerOptions::default(),
+        EmitFormat::Text,
+    )?;
+    let text = String::from_utf8(compiled.output)?;
+    Ok(text
+        .lines()
+        .find(|l| l.contains("func.func @main"))
+        .unwrap_or_default()
+        .to_string())
+}
+
+fn compile_refused_or_specialised() -> Result<(), Failed> {
+    expect_err(
+        compile_signature(None),
+        &[
+            "symbolic sizes",
+            "s17 in [2, 64], exported with 3",
+            "s27 in [2, 512], exported with 5",
+            "--specialize",
+        ],
+    )?;
+    let exported = compile_signature(Some(&BTreeMap::new())).map_err(|e| format!("{e:#}"))?;
+    let chosen = compile_signature(Some(&BTreeMap::from([("s27".to_string(), 9)])))
+        .map_err(|e| format!("{e:#}"))?;
+    for (signature, wanted) in [
+        (
+            &exported,
+            ["tensor<3x5x16xf32>", "tensor<3x20xf32>", "tensor<3x7xf32>"],
+        ),
+        (
+            &chosen,
+            ["tensor<3x9x16xf32>", "tensor<3x36xf32>", "tensor<3x11xf32>"],
+        ),
+    ] {
+        if let Some(missing) = wanted.iter().find(|w| !signature.contains(*w)) {
+            return Err(format!("no {missing} in {signature}").into());
+        }
+    }
+    // A size outside the exported range, a symbol the program lacks.
+    expect_err(
+        compile_signature(Some(&BTreeMap::from([("s17".to_string(), 65)]))),
+        &["size s17=65 is outside the range [2, 64]"],
+    )?;
+    expect_err(
+        compile_signature(Some(&BTreeMap::from([("batch".to_string(), 4)]))),
+        &["no symbolic size batch", "its symbols: s17"],
+    )?;
+    Ok(())
+}
+
+fn runner_for(
+    inputs: &[tpuc_pjrt::HostTensor],
+    sizes: BTreeMap<String, i64>,
+) -> anyhow::Result<Runner> {
+    let options = RunOptions {
+        sizes,
+        input_dims: Some(inputs.iter().map(|t| t.dims().to_vec()).collect()),
+        ..RunOptions::default()
+    };
+    Runner::new(&model(), None, &options)
+}
+
+/// Each input set runs at its own sizes and matches torch.
+fn runs_at_the_inputs_sizes() -> Result<(), Failed> {
+    for sizes in SIZES {
+        let inputs =
+            read_npz(&dir().join(format!("{sizes}.inputs.npz"))).map_err(|e| format!("{e:#}"))?;
+        let expected =
+            read_npz(&dir().join(format!("{sizes}.expected.npz"))).map_err(|e| format!("{e:#}"))?;
+        let runner = runner_for(&inputs, BTreeMap::new()).map_err(|e| format!("{sizes}: {e:#}"))?;
+        let outputs = runner.run(inputs).map_err(|e| format!("{sizes}: {e:#}"))?;
+        compare_all(&outputs, &expected).map_err(|e| format!("{sizes}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn bad_sizes_refused() -> Result<(), Failed> {
+    let good = read_npz(&dir().join("b8_s9.inputs.npz")).map_err(|e| format!("{e:#}"))?;
+    let zeros = |dims: &[i64]| tpuc_pjrt::HostTensor::zeros(tpuc_pjrt::ElementType::F32, dims);
+    // x's batch 4, y's batch 8: one symbol, two sizes.
+    expect_err(
+        runner_for(&[zeros(&[4, 9, 16])?, good[1].clone()], BTreeMap::new()),
+        &[
+            "input 1 (y) dimension 0 is 8",
+            "input 0 (x) dimension 0 is 4",
+            "size s17",
+        ],
+    )?;
+    expect_err(
+        runner_for(
+            &[zeros(&[65, 9, 16])?, zeros(&[65, 2, 16])?],
+            BTreeMap::new(),
+        ),
+        &["size s17=65 is outside the range [2, 64]"],
+    )?;
+    expect_err(
+        runner_for(&good, BTreeMap::from([("s17".to_string(), 4)])),
+        &["size s17 is given as 4 but the inputs have 8"],
+    )?;
+    // A static dimension of the wrong size is the signature check's to report.
+    let runner = runner_for(&good, BTreeMap::new()).map_err(|e| format!("{e:#}"))?;
+    expect_err(
+        runner.run(vec![zeros(&[8, 9, 15])?, good[1].clone()]),
+        &["input 0 (x) must be float32 [8, 9, 16]"],
+    )?;
+    // Sizes for a program without symbols.
+    let options = RunOptions {
+        sizes: BTreeMap::from([("s0".to_string(), 2)]),
+        ..RunOptions::default()
+    };
+    expect_err(
+        Runner::new(&lowering_dir().join("mlp.pt2"), None, &options),
+        &["no symbolic size s0", "all static"],
+    )?;
+    for (setting, said) in [
+        ("s0", "expected SYMBOL=SIZE"),
+        ("=3", "expected SYMBOL=SIZE"),
+        ("s0=x", "expected SYMBOL=SIZE"),
+    ] {
+        expect_err(
+            tpuc_cli::parse_sizes(&[setting.to_string()]),
+            &[said, setting],
+        )?;
+    }
+    expect_err(
+        tpuc_cli::parse_sizes(&["s0=2".into(), "s0=3".into()]),
+        &["size s0 is given twice"],
+    )?;
+    Ok(())
+}
+
+/// The .fx format keeps the symbols' ranges: the converted program reads back the same.
+fn fx_keeps_ranges() -> Result<(), Failed> {
+    let original = tpuc_fx::read_program(&model())?;
+    if original.graph.symbol_ranges.len() != 2 {
+        return Err(format!(
+            "expected 2 symbol ranges, got {:?}",
+            original.graph.symbol_ranges
+        )
+        .into());
+    }
+    let tmp = tempfile::tempdir()?;
+    let fx = tmp.path().join("dynamic.fx");
+    tpuc_fx::fxfile::write_fx(&original, &fx, tpuc_fx::fxfile::WeightStorage::Inline)?;
+    if tpuc_fx::read_program(&fx)? != original {
+        return Err("the .fx file does not read back as the same program".into());
+    }
+    Ok(())
+}
+
+/// `tpuc compile` refuses without --specialize and takes --size; `tpuc run` takes the sizes
+/// from its inputs.
+fn cli() -> Result<(), Failed> {
+    let refused = tpuc().arg("compile").arg(model()).output()?;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    if refused.status.success() || !stderr.contains("symbolic sizes") {
+        return Err(format!("compile without --specialize:\n{stderr}").into());
+    }
+    let sized = tpuc()
+        .arg("compile")
+        .arg(model())
+        .args(["--size", "s17=8,s27=9"])
+        .output()?;
+    if !sized.status.success()
+        || !String::from_utf8_lossy(&sized.stdout).contains("tensor<8x9x16xf32>")
+    {
+        return Err(format!(
+            "compile --size:\n{}",
+            String::from_utf8_lossy(&sized.stderr)
+        )
+        .into());
+    }
+    let tmp = tempfile::tempdir()?;
+    let run = tpuc()
+        .arg("run")
+        .arg(model())
+        .arg("--input")
+        .arg(dir().join("b8_s9.inputs.npz"))
+        .arg("--expect")
+        .arg(dir().join("b8_s9.expected.npz"))
+        .arg("--out")
+        .arg(tmp.path())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    if !run.status.success()
+        || !stdout.contains("all 2 outputs match")
+        || !stdout.contains("[8, 36]")
+    {
+        return Err(format!("run:\n{stdout}\n{}", String::from_utf8_lossy(&run.stderr)).into());
+    }
+    Ok(())
+}
+
+pub fn trials() -> Vec<Trial> {
+    vec![
+        Trial::test(
+            "dynamic::compile_refused_or_specialised",
+            compile_refused_or_specialised,
+        ),
+        Trial::test(
+            "dynamic::runs_at_the_inputs_sizes",
+            runs_at_the_inputs_sizes,
+        ),
+        Trial::test("dynamic::bad_sizes_refused", bad_sizes_refused),
+        Trial::test("dynamic::fx_keeps_ranges", fx_keeps_ranges),
+        Trial::test("dynamic::cli", cli),
+    ]
+}
