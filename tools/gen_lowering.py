@@ -344,6 +344,14 @@ class DynamicShapes(nn.Module):
         return h, torch.cat([x, y], dim=1).sum(-1)
 
 
+class PairFold(nn.Module):
+    """Sums neighbouring pairs of an even-length sequence."""
+
+    def forward(self, x):
+        batch, seq, dim = x.shape
+        return x.reshape(batch, seq // 2, 2 * dim).sum(1)
+
+
 def dynamic_case():
     """testdata/lowering/dynamic/: the program (core ATen), and inputs with torch's outputs for
     the exported sizes and for two other sizes in range."""
@@ -363,6 +371,14 @@ def dynamic_case():
         np.savez(os.path.join(out, f"b{b}_s{s}.inputs.npz"), *[to_numpy(t) for t in inputs])
         np.savez(os.path.join(out, f"b{b}_s{s}.expected.npz"), *[to_numpy(t) for t in expected])
     print("dynamic: symbols", ep.range_constraints)
+    # A size that is a multiple of a symbol (an even sequence length), read off the inputs.
+    half = torch.export.Dim("half", min=1, max=100)
+    example = (seeded(3, 10, 4),)
+    ep = torch.export.export(PairFold().eval(), example, dynamic_shapes={"x": {1: 2 * half}})
+    torch.export.save(ep.run_decompositions(), os.path.join(out, "derived.pt2"))
+    inputs = (seeded(3, 14, 4),)
+    np.savez(os.path.join(out, "derived_s14.inputs.npz"), *[to_numpy(t) for t in inputs])
+    np.savez(os.path.join(out, "derived_s14.expected.npz"), to_numpy(PairFold()(*inputs)))
 
 
 def to_numpy(t):

@@ -283,19 +283,22 @@ pub fn is_symbolic(program: &Program) -> bool {
     symbolic_dims(program).next().is_some()
 }
 
-/// The program's symbols, by name, with their ranges and example values (from a dimension that
-/// is the bare symbol).
+/// The program's symbols, by name, with their ranges and example values (read off the example
+/// values of sizes that are linear in one symbol).
 pub fn symbols(program: &Program) -> Result<Vec<Symbol>, String> {
     let mut names = BTreeSet::new();
     let mut examples = BTreeMap::new();
     for (text, hint) in symbolic_dims(program) {
         let expr = SymExpr::parse(text)?;
-        if let (SymExpr::Symbol(name), Some(hint)) = (&expr, hint) {
-            examples.insert(name.clone(), hint);
+        if let Some((name, example)) = hint.and_then(|h| solve_for_symbol(&expr, h)) {
+            examples.insert(name, example);
         }
         expr.symbols(&mut names);
     }
-    names.extend(program.graph.symbol_ranges.keys().cloned());
+    // torch.export also records ranges of derived sizes (`2*s44`); those follow from their
+    // symbols' ranges.
+    let is_name = |k: &&String| k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    names.extend(program.graph.symbol_ranges.keys().filter(is_name).cloned());
     Ok(names
         .into_iter()
         .map(|name| Symbol {
@@ -363,10 +366,11 @@ pub fn resolve_sizes(
     Ok(values)
 }
 
-/// Symbol values read off concrete input sizes: each dimension of a user input that is a bare
-/// symbol takes the size given for it; two inputs giving one symbol different sizes, or a
-/// static dimension given another size, is an error. `inputs[i]` is the i-th user input's
-/// sizes, in signature order; inputs of the wrong rank are left to the caller's own check.
+/// Symbol values read off concrete input sizes: a dimension of a user input that is a symbol,
+/// or a linear expression of one (`2*s44`, `s0 + 1`), gives that symbol's value; two inputs
+/// giving one symbol different values is an error. `inputs[i]` is the i-th user input's sizes,
+/// in signature order; inputs of the wrong rank, and sizes no value of the symbol gives, are
+/// left to the caller's signature check.
 pub fn sizes_from_inputs(
     program: &Program,
     inputs: &[Vec<i64>],
@@ -388,7 +392,7 @@ pub fn sizes_from_inputs(
             let Dim::Symbolic { expr, .. } = dim else {
                 continue;
             };
-            let SymExpr::Symbol(name) = SymExpr::parse(expr)? else {
+            let Some((name, size)) = solve_for_symbol(&SymExpr::parse(expr)?, size) else {
                 continue;
             };
             let here = format!("input {index} ({}) dimension {axis}", input.name);
@@ -406,6 +410,22 @@ pub fn sizes_from_inputs(
         }
     }
     Ok(values.into_iter().map(|(k, (v, _))| (k, v)).collect())
+}
+
+/// The value of the one symbol of `expr` for which `expr` is `size`, when `expr` is linear in
+/// it (`a*s + b`, checked by evaluating back).
+fn solve_for_symbol(expr: &SymExpr, size: i64) -> Option<(String, i64)> {
+    let mut names = BTreeSet::new();
+    expr.symbols(&mut names);
+    let name = names.pop_first().filter(|_| names.is_empty())?;
+    let at = |v: i64| expr.eval(&BTreeMap::from([(name.clone(), v)])).ok();
+    let (b, a) = (at(0)?, at(1)?.checked_sub(at(0)?)?);
+    let offset = size.checked_sub(b)?;
+    if a == 0 || offset % a != 0 {
+        return None;
+    }
+    let value = offset / a;
+    (at(value)? == size).then_some((name, value))
 }
 
 /// The program with every symbolic size replaced by its value for `values` (every symbol must
@@ -516,6 +536,20 @@ mod tests {
             .unwrap_err()
             .contains("overflows"));
         assert!(apply("CleanDiv", &[7, 2]).unwrap_err().contains("exact"));
+    }
+
+    #[test]
+    fn linear_sizes_solved_for_their_symbol() {
+        let s = sym("s44");
+        let double = SymExpr::parse(&format!("Mul(Integer(2), {s})")).unwrap();
+        assert_eq!(solve_for_symbol(&double, 14), Some(("s44".into(), 7)));
+        assert_eq!(solve_for_symbol(&double, 13), None);
+        let shifted = SymExpr::parse(&format!("Add({s}, Integer(3))")).unwrap();
+        assert_eq!(solve_for_symbol(&shifted, 10), Some(("s44".into(), 7)));
+        let square = SymExpr::parse(&format!("Pow({s}, Integer(2))")).unwrap();
+        assert_eq!(solve_for_symbol(&square, 9), None);
+        let two = SymExpr::parse(&format!("Mul({s}, {})", sym("s1"))).unwrap();
+        assert_eq!(solve_for_symbol(&two, 6), None);
     }
 
     #[test]

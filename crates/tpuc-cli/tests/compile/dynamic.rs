@@ -2,7 +2,7 @@
 //! tools/gen_lowering.py): refused unspecialised, compiled for the exported or chosen sizes, run
 //! at the sizes of its inputs with torch's results, and bad sizes refused before anything runs.
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use libtest_mimic::{Failed, Trial};
 use tpuc_cli::npy::read_npz;
@@ -77,7 +77,9 @@ fn compile_refused_or_specialised() -> Result<(), Failed> {
     Ok(())
 }
 
+/// A runner of the program `model` for these inputs' shapes and the `sizes` given.
 fn runner_for(
+    model: &Path,
     inputs: &[tpuc_pjrt::HostTensor],
     sizes: BTreeMap<String, i64>,
 ) -> anyhow::Result<Runner> {
@@ -86,21 +88,28 @@ fn runner_for(
         input_dims: Some(inputs.iter().map(|t| t.dims().to_vec()).collect()),
         ..RunOptions::default()
     };
-    Runner::new(&model(), None, &options)
+    Runner::new(model, None, &options)
 }
 
-/// Each input set runs at its own sizes and matches torch.
+/// Runs `model` on the input set `stem` at the inputs' sizes; torch's results are expected.
+fn matches_torch(model: &Path, stem: &str) -> Result<(), String> {
+    let npz = |what: &str| {
+        read_npz(&dir().join(format!("{stem}.{what}.npz"))).map_err(|e| format!("{stem}: {e:#}"))
+    };
+    let (inputs, expected) = (npz("inputs")?, npz("expected")?);
+    let runner =
+        runner_for(model, &inputs, BTreeMap::new()).map_err(|e| format!("{stem}: {e:#}"))?;
+    let outputs = runner.run(inputs).map_err(|e| format!("{stem}: {e:#}"))?;
+    compare_all(&outputs, &expected).map_err(|e| format!("{stem}: {e}"))
+}
+
+/// Each input set runs at its own sizes and matches torch, including a sequence length exported
+/// as 2*s44 (the inputs' 14 gives s44 = 7).
 fn runs_at_the_inputs_sizes() -> Result<(), Failed> {
-    for sizes in SIZES {
-        let inputs =
-            read_npz(&dir().join(format!("{sizes}.inputs.npz"))).map_err(|e| format!("{e:#}"))?;
-        let expected =
-            read_npz(&dir().join(format!("{sizes}.expected.npz"))).map_err(|e| format!("{e:#}"))?;
-        let runner = runner_for(&inputs, BTreeMap::new()).map_err(|e| format!("{sizes}: {e:#}"))?;
-        let outputs = runner.run(inputs).map_err(|e| format!("{sizes}: {e:#}"))?;
-        compare_all(&outputs, &expected).map_err(|e| format!("{sizes}: {e}"))?;
+    for stem in SIZES {
+        matches_torch(&model(), stem)?;
     }
-    Ok(())
+    Ok(matches_torch(&dir().join("derived.pt2"), "derived_s14")?)
 }
 
 fn bad_sizes_refused() -> Result<(), Failed> {
@@ -108,7 +117,11 @@ fn bad_sizes_refused() -> Result<(), Failed> {
     let zeros = |dims: &[i64]| tpuc_pjrt::HostTensor::zeros(tpuc_pjrt::ElementType::F32, dims);
     // x's batch 4, y's batch 8: one symbol, two sizes.
     expect_err(
-        runner_for(&[zeros(&[4, 9, 16])?, good[1].clone()], BTreeMap::new()),
+        runner_for(
+            &model(),
+            &[zeros(&[4, 9, 16])?, good[1].clone()],
+            BTreeMap::new(),
+        ),
         &[
             "input 1 (y) dimension 0 is 8",
             "input 0 (x) dimension 0 is 4",
@@ -117,17 +130,18 @@ fn bad_sizes_refused() -> Result<(), Failed> {
     )?;
     expect_err(
         runner_for(
+            &model(),
             &[zeros(&[65, 9, 16])?, zeros(&[65, 2, 16])?],
             BTreeMap::new(),
         ),
         &["size s17=65 is outside the range [2, 64]"],
     )?;
     expect_err(
-        runner_for(&good, BTreeMap::from([("s17".to_string(), 4)])),
+        runner_for(&model(), &good, BTreeMap::from([("s17".to_string(), 4)])),
         &["size s17 is given as 4 but the inputs have 8"],
     )?;
     // A static dimension of the wrong size is the signature check's to report.
-    let runner = runner_for(&good, BTreeMap::new()).map_err(|e| format!("{e:#}"))?;
+    let runner = runner_for(&model(), &good, BTreeMap::new()).map_err(|e| format!("{e:#}"))?;
     expect_err(
         runner.run(vec![zeros(&[8, 9, 15])?, good[1].clone()]),
         &["input 0 (x) must be float32 [8, 9, 16]"],
