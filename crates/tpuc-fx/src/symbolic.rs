@@ -283,8 +283,9 @@ pub fn is_symbolic(program: &Program) -> bool {
     symbolic_dims(program).next().is_some()
 }
 
-/// The program's symbols, by name, with their ranges and example values (read off the example
-/// values of sizes that are linear in one symbol).
+/// The symbols the program's sizes mention, by name, with their ranges and example values (read
+/// off the example values of sizes that are linear in one symbol). torch.export also records
+/// ranges of derived sizes (`2*s44`); those follow from their symbols' and are not symbols.
 pub fn symbols(program: &Program) -> Result<Vec<Symbol>, String> {
     let mut names = BTreeSet::new();
     let mut examples = BTreeMap::new();
@@ -295,10 +296,6 @@ pub fn symbols(program: &Program) -> Result<Vec<Symbol>, String> {
         }
         expr.symbols(&mut names);
     }
-    // torch.export also records ranges of derived sizes (`2*s44`); those follow from their
-    // symbols' ranges.
-    let is_name = |k: &&String| k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    names.extend(program.graph.symbol_ranges.keys().filter(is_name).cloned());
     Ok(names
         .into_iter()
         .map(|name| Symbol {
