@@ -60,6 +60,9 @@ pub struct InputSpec {
     pub name: String,
     pub element_type: ElementType,
     pub dims: Vec<i64>,
+    /// The sizes the program declares when some are symbolic (`[s17, s27, 16]`), of which
+    /// `dims` are the ones it was specialised to.
+    pub declared: Option<String>,
 }
 
 /// Where the time of preparing a model went.
@@ -193,8 +196,19 @@ impl Runner {
         if options.devices > 1 && !model_is_program {
             bail!("--devices {} needs a .pt2 or .fx model: tpuc adds the sharding annotations when it compiles", options.devices);
         }
+        let program = tpuc_fx::read_program(archive)?;
+        let declared = |name: &str| {
+            let meta = program.graph.tensor(name)?;
+            meta.static_sizes().is_none().then(|| meta.describe_sizes())
+        };
+        let declared: std::collections::HashMap<String, String> = program
+            .graph
+            .inputs
+            .iter()
+            .filter_map(|i| Some((i.name.clone(), declared(&i.name)?)))
+            .collect();
         let program = crate::specialize(
-            tpuc_fx::read_program(archive)?,
+            program,
             archive,
             &options.sizes,
             options.input_dims.as_deref(),
@@ -222,6 +236,7 @@ impl Runner {
                         name: name.clone(),
                         element_type: element_type(ty.elem),
                         dims: ty.shape.clone(),
+                        declared: declared.get(name).cloned(),
                     });
                 }
             }
@@ -439,7 +454,10 @@ impl Runner {
 }
 
 fn describe(spec: &InputSpec) -> String {
-    format!("{} {:?}", spec.element_type, spec.dims)
+    match &spec.declared {
+        Some(sizes) => format!("{} {sizes} ({:?} here)", spec.element_type, spec.dims),
+        None => format!("{} {:?}", spec.element_type, spec.dims),
+    }
 }
 
 /// The `index`-th of `parts` equal slices of `tensor` along its first dimension.

@@ -48,16 +48,22 @@ impl TensorMeta {
         self.sizes.iter().map(Dim::as_static).collect()
     }
 
+    /// The type: `float32[s17, 5, 16]`.
     pub fn describe(&self) -> String {
+        format!("{}{}", self.dtype, self.describe_sizes())
+    }
+
+    /// The sizes, symbolic ones infix: `[s17, 2*s27, 16]`.
+    pub fn describe_sizes(&self) -> String {
         let dims: Vec<String> = self
             .sizes
             .iter()
             .map(|d| match d {
                 Dim::Static(n) => n.to_string(),
-                Dim::Symbolic { expr, .. } => expr.clone(),
+                Dim::Symbolic { expr, .. } => crate::symbolic::pretty(expr),
             })
             .collect();
-        format!("{}[{}]", self.dtype, dims.join(", "))
+        format!("[{}]", dims.join(", "))
     }
 }
 

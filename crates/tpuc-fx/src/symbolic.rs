@@ -83,6 +83,37 @@ impl SymExpr {
     }
 }
 
+/// Infix, as a person writes sizes: `8*s27`, `s27 + 2`, `(s0//2)`.
+impl std::fmt::Display for SymExpr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let join = |args: &[SymExpr], sep: &str| {
+            args.iter()
+                .map(|a| match a {
+                    SymExpr::Call(name, _) if name == "Add" && sep == "*" => format!("({a})"),
+                    _ => a.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(sep)
+        };
+        match self {
+            SymExpr::Int(n) => write!(f, "{n}"),
+            SymExpr::Symbol(name) => write!(f, "{name}"),
+            SymExpr::Call(name, args) => match (name.as_str(), args.as_slice()) {
+                ("Add", _) => write!(f, "{}", join(args, " + ")),
+                ("Mul", _) => write!(f, "{}", join(args, "*")),
+                ("FloorDiv", [a, b]) => write!(f, "({a}//{b})"),
+                _ => write!(f, "{name}({})", join(args, ", ")),
+            },
+        }
+    }
+}
+
+/// A size expression as torch.export writes it (`srepr`), shown infix; as it is when it does
+/// not parse.
+pub fn pretty(srepr: &str) -> String {
+    SymExpr::parse(srepr).map_or_else(|_| srepr.to_string(), |e| e.to_string())
+}
+
 fn apply(function: &str, args: &[i64]) -> Result<i64, String> {
     let overflow = || format!("{function} overflows 64-bit integers");
     let two = |what: &str| match args {
@@ -500,6 +531,22 @@ mod tests {
             Ok(6)
         );
         assert_eq!(eval(&format!("Max(Integer(1), {s})"), &[("s27", 0)]), Ok(1));
+    }
+
+    #[test]
+    fn shown_infix() {
+        let s = sym("s27");
+        assert_eq!(pretty(&s), "s27");
+        assert_eq!(
+            pretty(&format!("Add(Mul(Integer(16), {s}), Integer(32))")),
+            "16*s27 + 32"
+        );
+        assert_eq!(
+            pretty(&format!("Mul(Integer(2), Add({s}, Integer(1)))")),
+            "2*(s27 + 1)"
+        );
+        assert_eq!(pretty(&format!("FloorDiv({s}, Integer(2))")), "(s27//2)");
+        assert_eq!(pretty("not srepr"), "not srepr");
     }
 
     #[test]

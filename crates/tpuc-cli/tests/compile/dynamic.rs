@@ -140,11 +140,25 @@ fn bad_sizes_refused() -> Result<(), Failed> {
         runner_for(&model(), &good, BTreeMap::from([("s17".to_string(), 4)])),
         &["size s17 is given as 4 but the inputs have 8"],
     )?;
-    // A static dimension of the wrong size is the signature check's to report.
+    // A static dimension of the wrong size, or a wrong rank, is the signature check's to
+    // report, with the declared sizes.
     let runner = runner_for(&model(), &good, BTreeMap::new()).map_err(|e| format!("{e:#}"))?;
     expect_err(
         runner.run(vec![zeros(&[8, 9, 15])?, good[1].clone()]),
-        &["input 0 (x) must be float32 [8, 9, 16]"],
+        &["input 0 (x) must be float32 [s17, s27, 16] ([8, 9, 16] here)"],
+    )?;
+    let runner = runner_for(
+        &model(),
+        &[zeros(&[8, 9])?, good[1].clone()],
+        BTreeMap::new(),
+    )
+    .map_err(|e| format!("{e:#}"))?;
+    expect_err(
+        runner.run(vec![zeros(&[8, 9])?, good[1].clone()]),
+        &[
+            "input 0 (x) must be float32 [s17, s27, 16] ([8, 5, 16] here)",
+            "[8, 9] was given",
+        ],
     )?;
     // Sizes for a program without symbols.
     let options = RunOptions {
