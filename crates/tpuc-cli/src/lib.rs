@@ -93,7 +93,7 @@ pub fn specialize(
         }
     }
     let values = symbolic::resolve_sizes(&program, &sizes).map_err(fail)?;
-    symbolic::specialize(&program, &values).map_err(fail)
+    symbolic::specialize(program, &values).map_err(fail)
 }
 
 /// Parses `SYMBOL=SIZE` settings (`s0=8`).

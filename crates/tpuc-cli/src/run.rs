@@ -8,7 +8,7 @@
 //! With several devices the program runs data-parallel through XLA's SPMD partitioner: each user
 //! input is split along its first dimension, weights are replicated, results are replicated.
 use anyhow::{anyhow, bail, Context, Result};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -197,15 +197,16 @@ impl Runner {
             bail!("--devices {} needs a .pt2 or .fx model: tpuc adds the sharding annotations when it compiles", options.devices);
         }
         let program = tpuc_fx::read_program(archive)?;
-        let declared = |name: &str| {
-            let meta = program.graph.tensor(name)?;
-            meta.static_sizes().is_none().then(|| meta.describe_sizes())
-        };
-        let declared: std::collections::HashMap<String, String> = program
+        // Inputs with symbolic sizes, as declared, for messages about inputs of other shapes.
+        let declared: HashMap<String, String> = program
             .graph
             .inputs
             .iter()
-            .filter_map(|i| Some((i.name.clone(), declared(&i.name)?)))
+            .filter_map(|i| {
+                let meta = program.graph.tensor(&i.name)?;
+                let symbolic = meta.static_sizes().is_none();
+                symbolic.then(|| (i.name.clone(), meta.describe_sizes()))
+            })
             .collect();
         let program = crate::specialize(
             program,

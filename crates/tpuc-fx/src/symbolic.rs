@@ -7,7 +7,7 @@
 //! per set of sizes: the example sizes, sizes the user gives, or the sizes of the inputs at hand.
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::graph::{Dim, Program, TensorMeta};
+use crate::graph::{Dim, Program};
 
 /// The sizes a symbol may take (torch.export's range constraint): `min..=max`, no upper bound
 /// when `max` is None.
@@ -458,7 +458,7 @@ fn solve_for_symbol(expr: &SymExpr, size: i64) -> Option<(String, i64)> {
 
 /// The program with every symbolic size replaced by its value for `values` (every symbol must
 /// have one: see [`resolve_sizes`]).
-pub fn specialize(program: &Program, values: &BTreeMap<String, i64>) -> Result<Program, String> {
+pub fn specialize(mut program: Program, values: &BTreeMap<String, i64>) -> Result<Program, String> {
     let dim = |d: &Dim| -> Result<Dim, String> {
         match d {
             Dim::Static(_) => Ok(d.clone()),
@@ -469,22 +469,19 @@ pub fn specialize(program: &Program, values: &BTreeMap<String, i64>) -> Result<P
         }
     };
     let dims = |list: &[Dim]| list.iter().map(dim).collect::<Result<Vec<_>, _>>();
-    let mut out = program.clone();
-    for (name, meta) in &mut out.graph.tensors {
+    let graph = &mut program.graph;
+    for (name, meta) in &mut graph.tensors {
         let sizes = dims(&meta.sizes).map_err(|e| format!("tensor {name}: {e}"))?;
         if let Some(bad) = sizes.iter().filter_map(Dim::as_static).find(|&n| n < 0) {
             return Err(format!("tensor {name}: a size is {bad} for these sizes"));
         }
-        *meta = TensorMeta {
-            sizes,
-            strides: dims(&meta.strides).map_err(|e| format!("tensor {name}: {e}"))?,
-            ..meta.clone()
-        };
+        meta.strides = dims(&meta.strides).map_err(|e| format!("tensor {name}: {e}"))?;
+        meta.sizes = sizes;
     }
-    for (name, value) in &mut out.graph.sym_ints {
+    for (name, value) in &mut graph.sym_ints {
         *value = dim(value).map_err(|e| format!("SymInt {name}: {e}"))?;
     }
-    Ok(out)
+    Ok(program)
 }
 
 #[cfg(test)]
