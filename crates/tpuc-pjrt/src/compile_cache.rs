@@ -272,7 +272,7 @@ fn load(client: &Client, path: &Path) -> Option<Executable> {
         && bytes[MAGIC.len()..header] == Sha256::digest(&bytes[header..])[..];
     let loaded = if sound {
         let payload = &bytes[header..];
-        crate::stderr_filter::filtered(is_tuning_feature_alarm, || {
+        crate::stderr_filter::filtered(is_loader_false_alarm, || {
             client.load_executable(payload).ok()
         })
     } else {
@@ -282,6 +282,14 @@ fn load(client: &Client, path: &Path) -> Option<Executable> {
         let _ = fs::remove_file(path);
     }
     loaded
+}
+
+/// What XLA logs when loading an executable that says nothing about it: the tuning-feature
+/// alarms below, and absl's notice, before the first line it logs in a process, that its log is
+/// not set up ("All log messages before absl::InitializeLog() is called are written to
+/// STDERR"), which would otherwise stay behind alone.
+fn is_loader_false_alarm(line: &str) -> bool {
+    is_tuning_feature_alarm(line) || line.contains("before absl::InitializeLog() is called")
 }
 
 /// XLA:CPU's loader compares the features an executable was compiled for, which include LLVM's
@@ -422,6 +430,12 @@ mod tests {
         assert!(is_tuning_feature_alarm(&alarm("fast-gather")));
         assert!(!is_tuning_feature_alarm(&alarm("avx512f")));
         assert!(!is_tuning_feature_alarm(
+            "E0000 cpu_aot_loader.cc:12] something else\n"
+        ));
+        assert!(is_loader_false_alarm(
+            "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        ));
+        assert!(!is_loader_false_alarm(
             "E0000 cpu_aot_loader.cc:12] something else\n"
         ));
     }

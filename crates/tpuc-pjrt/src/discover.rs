@@ -45,6 +45,12 @@ pub const KNOWN_PLUGINS: &[KnownPlugin] = &[
 /// The plugin path for `spec`: a path (anything with a `/` or ending in `.so`), a known name,
 /// or, when `spec` is `None`, `$TPUC_PJRT_PLUGIN` or else `cpu`.
 pub fn resolve(spec: Option<&str>) -> Result<PathBuf> {
+    resolve_in(spec, &[])
+}
+
+/// [`resolve`], looking for a named plugin in `first` (directories such as a running Python
+/// interpreter's `sys.path`, the truth about where its packages are) before the usual places.
+pub fn resolve_in(spec: Option<&str>, first: &[PathBuf]) -> Result<PathBuf> {
     let from_env = std::env::var(PLUGIN_ENV).ok().filter(|s| !s.is_empty());
     let spec = spec
         .map(str::to_string)
@@ -67,7 +73,8 @@ pub fn resolve(spec: Option<&str>) -> Result<PathBuf> {
             names.join(", ")
         )));
     };
-    let roots = site_packages();
+    let mut roots: Vec<PathBuf> = first.iter().filter(|d| d.is_dir()).cloned().collect();
+    roots.extend(site_packages().into_iter().filter(|d| !first.contains(d)));
     find_in(known, &roots)
         .into_iter()
         .next()
@@ -188,6 +195,16 @@ mod tests {
         let err = resolve(None).unwrap_err().to_string();
         std::env::remove_var(PLUGIN_ENV);
         assert!(err.contains("/nonexistent/from-env/libpjrt.so"), "{err}");
+    }
+
+    #[test]
+    fn directories_given_first_are_searched() {
+        let dir = tempfile::tempdir().unwrap();
+        let library = dir.path().join("fastatomstruct_xla_cpu/libpjrt_cpu.so");
+        std::fs::create_dir_all(library.parent().unwrap()).unwrap();
+        std::fs::write(&library, b"not really a plugin").unwrap();
+        let found = resolve_in(Some("cpu"), &[dir.path().to_path_buf()]).unwrap();
+        assert_eq!(found, library.canonicalize().unwrap());
     }
 
     #[test]

@@ -224,15 +224,22 @@ impl fmt::Debug for Plugin {
 /// that could read the environment).
 /// - libtpu queries the GCE metadata server for minutes on a machine that is not a Cloud TPU VM
 ///   unless told not to.
+/// - XLA logs informational lines (its start-up, the device count it was given) on every first
+///   use; a library is quiet unless asked: warnings and errors only, unless the user sets
+///   `TF_CPP_MIN_LOG_LEVEL` (0 for everything).
 /// - XLA:CPU's minimum and maximum (elementwise, reductions, max pooling) drop NaN unless its
 ///   fast min/max is turned off; torch propagates NaN. The user's own setting of that flag in
 ///   XLA_FLAGS wins.
 fn prepare_environment(path: &Path) {
+    const LOG_LEVEL: &str = "TF_CPP_MIN_LOG_LEVEL";
     let is_libtpu = path
         .file_name()
         .is_some_and(|n| n.to_string_lossy().starts_with("libtpu"));
     if is_libtpu && std::env::var_os("TPU_SKIP_MDS_QUERY").is_none() {
         std::env::set_var("TPU_SKIP_MDS_QUERY", "1");
+    }
+    if std::env::var_os(LOG_LEVEL).is_none() {
+        std::env::set_var(LOG_LEVEL, "1");
     }
     const MIN_MAX_FLAG: &str = "xla_cpu_enable_fast_min_max";
     let flags = std::env::var("XLA_FLAGS").unwrap_or_default();

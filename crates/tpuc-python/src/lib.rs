@@ -104,12 +104,17 @@ fn element_type(name: &str) -> PyResult<ElementType> {
 #[pymethods]
 impl Runtime {
     /// A client of `plugin` (a name: cpu, tpu, cuda; or a path; default $TPUC_PJRT_PLUGIN or
-    /// cpu).
+    /// cpu). A named plugin is looked for in `search_paths` first: the running interpreter's
+    /// `sys.path`, which says where its packages are whatever the working directory or
+    /// environment.
     #[new]
-    #[pyo3(signature = (plugin=None))]
-    fn new(py: Python<'_>, plugin: Option<String>) -> PyResult<Self> {
+    #[pyo3(signature = (plugin=None, search_paths=Vec::new()))]
+    fn new(py: Python<'_>, plugin: Option<String>, search_paths: Vec<String>) -> PyResult<Self> {
+        let search_paths: Vec<std::path::PathBuf> =
+            search_paths.into_iter().map(Into::into).collect();
         py.detach(|| {
-            let path = tpuc_pjrt::discover::resolve(plugin.as_deref()).map_err(error)?;
+            let path =
+                tpuc_pjrt::discover::resolve_in(plugin.as_deref(), &search_paths).map_err(error)?;
             let loaded = Plugin::load(&path).map_err(error)?;
             // The backend runs each graph on one device; the CPU plugin otherwise makes four.
             let options = ClientOptions {

@@ -43,6 +43,30 @@ def test_backend_is_registered_without_import():
     assert out.stdout.strip() == "True"  # loaded by torch through the entry point
 
 
+_PLAIN_USE = """
+import torch
+m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+x = torch.randn(2, 4)
+with torch.no_grad():
+    ok = torch.allclose(torch.compile(m, backend="tpuc")(x), m(x), atol=1e-5)
+print("ok" if ok else "mismatch")
+"""
+
+
+def test_a_plain_use_from_elsewhere_finds_the_plugin_and_prints_nothing(tmp_path):
+    """As a user runs it: the venv's python, not activated, from another directory, XLA's log
+    level not set. The plugin is found in the interpreter's own environment, and neither a
+    compile nor a load from the cache of compiled executables writes anything to stderr."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "TF_CPP_MIN_LOG_LEVEL")}
+    env["TPUC_CACHE_DIR"] = str(tmp_path / "cache")
+    for attempt in ("compiled", "loaded from the cache"):
+        run = subprocess.run([sys.executable, "-c", _PLAIN_USE], capture_output=True, text=True,
+                             env=env, cwd=tmp_path)
+        assert run.returncode == 0, f"{attempt}: {run.stderr[-3000:]}"
+        assert run.stdout.strip() == "ok", attempt
+        assert run.stderr == "", f"{attempt}: {run.stderr}"
+
+
 def test_inference_matches_eager():
     model = MLP().eval()
     x = torch.randn(4, 16)

@@ -202,13 +202,27 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         return err("query must have at least 2 dimensions");
     }
     let (l, e) = (qs[rank - 2], qs[rank - 1]);
-    if cx.bool(n, "enable_gqa", false)? && rank >= 3 {
-        // Grouped-query attention: each key/value head serves heads/kv_heads query heads.
+    // Grouped-query attention: each key/value head serves heads/kv_heads consecutive query
+    // heads (torch's `enable_gqa`). The CPU flash kernel takes such keys and values without
+    // the flag: torch's `enable_gqa=True` on CPU tensors arrives as that kernel.
+    let grouped = cx.bool(n, "enable_gqa", false)? || n.target.contains("flash_attention");
+    if grouped && rank >= 3 {
         let heads = qs[rank - 3];
         for t in [&mut k, &mut v] {
             let s = cx.b.shape(*t).to_vec();
+            if s.len() != rank {
+                return err(format!(
+                    "key and value must have the rank of the query ({rank}), got {s:?}"
+                ));
+            }
             let kv = s[rank - 3];
             if kv != heads {
+                if kv < 1 || heads % kv != 0 {
+                    return err(format!(
+                        "grouped-query attention needs the query heads ({heads}) to be a \
+                         multiple of the key/value heads ({kv})"
+                    ));
+                }
                 let mut unsq = s.clone();
                 unsq.insert(rank - 2, 1);
                 let mut wide = s.clone();

@@ -16,6 +16,13 @@ def flash_attention_cpu_backward(grad_out, query, key, value, out, logsumexp, dr
     if dropout_p != 0.0:
         return NotImplemented  # the dropout mask is not saved: keep the fused op
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    # Grouped-query attention: each key/value head serves `groups` consecutive query heads; its
+    # gradients are the sums over those heads.
+    kv_heads = key.shape[-3] if key.dim() >= 3 and query.dim() >= 3 else None
+    groups = query.shape[-3] // kv_heads if kv_heads and query.shape[-3] != kv_heads else 1
+    if groups > 1:
+        key = key.repeat_interleave(groups, dim=-3)
+        value = value.repeat_interleave(groups, dim=-3)
     scores = (query @ key.transpose(-2, -1)) * scale
     if is_causal:
         rows, cols = scores.shape[-2], scores.shape[-1]
@@ -34,6 +41,9 @@ def flash_attention_cpu_backward(grad_out, query, key, value, out, logsumexp, dr
     grad_scores = probs * (grad_probs - delta) * scale
     grad_query = grad_scores @ key
     grad_key = grad_scores.transpose(-2, -1) @ query
+    if groups > 1:
+        grad_key = grad_key.unflatten(-3, (kv_heads, groups)).sum(-3)
+        grad_value = grad_value.unflatten(-3, (kv_heads, groups)).sum(-3)
     return grad_query, grad_key, grad_value
 
 

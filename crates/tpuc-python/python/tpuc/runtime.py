@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 import warnings
 import weakref
@@ -40,7 +41,8 @@ class Session:
     MAX_EXECUTABLES = 256
 
     def __init__(self, plugin: str):
-        self.runtime = _tpuc.Runtime(plugin)
+        # The interpreter's own sys.path says where its packages (the plugins among them) are.
+        self.runtime = _tpuc.Runtime(plugin, [p for p in sys.path if p])
         self.buffers = BufferCache(self.runtime)
         # The CPU plugin's device memory is host memory: outputs become tensors without a copy.
         self.host_memory = self.runtime.platform == "cpu"
