@@ -7,8 +7,10 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use tpuc_cli::run::{RunOptions, Runner};
 use tpuc_cli::{compare, npy};
-use tpuc_hlo::{EmitFormat, LowerOptions, Precision, WeightsMode};
-use tpuc_pjrt::{CacheOutcome, CompileCache};
+use tpuc_driver::{
+    CacheOutcome, EmitFormat, LowerOptions, Precision, ShardingDialect, WeightsMode,
+};
+use tpuc_pjrt::CompileCache;
 
 /// `println!` that returns an error instead of panicking when standard output is closed
 /// (`tpuc ops | head`); `main` treats a broken pipe as a normal end.
@@ -47,14 +49,21 @@ enum Weights {
     Inline,
 }
 
+/// `--matmul-precision`: one of [`Precision`]'s names, each with its description.
+fn precision_parser() -> impl clap::builder::TypedValueParser<Value = Precision> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        Precision::ALL.map(|p| PossibleValue::new(p.name()).help(p.description())),
+    )
+    .map(|name| name.parse().expect("a listed precision"))
+}
+
 #[derive(Clone, Copy, ValueEnum)]
-enum MatmulPrecision {
-    /// Full f32 precision, as torch computes on CPU.
-    Highest,
-    /// Backend's choice between DEFAULT and HIGHEST (e.g. bf16x3 on TPU).
-    High,
-    /// The backend's default (may use TF32 or bf16 for f32 matmuls on accelerators).
-    Default,
+enum Partitioner {
+    /// Shardy (`sdy.sharding`), XLA's current partitioner.
+    Shardy,
+    /// GSPMD (`mhlo.sharding`), whose propagation XLA deprecates.
+    Gspmd,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -81,8 +90,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Weights::Args)]
         weights: Weights,
         /// Precision of f32 matmuls and convolutions.
-        #[arg(long, value_enum, default_value_t = MatmulPrecision::Highest)]
-        matmul_precision: MatmulPrecision,
+        #[arg(long, value_parser = precision_parser(), default_value = "highest")]
+        matmul_precision: Precision,
         /// Print node/op counts and the time of each stage to standard error.
         #[arg(long)]
         stats: bool,
@@ -158,9 +167,16 @@ enum Command {
         /// Run data-parallel on this many devices (inputs split along their first dimension).
         #[arg(long, default_value_t = 1)]
         devices: usize,
+        /// Which of XLA's SPMD partitioners lays the program out over several devices.
+        #[arg(long, value_enum, default_value_t = Partitioner::Shardy)]
+        partitioner: Partitioner,
+        /// Compute everything on every run, instead of computing what the weights alone
+        /// determine (convolution kernels relaid out for the plugin, batch norm scales) once.
+        #[arg(long)]
+        no_hoist: bool,
         /// Precision of f32 matmuls and convolutions.
-        #[arg(long, value_enum, default_value_t = MatmulPrecision::Highest)]
-        matmul_precision: MatmulPrecision,
+        #[arg(long, value_parser = precision_parser(), default_value = "highest")]
+        matmul_precision: Precision,
         /// Seed of the model's random ops (rand, dropout, ...): the same seed gives the same
         /// numbers (see docs/random.md).
         #[arg(long, default_value_t = 0)]
@@ -206,7 +222,7 @@ fn run() -> Result<()> {
                     Weights::Args => WeightsMode::Args,
                     Weights::Inline => WeightsMode::Inline,
                 },
-                precision: matmul_precision.into(),
+                precision: matmul_precision,
             };
             let format = match emit {
                 Emit::Text => EmitFormat::Text,
@@ -222,20 +238,23 @@ fn run() -> Result<()> {
             if output.as_os_str() == "-" {
                 use std::io::Write;
                 std::io::stdout()
-                    .write_all(&c.output)
+                    .write_all(&c.module)
                     .context("writing to standard output")?;
             } else {
-                std::fs::write(&output, &c.output)
+                std::fs::write(&output, &c.module)
                     .with_context(|| format!("writing {}", output.display()))?;
             }
             if stats {
+                let t = &c.timings;
                 eprintln!(
-                    "{} nodes -> {} StableHLO ops; read {:.1} ms, lower {:.1} ms, emit {:.1} ms",
-                    c.nodes,
-                    c.lowered.module.main.ops.len(),
-                    c.read.as_secs_f64() * 1e3,
-                    c.lower.as_secs_f64() * 1e3,
-                    c.emit.as_secs_f64() * 1e3
+                    "{} nodes -> {} StableHLO ops; read {:.1} ms, lower {:.1} ms, passes {:.1} ms, \
+                     emit {:.1} ms",
+                    c.program.graph.nodes.len(),
+                    c.ir.main.ops().len(),
+                    ms(t.read),
+                    ms(t.lower),
+                    ms(t.passes),
+                    ms(t.emit)
                 );
             }
         }
@@ -289,6 +308,8 @@ fn run() -> Result<()> {
             weights,
             plugin,
             devices,
+            partitioner,
+            no_hoist,
             matmul_precision,
             seed,
             expect,
@@ -305,9 +326,14 @@ fn run() -> Result<()> {
                 seed,
                 lower: LowerOptions {
                     weights: WeightsMode::Args,
-                    precision: matmul_precision.into(),
+                    precision: matmul_precision,
                 },
                 cache_dir,
+                hoist_weights: !no_hoist,
+                dialect: match partitioner {
+                    Partitioner::Shardy => ShardingDialect::Shardy,
+                    Partitioner::Gspmd => ShardingDialect::Gspmd,
+                },
             };
             let request = RunRequest {
                 model,
@@ -322,16 +348,6 @@ fn run() -> Result<()> {
         }
     }
     Ok(())
-}
-
-impl From<MatmulPrecision> for Precision {
-    fn from(p: MatmulPrecision) -> Self {
-        match p {
-            MatmulPrecision::Highest => Precision::Highest,
-            MatmulPrecision::High => Precision::High,
-            MatmulPrecision::Default => Precision::Default,
-        }
-    }
 }
 
 fn show_cache(dir: Option<&str>, clear: bool) -> Result<()> {

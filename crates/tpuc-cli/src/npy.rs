@@ -3,10 +3,11 @@
 //! numpy has no bfloat16: bfloat16 tensors are written widened to float32, and a float32 array
 //! is accepted for a bfloat16 input (rounded to nearest even).
 use anyhow::{bail, Context, Result};
-use npyz::{DType, Endianness, NpyFile, Order, TypeChar, WriterBuilder};
+use npyz::{Endianness, NpyFile, Order, TypeChar, WriterBuilder};
 use std::io::Read;
 use std::path::Path;
-use tpuc_pjrt::{ElementType, HostTensor};
+use tpuc_dtype::{DType, Kind};
+use tpuc_pjrt::HostTensor;
 
 /// Reads one array from a `.npy` file.
 pub fn read_npy(path: &Path) -> Result<HostTensor> {
@@ -39,29 +40,24 @@ pub fn read_npz(path: &Path) -> Result<Vec<HostTensor>> {
 
 fn read_array(reader: impl Read) -> Result<HostTensor> {
     let npy = NpyFile::new(reader).context("not a .npy array")?;
-    let DType::Plain(type_str) = npy.dtype() else {
+    let npyz::DType::Plain(type_str) = npy.dtype() else {
         bail!("structured arrays are not supported");
     };
     let fortran = npy.order() == Order::Fortran;
     if type_str.endianness() == Endianness::Big && type_str.size_field() > 1 {
         bail!("big-endian arrays are not supported ({type_str})");
     }
-    let element_type = match (type_str.type_char(), type_str.size_field()) {
-        (TypeChar::Bool, 1) => ElementType::Pred,
-        (TypeChar::Int, 1) => ElementType::S8,
-        (TypeChar::Int, 2) => ElementType::S16,
-        (TypeChar::Int, 4) => ElementType::S32,
-        (TypeChar::Int, 8) => ElementType::S64,
-        (TypeChar::Uint, 1) => ElementType::U8,
-        (TypeChar::Uint, 2) => ElementType::U16,
-        (TypeChar::Uint, 4) => ElementType::U32,
-        (TypeChar::Uint, 8) => ElementType::U64,
-        (TypeChar::Float, 2) => ElementType::F16,
-        (TypeChar::Float, 4) => ElementType::F32,
-        (TypeChar::Float, 8) => ElementType::F64,
-        (TypeChar::Complex, 8) => ElementType::C64,
-        (TypeChar::Complex, 16) => ElementType::C128,
-        _ => bail!("arrays of dtype {type_str} are not supported"),
+    let kind = match type_str.type_char() {
+        TypeChar::Bool => Some(Kind::Bool),
+        TypeChar::Int => Some(Kind::Signed),
+        TypeChar::Uint => Some(Kind::Unsigned),
+        TypeChar::Float => Some(Kind::Float),
+        TypeChar::Complex => Some(Kind::Complex),
+        _ => None,
+    };
+    let Some(element_type) = kind.and_then(|k| DType::from_kind(k, type_str.size_field() as usize))
+    else {
+        bail!("arrays of dtype {type_str} are not supported");
     };
     let dims: Vec<i64> = npy.shape().iter().map(|&d| d as i64).collect();
     let mut tensor = HostTensor::zeros(element_type, &dims)?;
@@ -72,7 +68,7 @@ fn read_array(reader: impl Read) -> Result<HostTensor> {
         bail!("the array has more data than its shape {dims:?} holds");
     }
     if fortran {
-        let row_major = fortran_to_row_major(tensor.bytes(), &dims, element_type.size());
+        let row_major = fortran_to_row_major(tensor.bytes(), &dims, element_type.byte_size());
         tensor.bytes_mut().copy_from_slice(&row_major);
     }
     Ok(tensor)
@@ -110,8 +106,8 @@ fn fortran_to_row_major(data: &[u8], dims: &[i64], element_size: usize) -> Vec<u
 
 /// `tensor` converted to `element_type` where the conversion is one numpy cannot express
 /// (float32 given for bfloat16); otherwise `None`.
-pub fn adapt_to(tensor: &HostTensor, element_type: ElementType) -> Result<Option<HostTensor>> {
-    if tensor.element_type() == ElementType::F32 && element_type == ElementType::BF16 {
+pub fn adapt_to(tensor: &HostTensor, element_type: DType) -> Result<Option<HostTensor>> {
+    if tensor.element_type() == DType::F32 && element_type == DType::BF16 {
         let values: Vec<u16> = tensor
             .to_vec::<f32>()?
             .into_iter()
@@ -145,29 +141,29 @@ pub fn write_npy(path: &Path, tensor: &HostTensor) -> Result<()> {
         }};
     }
     match tensor.element_type() {
-        ElementType::Pred => write_as!(bool, tensor.to_vec::<bool>()?),
-        ElementType::S8 => write_as!(i8, tensor.to_vec::<i8>()?),
-        ElementType::S16 => write_as!(i16, tensor.to_vec::<i16>()?),
-        ElementType::S32 => write_as!(i32, tensor.to_vec::<i32>()?),
-        ElementType::S64 => write_as!(i64, tensor.to_vec::<i64>()?),
-        ElementType::U8 => write_as!(u8, tensor.to_vec::<u8>()?),
-        ElementType::U16 => write_as!(u16, tensor.to_vec::<u16>()?),
-        ElementType::U32 => write_as!(u32, tensor.to_vec::<u32>()?),
-        ElementType::U64 => write_as!(u64, tensor.to_vec::<u64>()?),
-        ElementType::F16 => write_as!(half::f16, halves(tensor).map(half::f16::from_bits)),
-        ElementType::BF16 => write_as!(
+        DType::Bool => write_as!(bool, tensor.to_vec::<bool>()?),
+        DType::I8 => write_as!(i8, tensor.to_vec::<i8>()?),
+        DType::I16 => write_as!(i16, tensor.to_vec::<i16>()?),
+        DType::I32 => write_as!(i32, tensor.to_vec::<i32>()?),
+        DType::I64 => write_as!(i64, tensor.to_vec::<i64>()?),
+        DType::U8 => write_as!(u8, tensor.to_vec::<u8>()?),
+        DType::U16 => write_as!(u16, tensor.to_vec::<u16>()?),
+        DType::U32 => write_as!(u32, tensor.to_vec::<u32>()?),
+        DType::U64 => write_as!(u64, tensor.to_vec::<u64>()?),
+        DType::F16 => write_as!(half::f16, halves(tensor).map(half::f16::from_bits)),
+        DType::BF16 => write_as!(
             f32,
             halves(tensor).map(|b| half::bf16::from_bits(b).to_f32())
         ),
-        ElementType::F32 => write_as!(f32, tensor.to_vec::<f32>()?),
-        ElementType::F64 => write_as!(f64, tensor.to_vec::<f64>()?),
-        ElementType::C64 => write_as!(
+        DType::F32 => write_as!(f32, tensor.to_vec::<f32>()?),
+        DType::F64 => write_as!(f64, tensor.to_vec::<f64>()?),
+        DType::C64 => write_as!(
             npyz::num_complex::Complex32,
             complex_parts(tensor)
                 .chunks_exact(2)
                 .map(|p| npyz::num_complex::Complex32::new(p[0] as f32, p[1] as f32))
         ),
-        ElementType::C128 => write_as!(
+        DType::C128 => write_as!(
             npyz::num_complex::Complex64,
             complex_parts(tensor)
                 .chunks_exact(2)
@@ -190,7 +186,7 @@ fn halves(tensor: &HostTensor) -> impl Iterator<Item = u16> + '_ {
 
 /// The real and imaginary parts of a complex tensor's elements, interleaved (exact in f64).
 fn complex_parts(tensor: &HostTensor) -> Vec<f64> {
-    if tensor.element_type() == ElementType::C64 {
+    if tensor.element_type() == DType::C64 {
         tensor
             .bytes()
             .chunks_exact(4)
@@ -209,35 +205,35 @@ fn complex_parts(tensor: &HostTensor) -> Vec<f64> {
 /// element as its real and imaginary parts, in that order).
 pub fn to_f64(tensor: &HostTensor) -> Result<Vec<f64>> {
     Ok(match tensor.element_type() {
-        ElementType::Pred => tensor
+        DType::Bool => tensor
             .to_vec::<bool>()?
             .into_iter()
             .map(|b| b as u8 as f64)
             .collect(),
-        ElementType::S8 => tensor.to_vec::<i8>()?.into_iter().map(f64::from).collect(),
-        ElementType::S16 => tensor.to_vec::<i16>()?.into_iter().map(f64::from).collect(),
-        ElementType::S32 => tensor.to_vec::<i32>()?.into_iter().map(f64::from).collect(),
-        ElementType::S64 => tensor
+        DType::I8 => tensor.to_vec::<i8>()?.into_iter().map(f64::from).collect(),
+        DType::I16 => tensor.to_vec::<i16>()?.into_iter().map(f64::from).collect(),
+        DType::I32 => tensor.to_vec::<i32>()?.into_iter().map(f64::from).collect(),
+        DType::I64 => tensor
             .to_vec::<i64>()?
             .into_iter()
             .map(|v| v as f64)
             .collect(),
-        ElementType::U8 => tensor.to_vec::<u8>()?.into_iter().map(f64::from).collect(),
-        ElementType::U16 => tensor.to_vec::<u16>()?.into_iter().map(f64::from).collect(),
-        ElementType::U32 => tensor.to_vec::<u32>()?.into_iter().map(f64::from).collect(),
-        ElementType::U64 => tensor
+        DType::U8 => tensor.to_vec::<u8>()?.into_iter().map(f64::from).collect(),
+        DType::U16 => tensor.to_vec::<u16>()?.into_iter().map(f64::from).collect(),
+        DType::U32 => tensor.to_vec::<u32>()?.into_iter().map(f64::from).collect(),
+        DType::U64 => tensor
             .to_vec::<u64>()?
             .into_iter()
             .map(|v| v as f64)
             .collect(),
-        ElementType::F16 => halves(tensor)
+        DType::F16 => halves(tensor)
             .map(|b| half::f16::from_bits(b).to_f64())
             .collect(),
-        ElementType::BF16 => halves(tensor)
+        DType::BF16 => halves(tensor)
             .map(|b| half::bf16::from_bits(b).to_f64())
             .collect(),
-        ElementType::F32 => tensor.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
-        ElementType::F64 => tensor.to_vec::<f64>()?,
-        ElementType::C64 | ElementType::C128 => complex_parts(tensor),
+        DType::F32 => tensor.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
+        DType::F64 => tensor.to_vec::<f64>()?,
+        DType::C64 | DType::C128 => complex_parts(tensor),
     })
 }

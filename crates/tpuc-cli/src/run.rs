@@ -1,23 +1,24 @@
 //! Running a model on a PJRT plugin: the code path of `tpuc run`.
 //!
-//! A model is a `.pt2` / `.fx` program (lowered here, its weights read from the archive) or a
-//! module compiled by `tpuc compile --weights args` plus the archive it was compiled from, which
-//! supplies the weights and the signature. Weights are uploaded once, sharing the archive's
-//! memory-mapped data where the plugin allows (zero-copy on the CPU plugin).
+//! A model is a `.pt2` / `.fx` program, or a module compiled by `tpuc compile --weights args`
+//! plus the archive it was compiled from, which supplies the weights and the signature; either
+//! goes through `tpuc_driver`'s pipeline. Weights are uploaded once, sharing the archive's
+//! memory-mapped data where the plugin allows (zero-copy on the CPU plugin), and what the
+//! program derives from them alone is computed once, by the prepared executable.
 //!
 //! With several devices the program runs data-parallel through XLA's SPMD partitioner: each user
 //! input is split along its first dimension, weights are replicated, results are replicated.
 use anyhow::{anyhow, bail, Context, Result};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tpuc_fx::{OutputKind, Program, WeightBytes};
-use tpuc_hlo::{ArgAttrs, ArgRole, ElemType, EmitFormat, LowerOptions, Lowered, WeightsMode};
-use tpuc_pjrt::{
-    compile_with_cache, Buffer, CacheOutcome, Client, ClientOptions, CompileCache, CompileOptions,
-    ElementType, Executable, HostBytes, HostTensor, Partitioner, Plugin,
+use tpuc_driver::{
+    ArgRole, CacheOutcome, Compiled, Hoist, InputSpec, LowerOptions, Options, ShardingDialect,
+    Source, Target, WeightsMode,
 };
+use tpuc_fx::WeightBytes;
+use tpuc_pjrt::{Buffer, DType, HostBytes, HostTensor};
 
 /// How to run a model.
 #[derive(Clone, Debug)]
@@ -30,6 +31,10 @@ pub struct RunOptions {
     pub seed: u64,
     /// Lowering options for `.pt2` / `.fx` models (weights are always arguments).
     pub lower: LowerOptions,
+    /// Compute what the program derives from its weights alone once, not on every run.
+    pub hoist_weights: bool,
+    /// The dialect of the shardings on several devices.
+    pub dialect: ShardingDialect,
     /// The cache of compiled executables: `None` for $TPUC_CACHE_DIR or the default, `off`
     /// for none (see `tpuc_pjrt::CompileCache::configured`).
     pub cache_dir: Option<String>,
@@ -47,6 +52,8 @@ impl Default for RunOptions {
             devices: 1,
             seed: 0,
             lower: LowerOptions::default(),
+            hoist_weights: true,
+            dialect: ShardingDialect::default(),
             cache_dir: None,
             sizes: BTreeMap::new(),
             input_dims: None,
@@ -54,53 +61,63 @@ impl Default for RunOptions {
     }
 }
 
-/// A user input the model expects.
-#[derive(Clone, Debug, PartialEq)]
-pub struct InputSpec {
-    pub name: String,
-    pub element_type: ElementType,
-    pub dims: Vec<i64>,
-    /// The sizes the program declares when some are symbolic (`[s17, s27, 16]`), of which
-    /// `dims` are the ones it was specialised to.
-    pub declared: Option<String>,
-}
-
 /// Where the time of preparing a model went.
 #[derive(Clone, Debug, Default)]
 pub struct PrepareTimings {
-    /// Reading the program and lowering it to StableHLO.
+    /// Reading the program, lowering it and emitting StableHLO.
     pub lower: Duration,
     /// Loading the plugin and creating the client.
     pub client: Duration,
-    /// The plugin's compilation (or loading the executable from the cache).
+    /// The plugin's compilation (or loading the executables from the cache).
     pub compile: Duration,
-    /// What the cache of compiled executables did; `None` when it is off.
+    /// What the cache of compiled executables did with the model's executable; `None` when it
+    /// is off.
     pub cache: Option<CacheOutcome>,
-    /// Uploading the weights.
+    /// Uploading the weights and computing what is derived from them.
     pub weights: Duration,
 }
 
 /// A model compiled and loaded on a plugin, its weights on the devices, ready to run.
 pub struct Runner {
-    client: Client,
-    executable: Executable,
-    /// Per argument of `main`: a weight (index into `weights[device]`) or a user input.
-    slots: Vec<Slot>,
-    /// `weights[device][i]`.
+    target: Target,
+    compiled: Arc<Compiled>,
+    /// `weights[device][i]`, for the weight at argument `weight_args[i]`.
     weights: Vec<Vec<Buffer>>,
+    /// `derived[device][i]`: what the prepared executable computed from the weights.
+    derived: Vec<Vec<Buffer>>,
     /// Per device, the seed of the random ops, when the model has any.
     seeds: Vec<Buffer>,
-    inputs: Vec<InputSpec>,
-    /// Indices of the results that are user outputs (not buffer mutations).
-    user_outputs: Vec<usize>,
+    /// Where each argument of the executable comes from, by its role in the signature.
+    slots: Vec<Slot>,
     pub timings: PrepareTimings,
 }
 
+/// An argument's buffer: the i-th weight, user input or derived value, or the seed.
 #[derive(Clone, Copy, Debug)]
 enum Slot {
     Weight(usize),
     Input(usize),
     Seed,
+    Derived(usize),
+}
+
+fn slots(roles: &[ArgRole]) -> Vec<Slot> {
+    let (mut weights, mut inputs) = (0, 0);
+    roles
+        .iter()
+        .map(|role| match role {
+            ArgRole::Weight(_) => {
+                weights += 1;
+                Slot::Weight(weights - 1)
+            }
+            ArgRole::UserInput(_) => {
+                inputs += 1;
+                Slot::Input(inputs - 1)
+            }
+            ArgRole::RngSeed => Slot::Seed,
+            ArgRole::Derived(i) => Slot::Derived(*i),
+        })
+        .collect()
 }
 
 /// Weight bytes of the archive, shared with device buffers.
@@ -124,66 +141,21 @@ fn is_program(path: &Path) -> Result<bool> {
     Ok(head[..n].starts_with(b"PK") || head[..n].starts_with(tpuc_fx::fxfile::MAGIC.as_slice()))
 }
 
-pub fn element_type(elem: ElemType) -> ElementType {
-    match elem {
-        ElemType::I1 => ElementType::Pred,
-        ElemType::I8 => ElementType::S8,
-        ElemType::I16 => ElementType::S16,
-        ElemType::I32 => ElementType::S32,
-        ElemType::I64 => ElementType::S64,
-        ElemType::U8 => ElementType::U8,
-        ElemType::U16 => ElementType::U16,
-        ElemType::U32 => ElementType::U32,
-        ElemType::U64 => ElementType::U64,
-        ElemType::F16 => ElementType::F16,
-        ElemType::BF16 => ElementType::BF16,
-        ElemType::F32 => ElementType::F32,
-        ElemType::F64 => ElementType::F64,
-        ElemType::C64 => ElementType::C64,
-        ElemType::C128 => ElementType::C128,
-    }
-}
-
-/// GSPMD annotations for data parallelism over `devices`: user inputs split along their first
-/// dimension, weights and results replicated.
-fn annotate_data_parallel(lowered: &mut Lowered, devices: usize) {
-    let replicated = || ArgAttrs {
-        attrs: vec![("mhlo.sharding".into(), "\"{replicated}\"".into())],
-    };
-    let main = &mut lowered.module.main;
-    let arg_types = main.arg_types();
-    for (i, role) in lowered.args.iter().enumerate() {
-        main.arg_attrs[i] = match role {
-            ArgRole::UserInput(_) if !arg_types[i].shape.is_empty() => {
-                let mut tiles = vec!["1".to_string(); arg_types[i].shape.len()];
-                tiles[0] = devices.to_string();
-                ArgAttrs {
-                    attrs: vec![(
-                        "mhlo.sharding".into(),
-                        format!("\"{{devices=[{}]<=[{devices}]}}\"", tiles.join(",")),
-                    )],
-                }
-            }
-            _ => replicated(),
-        };
-    }
-    main.result_attrs = vec![replicated(); main.results.len()];
-}
-
 impl Runner {
     /// Prepares `model` (a `.pt2` / `.fx` program, or a compiled module with `weights`, the
     /// archive it was compiled from).
     pub fn new(model: &Path, weights: Option<&Path>, options: &RunOptions) -> Result<Runner> {
         let mut timings = PrepareTimings::default();
-        let start = Instant::now();
-        let model_is_program = is_program(model)?;
-        let archive = match (model_is_program, weights) {
-            (true, None) => model,
+        let source = match (is_program(model)?, weights) {
+            (true, None) => Source::File(model),
             (true, Some(_)) => bail!(
                 "--weights is for compiled modules; {} carries its own weights",
                 model.display()
             ),
-            (false, Some(archive)) => archive,
+            (false, Some(archive)) => Source::Module {
+                module: model,
+                archive,
+            },
             (false, None) => bail!(
                 "{} is not a .pt2 or .fx program; to run a compiled module, pass --weights with the \
                  archive it was compiled from (it supplies the weights and the signature)",
@@ -193,200 +165,175 @@ impl Runner {
         if options.devices < 1 {
             bail!("--devices must be at least 1");
         }
-        if options.devices > 1 && !model_is_program {
-            bail!("--devices {} needs a .pt2 or .fx model: tpuc adds the sharding annotations when it compiles", options.devices);
-        }
-        let program = tpuc_fx::read_program(archive)?;
-        // Inputs with symbolic sizes, as declared, for messages about inputs of other shapes.
-        let declared: HashMap<String, String> = program
-            .graph
-            .inputs
-            .iter()
-            .filter_map(|i| {
-                let meta = program.graph.tensor(&i.name)?;
-                let symbolic = meta.static_sizes().is_none();
-                symbolic.then(|| (i.name.clone(), meta.describe_sizes()))
-            })
-            .collect();
-        let program = crate::specialize(
-            program,
-            archive,
-            &options.sizes,
-            options.input_dims.as_deref(),
-        )?;
-        let lower_options = LowerOptions {
-            weights: WeightsMode::Args,
-            ..options.lower.clone()
-        };
-        let mut lowered = tpuc_hlo::lower(&program, &lower_options)
-            .with_context(|| format!("cannot compile {}", archive.display()))?;
-        let arg_types = lowered.module.main.arg_types();
-        let mut slots = Vec::new();
-        let mut inputs = Vec::new();
-        let mut weight_names = Vec::new();
-        for (role, ty) in lowered.args.iter().zip(&arg_types) {
-            match role {
-                ArgRole::Weight(name) => {
-                    slots.push(Slot::Weight(weight_names.len()));
-                    weight_names.push(name.clone());
-                }
-                ArgRole::RngSeed => slots.push(Slot::Seed),
-                ArgRole::UserInput(name) => {
-                    slots.push(Slot::Input(inputs.len()));
-                    inputs.push(InputSpec {
-                        name: name.clone(),
-                        element_type: element_type(ty.elem),
-                        dims: ty.shape.clone(),
-                        declared: declared.get(name).cloned(),
-                    });
-                }
-            }
-        }
-        if options.devices > 1 {
-            for input in &inputs {
-                match input.dims.first() {
-                    Some(&d) if d % options.devices as i64 != 0 => bail!(
-                        "input {} has first dimension {d}, which {} devices cannot split evenly",
-                        input.name,
-                        options.devices
-                    ),
-                    _ => {}
-                }
-            }
-            annotate_data_parallel(&mut lowered, options.devices);
-        }
-        let module = if model_is_program {
-            tpuc_hlo::emit(&lowered.module, EmitFormat::Text)?
-        } else {
-            std::fs::read(model).with_context(|| format!("cannot read {}", model.display()))?
-        };
-        let user_outputs = user_output_indices(&program);
-        timings.lower = start.elapsed();
-
-        let start = Instant::now();
-        let plugin_path = tpuc_pjrt::discover::resolve(options.plugin.as_deref())?;
-        let plugin = Plugin::load(&plugin_path)?;
-        // Other plugins refuse options they do not know (libtpu does), so the CPU plugin's
-        // device count is only passed to it.
-        let cpu_device_count = (options.devices > 1
-            && tpuc_pjrt::discover::is_cpu_plugin(&plugin_path))
-        .then_some(options.devices as i64);
-        let client = Client::new(
-            &plugin,
-            &ClientOptions {
-                cpu_device_count,
-                ..Default::default()
-            },
-        )
-        .with_context(|| format!("the PJRT plugin {} cannot start", plugin_path.display()))?;
-        let available = client.addressable_devices()?.len();
-        if available < options.devices {
+        if options.devices > 1 && matches!(source, Source::Module { .. }) {
             bail!(
-                "{} devices requested, but the {} plugin has {available}",
-                options.devices,
-                client.platform_name()?
+                "--devices {} needs a .pt2 or .fx model: tpuc adds the sharding annotations when \
+                 it compiles",
+                options.devices
             );
         }
+        let start = Instant::now();
+        let target = Target::open(options.plugin.as_deref(), options.devices, &[])?;
         timings.client = start.elapsed();
 
-        let start = Instant::now();
-        let compile_options = if options.devices > 1 {
-            CompileOptions::spmd(options.devices, Partitioner::Gspmd)
-        } else {
-            CompileOptions::single_device()
+        let compile_options = Options {
+            lower: LowerOptions {
+                weights: WeightsMode::Args,
+                ..options.lower.clone()
+            },
+            hoist: if options.hoist_weights {
+                Hoist::Weights
+            } else {
+                Hoist::Off
+            },
+            dialect: options.dialect,
+            sizes: Some(options.sizes.clone()),
+            input_dims: options.input_dims.clone(),
+            cache_dir: options.cache_dir.clone(),
         };
-        let cache = CompileCache::configured(options.cache_dir.as_deref())?;
-        let (executable, cache_outcome) =
-            compile_with_cache(&client, &module, &compile_options, cache.as_ref())
-                .with_context(|| format!("the plugin cannot compile {}", model.display()))?;
-        timings.cache = cache_outcome;
-        timings.compile = start.elapsed();
+        let (compiled, _) = target.compile(source, &compile_options)?;
+        let t = &compiled.timings;
+        timings.lower = t.read + t.lower + t.passes + t.emit;
+        timings.compile = t.compile;
+        timings.cache = compiled.cache.outcomes.first().cloned();
 
         let start = Instant::now();
-        let weight_args: Vec<(&String, &tpuc_hlo::TensorType)> = lowered
-            .args
-            .iter()
-            .zip(&arg_types)
-            .filter_map(|(role, ty)| match role {
-                ArgRole::Weight(name) => Some((name, ty)),
-                ArgRole::UserInput(_) | ArgRole::RngSeed => None,
-            })
-            .collect();
-        let mut weights = Vec::new();
-        for device in executable.devices() {
+        let mut runner = Runner {
+            target,
+            slots: slots(&compiled.signature.args),
+            compiled,
+            weights: Vec::new(),
+            derived: Vec::new(),
+            seeds: Vec::new(),
+            timings,
+        };
+        runner.upload_weights()?;
+        runner.upload_seeds(options.seed)?;
+        runner.prepare()?;
+        runner.timings.weights = start.elapsed();
+        Ok(runner)
+    }
+
+    fn upload_weights(&mut self) -> Result<()> {
+        let c = &self.compiled;
+        for device in self.target.devices() {
             let mut on_device = Vec::new();
-            for (name, ty) in &weight_args {
-                let weight = program
+            for (role, ty) in c.signature.args.iter().zip(&c.arg_types) {
+                let ArgRole::Weight(name) = role else {
+                    continue;
+                };
+                let weight = c
+                    .program
                     .weights
                     .get(name.as_str())
                     .ok_or_else(|| anyhow!("the archive has no data for weight {name}"))?;
                 let data: Arc<dyn HostBytes> = Arc::new(WeightData(weight.bytes.clone()));
-                let buffer = client
-                    .buffer_sharing(element_type(ty.elem), &ty.shape, data, device)
+                let buffer = self
+                    .target
+                    .client()
+                    .buffer_sharing(ty.elem, &ty.shape, data, device)
                     .with_context(|| format!("uploading weight {name}"))?;
                 on_device.push(buffer);
             }
-            weights.push(on_device);
+            self.weights.push(on_device);
         }
-        let mut seeds = Vec::new();
-        if slots.iter().any(|s| matches!(s, Slot::Seed)) {
-            let seed = HostTensor::from_bytes(
-                ElementType::U64,
-                &[2],
-                &[options.seed.to_le_bytes(), 0u64.to_le_bytes()].concat(),
-            )?;
-            for device in executable.devices() {
-                seeds.push(client.buffer_from_host(&seed, device)?);
-            }
+        Ok(())
+    }
+
+    fn upload_seeds(&mut self, seed: u64) -> Result<()> {
+        if !self.compiled.signature.takes_seed() {
+            return Ok(());
         }
-        timings.weights = start.elapsed();
-        Ok(Runner {
-            client,
-            executable,
-            slots,
-            weights,
-            seeds,
-            inputs,
-            user_outputs,
-            timings,
-        })
+        let seed = HostTensor::from_bytes(
+            DType::U64,
+            &[2],
+            &[seed.to_le_bytes(), 0u64.to_le_bytes()].concat(),
+        )?;
+        for device in self.target.devices() {
+            self.seeds
+                .push(self.target.client().buffer_from_host(&seed, device)?);
+        }
+        Ok(())
+    }
+
+    /// Computes, once, what the program derives from its weights alone.
+    fn prepare(&mut self) -> Result<()> {
+        let Some(prepared) = &self.compiled.prepared else {
+            return Ok(());
+        };
+        let args: Vec<Vec<&Buffer>> = (0..self.devices())
+            .map(|d| {
+                prepared
+                    .reads
+                    .iter()
+                    .map(|&position| self.own_arg(d, position, &[]))
+                    .collect::<Result<_>>()
+            })
+            .collect::<Result<_>>()?;
+        self.derived = prepared
+            .executable
+            .execute(&args)
+            .context("computing the values derived from the weights")?;
+        Ok(())
+    }
+
+    /// The buffer for argument `position` on device `d` (`inputs`: that device's user inputs).
+    fn own_arg<'a>(
+        &'a self,
+        d: usize,
+        position: usize,
+        inputs: &'a [Buffer],
+    ) -> Result<&'a Buffer> {
+        let buffer = match self.slots[position] {
+            Slot::Weight(i) => self.weights[d].get(i),
+            Slot::Input(i) => inputs.get(i),
+            Slot::Seed => self.seeds.get(d),
+            Slot::Derived(i) => self.derived.get(d).and_then(|values| values.get(i)),
+        };
+        buffer.ok_or_else(|| anyhow!("internal error: no buffer for argument {position}"))
     }
 
     /// The user inputs the model expects, in order.
     pub fn inputs(&self) -> &[InputSpec] {
-        &self.inputs
+        &self.compiled.inputs
     }
 
-    pub fn client(&self) -> &Client {
-        &self.client
+    pub fn client(&self) -> &tpuc_pjrt::Client {
+        self.target.client()
     }
 
     pub fn devices(&self) -> usize {
-        self.executable.devices().len()
+        self.target.devices().len()
+    }
+
+    /// Whether part of the program was computed once from the weights.
+    pub fn is_prepared(&self) -> bool {
+        self.compiled.prepared.is_some()
     }
 
     /// Checks `inputs` against the model's signature (count, dtype, shape), converting float32
     /// given for bfloat16.
     pub fn check_inputs(&self, inputs: Vec<HostTensor>) -> Result<Vec<HostTensor>> {
-        if inputs.len() != self.inputs.len() {
-            let expected: Vec<String> = self.inputs.iter().map(describe).collect();
+        let specs = self.inputs();
+        if inputs.len() != specs.len() {
+            let expected: Vec<String> = specs.iter().map(describe).collect();
             bail!(
                 "the model takes {} input(s) ({}), {} given",
-                self.inputs.len(),
+                specs.len(),
                 expected.join(", "),
                 inputs.len()
             );
         }
         inputs
             .into_iter()
-            .zip(&self.inputs)
+            .zip(specs)
             .enumerate()
             .map(|(i, (tensor, spec))| {
-                let tensor = match crate::npy::adapt_to(&tensor, spec.element_type)? {
+                let tensor = match crate::npy::adapt_to(&tensor, spec.dtype)? {
                     Some(converted) => converted,
                     None => tensor,
                 };
-                if tensor.element_type() != spec.element_type || tensor.dims() != spec.dims {
+                if tensor.element_type() != spec.dtype || tensor.dims() != spec.dims {
                     bail!(
                         "input {i} ({}) must be {}, but {} {:?} was given",
                         spec.name,
@@ -407,7 +354,7 @@ impl Runner {
             .into_iter()
             .map(Arc::new)
             .collect();
-        let devices = self.executable.devices();
+        let devices = self.target.devices();
         // Per device, its part of each input (all of it on one device).
         let mut input_buffers: Vec<Vec<Buffer>> = Vec::with_capacity(devices.len());
         for (d, device) in devices.iter().enumerate() {
@@ -418,7 +365,7 @@ impl Runner {
                 let (element_type, dims) = (part.element_type(), part.dims().to_vec());
                 let data: Arc<dyn HostBytes> = part;
                 on_device.push(
-                    self.client
+                    self.client()
                         .buffer_sharing(element_type, &dims, data, device)?,
                 );
             }
@@ -426,22 +373,19 @@ impl Runner {
         }
         let args: Vec<Vec<&Buffer>> = (0..devices.len())
             .map(|d| {
-                self.slots
-                    .iter()
-                    .map(|slot| match *slot {
-                        Slot::Weight(i) => &self.weights[d][i],
-                        Slot::Input(i) => &input_buffers[d][i],
-                        Slot::Seed => &self.seeds[d],
-                    })
-                    .collect()
+                (0..self.compiled.signature.args.len())
+                    .map(|position| self.own_arg(d, position, &input_buffers[d]))
+                    .collect::<Result<_>>()
             })
-            .collect();
-        let mut outputs = self.executable.execute(&args)?;
+            .collect::<Result<_>>()?;
+        let mut outputs = self.compiled.executable.execute(&args)?;
         // Results are replicated: the first device's are the whole outputs.
         let first = outputs.swap_remove(0);
-        self.user_outputs
-            .iter()
-            .map(|&i| {
+        self.compiled
+            .signature
+            .user_outputs()
+            .into_iter()
+            .map(|i| {
                 first
                     .get(i)
                     .ok_or_else(|| {
@@ -456,8 +400,8 @@ impl Runner {
 
 fn describe(spec: &InputSpec) -> String {
     match &spec.declared {
-        Some(sizes) => format!("{} {sizes} ({:?} here)", spec.element_type, spec.dims),
-        None => format!("{} {:?}", spec.element_type, spec.dims),
+        Some(sizes) => format!("{} {sizes} ({:?} here)", spec.dtype, spec.dims),
+        None => format!("{} {:?}", spec.dtype, spec.dims),
     }
 }
 
@@ -475,15 +419,4 @@ fn shard(tensor: &Arc<HostTensor>, index: usize, parts: usize) -> Result<Arc<Hos
         &dims,
         bytes,
     )?))
-}
-
-fn user_output_indices(program: &Program) -> Vec<usize> {
-    program
-        .graph
-        .outputs
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| matches!(o.kind, OutputKind::User | OutputKind::Loss))
-        .map(|(i, _)| i)
-        .collect()
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use prost::Message;
 
-use crate::dtype::DType;
+use crate::dtype;
 use crate::error::{FxError, Result};
 use crate::graph::*;
 use crate::symbolic::SymbolRange;
@@ -66,7 +66,7 @@ pub fn write_fx(program: &Program, path: &Path, storage: WeightStorage) -> Resul
             };
             proto::Weight {
                 name: name.clone(),
-                dtype: w.dtype.schema_code() as i32,
+                dtype: dtype::schema_code(w.dtype) as i32,
                 sizes: w.sizes.clone(),
                 data: Some(data),
             }
@@ -147,10 +147,10 @@ pub fn read_fx(path: &Path) -> Result<Program> {
             context: context.clone(),
             message,
         };
-        let dtype = DType::from_schema_code(w.dtype.into()).ok_or_else(|| {
+        let dtype = dtype::from_schema_code(w.dtype.into()).ok_or_else(|| {
             invalid(format!(
                 "unsupported {}",
-                DType::describe_unsupported_code(w.dtype.into())
+                dtype::describe_unsupported_code(w.dtype.into())
             ))
         })?;
         let bytes = match w.data {
@@ -203,13 +203,7 @@ pub fn read_fx(path: &Path) -> Result<Program> {
         crate::pt2::check_weight_size(&weight).map_err(invalid)?;
         weights.insert(w.name, weight);
     }
-    let program = Program { graph, weights };
-    crate::validate::validate(&program).map_err(|(context, message)| FxError::Invalid {
-        path: path.to_path_buf(),
-        context,
-        message,
-    })?;
-    Ok(program)
+    crate::validate::validated(path, Program { graph, weights })
 }
 
 fn dim_to_proto(d: &Dim) -> proto::Dim {
@@ -237,7 +231,7 @@ fn dim_from_proto(d: proto::Dim) -> Result<Dim, String> {
 
 fn meta_to_proto(m: &TensorMeta) -> proto::TensorMeta {
     proto::TensorMeta {
-        dtype: m.dtype.schema_code() as i32,
+        dtype: dtype::schema_code(m.dtype) as i32,
         sizes: m.sizes.iter().map(dim_to_proto).collect(),
         strides: m.strides.iter().map(dim_to_proto).collect(),
         storage_offset: m.storage_offset,
@@ -246,10 +240,10 @@ fn meta_to_proto(m: &TensorMeta) -> proto::TensorMeta {
 
 fn meta_from_proto(m: proto::TensorMeta) -> Result<TensorMeta, String> {
     Ok(TensorMeta {
-        dtype: DType::from_schema_code(m.dtype.into()).ok_or_else(|| {
+        dtype: dtype::from_schema_code(m.dtype.into()).ok_or_else(|| {
             format!(
                 "unsupported {}",
-                DType::describe_unsupported_code(m.dtype.into())
+                dtype::describe_unsupported_code(m.dtype.into())
             )
         })?,
         sizes: m
@@ -308,7 +302,7 @@ fn arg_to_proto(a: &Arg) -> proto::Arg {
         Arg::SymInts(v) => K::SymInts(proto::SymIntList {
             values: v.iter().map(sym_to_proto).collect(),
         }),
-        Arg::ScalarType(d) => K::ScalarType(d.schema_code() as i32),
+        Arg::ScalarType(d) => K::ScalarType(dtype::schema_code(*d) as i32),
         Arg::MemoryFormat(m) => K::MemoryFormat(*m),
         Arg::Layout(l) => K::Layout(*l),
         Arg::Device { kind, index } => K::Device(proto::Device {
@@ -344,10 +338,10 @@ fn arg_from_proto(a: proto::Arg) -> Result<Arg, String> {
                 .collect::<Result<_, _>>()?,
         ),
         K::ScalarType(code) => {
-            Arg::ScalarType(DType::from_schema_code(code.into()).ok_or_else(|| {
+            Arg::ScalarType(dtype::from_schema_code(code.into()).ok_or_else(|| {
                 format!(
                     "unsupported {}",
-                    DType::describe_unsupported_code(code.into())
+                    dtype::describe_unsupported_code(code.into())
                 )
             })?)
         }

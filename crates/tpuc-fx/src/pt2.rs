@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::dtype::DType;
+use crate::dtype;
 use crate::error::{FxError, Result};
 use crate::graph::*;
 use crate::schema;
@@ -189,7 +189,7 @@ pub fn read_pt2(path: &Path) -> Result<Program> {
             weights.insert(fqn, weight);
         }
     }
-    validated(path, Program { graph, weights })
+    crate::validate::validated(path, Program { graph, weights })
 }
 
 /// A program from a serialized `ExportedProgram` (torch.export's `model.json`) whose graph
@@ -197,7 +197,7 @@ pub fn read_pt2(path: &Path) -> Result<Program> {
 /// `origin` names it in errors.
 pub fn program_from_json(origin: &Path, json: &[u8]) -> Result<Program> {
     let graph = graph_from_json(origin, "model.json", json)?;
-    validated(
+    crate::validate::validated(
         origin,
         Program {
             graph,
@@ -232,15 +232,6 @@ fn graph_from_json(path: &Path, entry: &str, json: &[u8]) -> Result<Graph> {
         })
         .collect();
     Ok(graph)
-}
-
-fn validated(path: &Path, program: Program) -> Result<Program> {
-    crate::validate::validate(&program).map_err(|(context, message)| FxError::Invalid {
-        path: path.to_path_buf(),
-        context,
-        message,
-    })?;
-    Ok(program)
 }
 
 /// Checks that a weight's bytes hold exactly its dense row-major elements.
@@ -327,10 +318,10 @@ impl Converter<'_> {
     }
 
     fn tensor_meta(&self, context: &str, m: &schema::TensorMeta) -> Result<TensorMeta> {
-        let dtype = DType::from_schema_code(m.dtype).ok_or_else(|| {
+        let dtype = dtype::from_schema_code(m.dtype).ok_or_else(|| {
             self.invalid(
                 context,
-                format!("unsupported {}", DType::describe_unsupported_code(m.dtype)),
+                format!("unsupported {}", dtype::describe_unsupported_code(m.dtype)),
             )
         })?;
         let dims = |v: &[schema::SymInt]| v.iter().map(sym_int_dim).collect::<Vec<_>>();
@@ -361,10 +352,10 @@ impl Converter<'_> {
             A::AsSymInt(s) => Arg::SymInt(sym_int_arg(s)),
             A::AsSymInts(s) => Arg::SymInts(s.into_iter().map(sym_int_arg).collect()),
             A::AsScalarType(code) => {
-                Arg::ScalarType(DType::from_schema_code(code).ok_or_else(|| {
+                Arg::ScalarType(dtype::from_schema_code(code).ok_or_else(|| {
                     self.invalid(
                         context,
-                        format!("unsupported {}", DType::describe_unsupported_code(code)),
+                        format!("unsupported {}", dtype::describe_unsupported_code(code)),
                     )
                 })?)
             }

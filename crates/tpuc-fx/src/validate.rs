@@ -2,11 +2,23 @@
 //! nothing is defined twice, every value has a type, and weights match their placeholders.
 
 use std::collections::HashSet;
+use std::path::Path;
 
+use crate::error::{FxError, Result};
 use crate::graph::*;
 
+/// `program`, read from `path`, when it passes [`validate`]; every reader ends with this.
+pub fn validated(path: &Path, program: Program) -> Result<Program> {
+    validate(&program).map_err(|(context, message)| FxError::Invalid {
+        path: path.to_path_buf(),
+        context,
+        message,
+    })?;
+    Ok(program)
+}
+
 /// On failure: (where, what), e.g. ("node add_1 (aten.add.Tensor)", "uses undefined value x").
-pub fn validate(program: &Program) -> Result<(), (String, String)> {
+pub fn validate(program: &Program) -> std::result::Result<(), (String, String)> {
     let g = &program.graph;
     let mut defined: HashSet<&str> = HashSet::with_capacity(g.tensors.len());
     let all_defs: HashSet<&str> = g

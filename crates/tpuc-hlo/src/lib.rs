@@ -1,17 +1,13 @@
-//! tpuc's middle: a typed StableHLO IR, the lowering of ATen graphs into it, passes over it,
-//! and its emission as MLIR (the only part that uses melior).
+//! tpuc's middle: a typed StableHLO IR (`ir`), the lowering of ATen graphs into it (`lower`),
+//! the passes over it (`passes`), and the signature a compiled module presents to whoever runs
+//! it. Nothing here links MLIR: `tpuc-emit` spells the IR as MLIR.
 
-pub mod builder;
-pub mod emit;
-pub mod fold;
-pub mod hoist;
 pub mod ir;
 pub mod lower;
 pub mod passes;
-pub mod types;
+pub mod signature;
 
-pub use builder::{Builder, TypeError};
-pub use emit::{emit, emit_text, EmitError, EmitFormat};
-pub use ir::*;
-pub use lower::{lower, ArgRole, LowerError, LowerOptions, Lowered, WeightsMode};
-pub use types::{ElemType, TensorType};
+pub use ir::{DType, Module, TensorType};
+pub use lower::{lower, LowerError, LowerOptions, Lowered, WeightsMode};
+pub use passes::{pipeline, PipelineOptions, Pipelined};
+pub use signature::{ArgRole, ResultRole, Signature};

@@ -70,7 +70,7 @@ fn execute(c: &mut Criterion) {
         .compile_mlir(ADD.as_bytes(), &CompileOptions::single_device())
         .expect("compile");
     let device = &exe.devices()[0];
-    let x = HostTensor::from_slice(ElementType::F32, &[2, 3], &[1.0f32; 6]).unwrap();
+    let x = HostTensor::from_slice(DType::F32, &[2, 3], &[1.0f32; 6]).unwrap();
     let a = client.buffer_from_host(&x, device).unwrap();
     let b = client.buffer_from_host(&x, device).unwrap();
     let mut group = c.benchmark_group("execute");
@@ -115,7 +115,7 @@ fn transfers(c: &mut Criterion) {
     let device = client.addressable_devices().unwrap().remove(0);
     for bytes in [4usize << 10, 4 << 20] {
         let elements = (bytes / 4) as i64;
-        let tensor = Arc::new(HostTensor::zeros(ElementType::F32, &[elements]).unwrap());
+        let tensor = Arc::new(HostTensor::zeros(DType::F32, &[elements]).unwrap());
         let unaligned: Arc<dyn HostBytes> = Arc::new(Unaligned::new(bytes));
 
         let mut h2d = c.benchmark_group("host_to_device");
@@ -130,7 +130,7 @@ fn transfers(c: &mut Criterion) {
                 bench.iter(|| {
                     let data: Arc<dyn HostBytes> = t.clone();
                     client
-                        .buffer_sharing(ElementType::F32, &[elements], data, &device)
+                        .buffer_sharing(DType::F32, &[elements], data, &device)
                         .unwrap()
                 })
             },
@@ -141,7 +141,7 @@ fn transfers(c: &mut Criterion) {
             |bench, data| {
                 bench.iter(|| {
                     client
-                        .buffer_sharing(ElementType::F32, &[elements], data.clone(), &device)
+                        .buffer_sharing(DType::F32, &[elements], data.clone(), &device)
                         .unwrap()
                 })
             },

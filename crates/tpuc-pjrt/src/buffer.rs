@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::host::{HostBytes, HostTensor};
 use crate::plugin::{pjrt_call, raw_slice};
-use crate::ElementType;
+use crate::DType;
 use pjrt_sys::*;
 use std::sync::Arc;
 
@@ -44,11 +44,11 @@ impl Buffer {
         self.raw
     }
 
-    pub fn element_type(&self) -> Result<ElementType> {
+    pub fn element_type(&self) -> Result<DType> {
         let mut args = PJRT_Buffer_ElementType_Args::new();
         args.buffer = self.raw;
         pjrt_call!(self.client.plugin, PJRT_Buffer_ElementType, &mut args)?;
-        ElementType::from_raw(args.type_).ok_or_else(|| {
+        crate::element_type::from_raw(args.type_).ok_or_else(|| {
             Error::Invalid(format!(
                 "buffer has an element type tpuc does not handle (PJRT type {})",
                 args.type_

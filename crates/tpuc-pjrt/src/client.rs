@@ -7,7 +7,7 @@ use crate::event::Event;
 use crate::executable::Executable;
 use crate::host::{element_count, HostBytes};
 use crate::plugin::{pjrt_call, raw_slice, string_from, Plugin};
-use crate::ElementType;
+use crate::DType;
 use pjrt_sys::*;
 use std::ffi::{c_char, CString};
 use std::sync::Arc;
@@ -244,7 +244,7 @@ impl Client {
     /// Copies `bytes` (dense, row-major) to a new buffer of the given type and shape on `device`.
     pub fn buffer_from_bytes(
         &self,
-        element_type: ElementType,
+        element_type: DType,
         dims: &[i64],
         bytes: &[u8],
         device: &Device,
@@ -266,7 +266,7 @@ impl Client {
     /// buffer and must not change meanwhile.
     pub fn buffer_sharing(
         &self,
-        element_type: ElementType,
+        element_type: DType,
         dims: &[i64],
         data: Arc<dyn HostBytes>,
         device: &Device,
@@ -284,7 +284,7 @@ impl Client {
 
     fn transfer(
         &self,
-        element_type: ElementType,
+        element_type: DType,
         dims: &[i64],
         bytes: &[u8],
         device: &Device,
@@ -298,7 +298,7 @@ impl Client {
         let mut args = PJRT_Client_BufferFromHostBuffer_Args::new();
         args.client = self.inner.raw;
         args.data = bytes.as_ptr().cast();
-        args.type_ = element_type.to_raw();
+        args.type_ = crate::element_type::to_raw(element_type);
         args.dims = dims.as_ptr();
         args.num_dims = dims.len();
         args.host_buffer_semantics = semantics;
@@ -312,8 +312,8 @@ impl Client {
     }
 }
 
-fn check_size(element_type: ElementType, dims: &[i64], len: usize) -> Result<()> {
-    let expected = element_count(dims)?.saturating_mul(element_type.size());
+fn check_size(element_type: DType, dims: &[i64], len: usize) -> Result<()> {
+    let expected = element_count(dims)?.saturating_mul(element_type.byte_size());
     if expected != len {
         return Err(Error::Invalid(format!(
             "{len} bytes given for a {element_type} buffer of shape {dims:?}, which needs {expected}"

@@ -85,10 +85,44 @@ pub fn resolve_in(spec: Option<&str>, first: &[PathBuf]) -> Result<PathBuf> {
         })
 }
 
-/// Whether `path` is XLA's CPU plugin (which takes the `cpu_device_count` client option).
-pub fn is_cpu_plugin(path: &Path) -> bool {
-    path.file_name()
-        .is_some_and(|name| name.to_string_lossy().contains("pjrt_cpu"))
+/// Which plugin a library is, as far as tpuc treats plugins differently: the one answer to
+/// "which plugin is this and what does it need".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginKind {
+    /// XLA's CPU plugin: takes the `cpu_device_count` client option; its minimum and maximum
+    /// drop NaN unless told otherwise; its convolutions read kernels as [spatial..., in, out].
+    Cpu,
+    /// libtpu: queries the GCE metadata server at start-up unless told not to.
+    Tpu,
+    /// XLA's CUDA plugin.
+    Cuda,
+    /// Any other library.
+    Other,
+}
+
+impl PluginKind {
+    /// The kind of the plugin library at `path`, by its file name.
+    pub fn of(path: &Path) -> PluginKind {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.contains("pjrt_cpu") {
+            PluginKind::Cpu
+        } else if name.starts_with("libtpu") {
+            PluginKind::Tpu
+        } else if name.contains("xla_cuda") {
+            PluginKind::Cuda
+        } else {
+            PluginKind::Other
+        }
+    }
+
+    /// Whether the plugin takes the number of devices as a client option. Others refuse
+    /// options they do not know (libtpu does).
+    pub fn takes_device_count(self) -> bool {
+        self == PluginKind::Cpu
+    }
 }
 
 /// Every installed copy of every known plugin, as (name, path).
@@ -205,6 +239,26 @@ mod tests {
         std::fs::write(&library, b"not really a plugin").unwrap();
         let found = resolve_in(Some("cpu"), &[dir.path().to_path_buf()]).unwrap();
         assert_eq!(found, library.canonicalize().unwrap());
+    }
+
+    #[test]
+    fn kinds_follow_the_library_names() {
+        for known in KNOWN_PLUGINS {
+            for library in known.libraries {
+                let kind = PluginKind::of(Path::new(library));
+                let expected = match known.name {
+                    "cpu" => PluginKind::Cpu,
+                    "tpu" => PluginKind::Tpu,
+                    _ => PluginKind::Cuda,
+                };
+                assert_eq!(kind, expected, "{library}");
+            }
+        }
+        assert_eq!(
+            PluginKind::of(Path::new("/opt/libother.so")),
+            PluginKind::Other
+        );
+        assert!(PluginKind::Cpu.takes_device_count() && !PluginKind::Tpu.takes_device_count());
     }
 
     #[test]

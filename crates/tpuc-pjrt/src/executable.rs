@@ -5,7 +5,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::plugin::{pjrt_call, raw_slice, string_from};
-use crate::ElementType;
+use crate::DType;
 use pjrt_sys::*;
 use std::sync::Arc;
 
@@ -102,7 +102,7 @@ impl Executable {
     }
 
     /// Element types of the outputs (per device).
-    pub fn output_element_types(&self) -> Result<Vec<ElementType>> {
+    pub fn output_element_types(&self) -> Result<Vec<DType>> {
         let mut args = PJRT_Executable_OutputElementTypes_Args::new();
         args.executable = self.executable;
         pjrt_call!(
@@ -114,7 +114,7 @@ impl Executable {
         unsafe { raw_slice(args.output_types, args.num_output_types) }
             .iter()
             .map(|&raw| {
-                ElementType::from_raw(raw)
+                crate::element_type::from_raw(raw)
                     .ok_or_else(|| Error::Invalid(format!("output of unhandled PJRT type {raw}")))
             })
             .collect()

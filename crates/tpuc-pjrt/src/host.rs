@@ -1,6 +1,6 @@
 //! Host-side tensors in 64-byte aligned memory, which the CPU plugin can alias without copying.
-use crate::element_type::ElementType;
 use crate::error::{Error, Result};
+use crate::DType;
 
 /// Host memory a device buffer may alias (zero-copy). It must stay unchanged while shared.
 pub trait HostBytes: Send + Sync {
@@ -20,21 +20,21 @@ struct Line([u8; 64]);
 /// A dense, row-major tensor on the host; its data starts on a 64-byte boundary.
 #[derive(Clone)]
 pub struct HostTensor {
-    element_type: ElementType,
+    element_type: DType,
     dims: Vec<i64>,
     lines: Vec<Line>,
     len: usize,
 }
 
-/// Rust types that are the elements of an [`ElementType`].
+/// Rust types that are the elements of an [`DType`].
 pub trait Scalar: Copy + 'static {
-    const TYPE: ElementType;
+    const TYPE: DType;
 }
 
 macro_rules! scalars {
-    ($($t:ty => $e:ident),*) => {$(impl Scalar for $t { const TYPE: ElementType = ElementType::$e; })*};
+    ($($t:ty => $e:ident),*) => {$(impl Scalar for $t { const TYPE: DType = DType::$e; })*};
 }
-scalars!(bool => Pred, i8 => S8, i16 => S16, i32 => S32, i64 => S64, u8 => U8, u16 => U16,
+scalars!(bool => Bool, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16,
     u32 => U32, u64 => U64, f32 => F32, f64 => F64);
 
 /// Number of elements of a shape, or an error for a negative or overflowing one.
@@ -49,9 +49,9 @@ pub(crate) fn element_count(dims: &[i64]) -> Result<usize> {
 
 impl HostTensor {
     /// A zero-filled tensor.
-    pub fn zeros(element_type: ElementType, dims: &[i64]) -> Result<Self> {
+    pub fn zeros(element_type: DType, dims: &[i64]) -> Result<Self> {
         let len = element_count(dims)?
-            .checked_mul(element_type.size())
+            .checked_mul(element_type.byte_size())
             .ok_or_else(|| Error::Invalid(format!("shape {dims:?} is too large")))?;
         Ok(HostTensor {
             element_type,
@@ -62,7 +62,7 @@ impl HostTensor {
     }
 
     /// A tensor holding `bytes` (row-major, little-endian), which must match the shape exactly.
-    pub fn from_bytes(element_type: ElementType, dims: &[i64], bytes: &[u8]) -> Result<Self> {
+    pub fn from_bytes(element_type: DType, dims: &[i64], bytes: &[u8]) -> Result<Self> {
         let mut tensor = Self::zeros(element_type, dims)?;
         if bytes.len() != tensor.len {
             return Err(Error::Invalid(format!(
@@ -76,11 +76,7 @@ impl HostTensor {
     }
 
     /// A tensor of `T` elements.
-    pub fn from_slice<T: Scalar>(
-        element_type: ElementType,
-        dims: &[i64],
-        values: &[T],
-    ) -> Result<Self> {
+    pub fn from_slice<T: Scalar>(element_type: DType, dims: &[i64], values: &[T]) -> Result<Self> {
         if element_type != T::TYPE {
             return Err(Error::Invalid(format!(
                 "{} values given for a {element_type} tensor",
@@ -94,7 +90,7 @@ impl HostTensor {
         Self::from_bytes(element_type, dims, bytes)
     }
 
-    pub fn element_type(&self) -> ElementType {
+    pub fn element_type(&self) -> DType {
         self.element_type
     }
 
@@ -103,7 +99,7 @@ impl HostTensor {
     }
 
     pub fn element_count(&self) -> usize {
-        self.len / self.element_type.size()
+        self.len / self.element_type.byte_size()
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -125,7 +121,7 @@ impl HostTensor {
                 T::TYPE
             )));
         }
-        if T::TYPE == ElementType::Pred && self.bytes().iter().any(|&b| b > 1) {
+        if T::TYPE == DType::Bool && self.bytes().iter().any(|&b| b > 1) {
             return Err(Error::Invalid(
                 "bool tensor holds bytes other than 0 and 1".into(),
             ));

@@ -6,12 +6,12 @@
 //! message.
 //!
 //! ```no_run
-//! use tpuc_pjrt::{Client, ClientOptions, CompileOptions, ElementType, HostTensor, Plugin};
+//! use tpuc_pjrt::{Client, ClientOptions, CompileOptions, DType, HostTensor, Plugin};
 //! let plugin = Plugin::load(&tpuc_pjrt::discover::resolve(Some("cpu"))?)?;
 //! let client = Client::new(&plugin, &ClientOptions::default())?;
 //! let exe = client.compile_mlir(b"module { func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
 //!     return %a : tensor<2xf32> } }", &CompileOptions::single_device())?;
-//! let x = HostTensor::from_slice(ElementType::F32, &[2], &[1.0f32, 2.0])?;
+//! let x = HostTensor::from_slice(DType::F32, &[2], &[1.0f32, 2.0])?;
 //! let input = client.buffer_from_host(&x, &client.addressable_devices()?[0])?;
 //! let out = exe.execute_on_one_device(&[&input])?;
 //! assert_eq!(out[0].to_host()?.to_vec::<f32>()?, vec![1.0, 2.0]);
@@ -37,8 +37,8 @@ pub use client::{Client, ClientOptions, OptionValue};
 pub use compile_cache::{compile_with_cache, CacheOutcome, CompileCache};
 pub use compile_options::{CompileOptions, Partitioner};
 pub use device::{Device, Memory};
-pub use element_type::ElementType;
 pub use error::{Error, ErrorCode, Result};
 pub use executable::Executable;
 pub use host::{HostBytes, HostTensor, Scalar};
 pub use plugin::{AttributeValue, Plugin};
+pub use tpuc_dtype::DType;

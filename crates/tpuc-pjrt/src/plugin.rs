@@ -232,10 +232,9 @@ impl fmt::Debug for Plugin {
 ///   XLA_FLAGS wins.
 fn prepare_environment(path: &Path) {
     const LOG_LEVEL: &str = "TF_CPP_MIN_LOG_LEVEL";
-    let is_libtpu = path
-        .file_name()
-        .is_some_and(|n| n.to_string_lossy().starts_with("libtpu"));
-    if is_libtpu && std::env::var_os("TPU_SKIP_MDS_QUERY").is_none() {
+    let kind = crate::discover::PluginKind::of(path);
+    if kind == crate::discover::PluginKind::Tpu && std::env::var_os("TPU_SKIP_MDS_QUERY").is_none()
+    {
         std::env::set_var("TPU_SKIP_MDS_QUERY", "1");
     }
     if std::env::var_os(LOG_LEVEL).is_none() {
@@ -243,7 +242,7 @@ fn prepare_environment(path: &Path) {
     }
     const MIN_MAX_FLAG: &str = "xla_cpu_enable_fast_min_max";
     let flags = std::env::var("XLA_FLAGS").unwrap_or_default();
-    if crate::discover::is_cpu_plugin(path) && !flags.contains(MIN_MAX_FLAG) {
+    if kind == crate::discover::PluginKind::Cpu && !flags.contains(MIN_MAX_FLAG) {
         let flags = format!("{flags} --{MIN_MAX_FLAG}=false");
         std::env::set_var("XLA_FLAGS", flags.trim_start());
     }

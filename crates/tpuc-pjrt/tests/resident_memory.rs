@@ -22,7 +22,7 @@ fn ten_thousand_executions_keep_resident_memory_flat() {
     let input = Arc::new(f32s(&[2, 3], &[1.0; 6]));
     let run = || {
         let a = client
-            .buffer_sharing(ElementType::F32, &[2, 3], input.clone(), device)
+            .buffer_sharing(DType::F32, &[2, 3], input.clone(), device)
             .unwrap();
         let b = client.buffer_from_host(&input, device).unwrap();
         let out = exe.execute_on_one_device(&[&a, &b]).unwrap();

@@ -54,7 +54,7 @@ fn compiles_and_executes() {
         .compile_mlir(ADD.as_bytes(), &CompileOptions::single_device())
         .unwrap();
     assert_eq!(exe.num_outputs(), 1);
-    assert_eq!(exe.output_element_types().unwrap(), vec![ElementType::F32]);
+    assert_eq!(exe.output_element_types().unwrap(), vec![DType::F32]);
     assert_eq!(exe.output_dims().unwrap(), vec![vec![2, 3]]);
     let out = run_add(
         &client,
@@ -111,7 +111,7 @@ fn aligned_host_memory_is_shared_not_copied() {
     let address = host.bytes().as_ptr() as usize;
     assert_eq!(address % 64, 0);
     let shared = client
-        .buffer_sharing(ElementType::F32, &[4, 16], host.clone(), device)
+        .buffer_sharing(DType::F32, &[4, 16], host.clone(), device)
         .unwrap();
     assert_eq!(
         shared.device_address().unwrap(),
@@ -325,7 +325,7 @@ fn wrong_arguments_are_errors_not_crashes() {
         .unwrap();
     assert!(exe.execute_on_one_device(&[&a, &foreign]).is_err());
     let err = client
-        .buffer_from_bytes(ElementType::F32, &[2, 3], &[0; 5], device)
+        .buffer_from_bytes(DType::F32, &[2, 3], &[0; 5], device)
         .unwrap_err();
     assert!(err.to_string().contains("needs 24"), "{err}");
 }

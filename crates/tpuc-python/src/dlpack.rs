@@ -4,7 +4,7 @@
 use pyo3::ffi;
 use pyo3::prelude::*;
 use std::ffi::{c_void, CStr};
-use tpuc_pjrt::{Buffer, ElementType};
+use tpuc_pjrt::{Buffer, DType};
 
 const CAPSULE_NAME: &CStr = c"dltensor";
 
@@ -71,19 +71,19 @@ unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
     }
 }
 
-fn data_type(element_type: ElementType) -> DLDataType {
+fn data_type(element_type: DType) -> DLDataType {
     // DLPack codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLComplex 5, kDLBool 6.
     let code = match element_type {
-        ElementType::Pred => 6,
-        ElementType::S8 | ElementType::S16 | ElementType::S32 | ElementType::S64 => 0,
-        ElementType::U8 | ElementType::U16 | ElementType::U32 | ElementType::U64 => 1,
-        ElementType::F16 | ElementType::F32 | ElementType::F64 => 2,
-        ElementType::BF16 => 4,
-        ElementType::C64 | ElementType::C128 => 5,
+        DType::Bool => 6,
+        DType::I8 | DType::I16 | DType::I32 | DType::I64 => 0,
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => 1,
+        DType::F16 | DType::F32 | DType::F64 => 2,
+        DType::BF16 => 4,
+        DType::C64 | DType::C128 => 5,
     };
     DLDataType {
         code,
-        bits: (element_type.size() * 8) as u8,
+        bits: (element_type.byte_size() * 8) as u8,
         lanes: 1,
     }
 }
@@ -93,7 +93,7 @@ fn data_type(element_type: ElementType) -> DLDataType {
 pub fn capsule<'py>(
     py: Python<'py>,
     buffer: Buffer,
-    element_type: ElementType,
+    element_type: DType,
     shape: &[i64],
 ) -> PyResult<Bound<'py, PyAny>> {
     let shape = shape.to_vec();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use libtest_mimic::{Failed, Trial};
 use tpuc_cli::npy::read_npz;
 use tpuc_cli::run::{RunOptions, Runner};
-use tpuc_hlo::{EmitFormat, LowerOptions};
+use tpuc_driver::{EmitFormat, LowerOptions};
 
 use crate::execution::{compare_all, expect_err, tpuc};
 use crate::lowering_dir;
@@ -30,7 +30,7 @@ fn compile_signature(sizes: Option<&BTreeMap<String, i64>>) -> anyhow::Result<St
         &LowerOptions::default(),
         EmitFormat::Text,
     )?;
-    let text = String::from_utf8(compiled.output)?;
+    let text = String::from_utf8(compiled.module)?;
     Ok(text
         .lines()
         .find(|l| l.contains("func.func @main"))
@@ -114,7 +114,7 @@ fn runs_at_the_inputs_sizes() -> Result<(), Failed> {
 
 fn bad_sizes_refused() -> Result<(), Failed> {
     let good = read_npz(&dir().join("b8_s9.inputs.npz")).map_err(|e| format!("{e:#}"))?;
-    let zeros = |dims: &[i64]| tpuc_pjrt::HostTensor::zeros(tpuc_pjrt::ElementType::F32, dims);
+    let zeros = |dims: &[i64]| tpuc_pjrt::HostTensor::zeros(tpuc_pjrt::DType::F32, dims);
     // x's batch 4, y's batch 8: one symbol, two sizes.
     expect_err(
         runner_for(

@@ -7,8 +7,8 @@ use libtest_mimic::{Failed, Trial};
 use tpuc_cli::compare::compare;
 use tpuc_cli::npy::{read_npy, read_npz, write_npy};
 use tpuc_cli::run::{RunOptions, Runner};
-use tpuc_hlo::{EmitFormat, LowerOptions};
-use tpuc_pjrt::{Client, ClientOptions, CompileOptions, ElementType, HostTensor, Plugin};
+use tpuc_driver::{EmitFormat, LowerOptions};
+use tpuc_pjrt::{Client, ClientOptions, CompileOptions, DType, HostTensor, Plugin};
 
 use crate::lowering_dir;
 
@@ -34,11 +34,11 @@ fn golden_module_compiles(case: PathBuf) -> Result<(), Failed> {
     Ok(())
 }
 
-fn inputs_of(case: &Path) -> Result<Vec<HostTensor>, Failed> {
+pub fn inputs_of(case: &Path) -> Result<Vec<HostTensor>, Failed> {
     Ok(read_npz(&case.with_extension("inputs.npz")).map_err(|e| format!("{e:#}"))?)
 }
 
-fn check_outputs(outputs: &[HostTensor], case: &Path) -> Result<(), Failed> {
+pub fn check_outputs(outputs: &[HostTensor], case: &Path) -> Result<(), Failed> {
     let expected = read_npz(&case.with_extension("expected.npz")).map_err(|e| format!("{e:#}"))?;
     Ok(compare_all(outputs, &expected)?)
 }
@@ -83,7 +83,7 @@ fn compiled_module_with_weights() -> Result<(), Failed> {
         let compiled = tpuc_cli::compile_file(&case, &LowerOptions::default(), format)
             .map_err(|e| format!("{e:#}"))?;
         let module = dir.path().join("resnet.mlir");
-        std::fs::write(&module, &compiled.output)?;
+        std::fs::write(&module, &compiled.module)?;
         let runner = Runner::new(&module, Some(&case), &RunOptions::default())
             .map_err(|e| format!("{e:#}"))?;
         let outputs = runner
@@ -116,18 +116,18 @@ fn bad_inputs() -> Result<(), Failed> {
         runner.run(good[..1].to_vec()),
         &["takes 2 input(s)", "1 given", "int64 [3]"],
     )?;
-    let as_i32 = HostTensor::from_slice(ElementType::S32, &[3], &[4i32, 0, 2])?;
+    let as_i32 = HostTensor::from_slice(DType::I32, &[3], &[4i32, 0, 2])?;
     expect_err(
         runner.run(vec![good[0].clone(), as_i32]),
         &["input 1", "must be int64 [3]", "int32 [3] was given"],
     )?;
-    let wrong_shape = HostTensor::zeros(ElementType::F32, &[4, 5])?;
+    let wrong_shape = HostTensor::zeros(DType::F32, &[4, 5])?;
     expect_err(
         runner.run(vec![wrong_shape, good[1].clone()]),
         &["input 0", "must be float32 [5, 4]", "[4, 5]"],
     )?;
     // float32 is accepted for bfloat16 inputs; here the input is float32, so f64 is refused.
-    let f64s = HostTensor::zeros(ElementType::F64, &[5, 4])?;
+    let f64s = HostTensor::zeros(DType::F64, &[5, 4])?;
     expect_err(
         runner.run(vec![f64s, good[1].clone()]),
         &["must be float32"],
@@ -179,16 +179,16 @@ fn npy_round_trip() -> Result<(), Failed> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("t.npy");
     let cases = [
-        HostTensor::from_slice(ElementType::F32, &[2, 2], &[1.5f32, -0.0, f32::NAN, 3e38])?,
-        HostTensor::from_slice(ElementType::F64, &[3], &[1.0f64, -2.5, 1e-300])?,
-        HostTensor::from_slice(ElementType::S64, &[2], &[i64::MIN, 7])?,
-        HostTensor::from_slice(ElementType::S32, &[1, 2], &[-1i32, 2])?,
-        HostTensor::from_slice(ElementType::S8, &[2], &[-128i8, 127])?,
-        HostTensor::from_slice(ElementType::U8, &[2], &[0u8, 255])?,
-        HostTensor::from_slice(ElementType::Pred, &[3], &[true, false, true])?,
-        HostTensor::from_bytes(ElementType::F16, &[2], &[0x00, 0x3c, 0x00, 0xc0])?,
-        HostTensor::zeros(ElementType::F32, &[0, 3])?,
-        HostTensor::from_slice(ElementType::F32, &[], &[2.5f32])?,
+        HostTensor::from_slice(DType::F32, &[2, 2], &[1.5f32, -0.0, f32::NAN, 3e38])?,
+        HostTensor::from_slice(DType::F64, &[3], &[1.0f64, -2.5, 1e-300])?,
+        HostTensor::from_slice(DType::I64, &[2], &[i64::MIN, 7])?,
+        HostTensor::from_slice(DType::I32, &[1, 2], &[-1i32, 2])?,
+        HostTensor::from_slice(DType::I8, &[2], &[-128i8, 127])?,
+        HostTensor::from_slice(DType::U8, &[2], &[0u8, 255])?,
+        HostTensor::from_slice(DType::Bool, &[3], &[true, false, true])?,
+        HostTensor::from_bytes(DType::F16, &[2], &[0x00, 0x3c, 0x00, 0xc0])?,
+        HostTensor::zeros(DType::F32, &[0, 3])?,
+        HostTensor::from_slice(DType::F32, &[], &[2.5f32])?,
     ];
     for tensor in &cases {
         write_npy(&path, tensor).map_err(|e| format!("{e:#}"))?;
@@ -201,7 +201,7 @@ fn npy_round_trip() -> Result<(), Failed> {
         }
     }
     // bfloat16 is written widened to float32.
-    let bf16 = HostTensor::from_bytes(ElementType::BF16, &[2], &[0x80, 0x3f, 0x00, 0xc0])?;
+    let bf16 = HostTensor::from_bytes(DType::BF16, &[2], &[0x80, 0x3f, 0x00, 0xc0])?;
     write_npy(&path, &bf16).map_err(|e| format!("{e:#}"))?;
     let back = read_npy(&path).map_err(|e| format!("{e:#}"))?;
     if back.to_vec::<f32>()? != vec![1.0, -2.0] {

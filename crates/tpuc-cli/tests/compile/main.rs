@@ -5,11 +5,12 @@
 
 mod dynamic;
 mod execution;
+mod pipeline;
 
 use std::path::{Path, PathBuf};
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use tpuc_hlo::{EmitFormat, LowerOptions};
+use tpuc_driver::{EmitFormat, LowerOptions};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -22,7 +23,7 @@ fn lowering_dir() -> PathBuf {
 fn compile_text(path: &Path) -> Result<String, Failed> {
     let c = tpuc_cli::compile_file(path, &LowerOptions::default(), EmitFormat::Text)
         .map_err(|e| format!("{e:#}"))?;
-    Ok(String::from_utf8(c.output).map_err(|e| e.to_string())?)
+    Ok(String::from_utf8(c.module).map_err(|e| e.to_string())?)
 }
 
 fn golden(case: PathBuf) -> Result<(), Failed> {
@@ -91,7 +92,7 @@ fn fx_round_trip() -> Result<(), Failed> {
 fn bytecode() -> Result<(), Failed> {
     let case = lowering_dir().join("mlp_core.pt2");
     let c = tpuc_cli::compile_file(&case, &LowerOptions::default(), EmitFormat::Bytecode)?;
-    if !c.output.starts_with(b"ML\xefR") {
+    if !c.module.starts_with(b"ML\xefR") {
         return Err("bytecode output lacks the MLIR bytecode magic".into());
     }
     Ok(())
@@ -104,7 +105,7 @@ fn inline_weights() -> Result<(), Failed> {
         ..Default::default()
     };
     let c = tpuc_cli::compile_file(&case, &opts, EmitFormat::Text)?;
-    let text = String::from_utf8(c.output)?;
+    let text = String::from_utf8(c.module)?;
     let header = text
         .lines()
         .find(|l| l.contains("func.func @main"))
@@ -332,6 +333,7 @@ fn main() {
     ]);
     trials.extend(execution::trials(&cases));
     trials.extend(dynamic::trials());
+    trials.extend(pipeline::trials());
     let conclusion = libtest_mimic::run(&args, trials);
     drop(cache);
     conclusion.exit();

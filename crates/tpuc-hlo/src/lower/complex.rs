@@ -6,26 +6,6 @@ use tpuc_fx::Node;
 
 use super::*;
 
-/// The tensor argument `name`, which must be complex (else an error naming it).
-pub(super) fn complex_arg(cx: &Ctx, n: &Node, name: &str) -> OpResult<Value> {
-    let x = cx.tensor(n, name)?;
-    if !cx.b.elem(x).is_complex() {
-        return err(format!(
-            "{name} must be complex, got {}",
-            cx.b.elem(x).to_dtype()
-        ));
-    }
-    Ok(x)
-}
-
-/// The complex conjugate: the imaginary part negated.
-pub fn conj(cx: &mut Ctx, x: Value) -> OpResult<Value> {
-    let re = cx.b.real(x)?;
-    let im = cx.b.imag(x)?;
-    let minus_im = cx.b.unary(UnaryOp::Neg, im)?;
-    Ok(cx.b.complex(re, minus_im)?)
-}
-
 /// `conj` of a complex tensor; a real tensor is its own conjugate.
 fn conjugate(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;

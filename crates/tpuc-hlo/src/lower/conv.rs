@@ -4,18 +4,6 @@ use tpuc_fx::Node;
 
 use super::*;
 
-/// A per-spatial-dimension list: one value repeated, or one per dimension.
-pub(super) fn per_dim(v: Vec<i64>, spatial: usize, default: i64, what: &str) -> OpResult<Vec<i64>> {
-    match v.len() {
-        0 => Ok(vec![default; spatial]),
-        1 => Ok(vec![v[0]; spatial]),
-        n if n == spatial => Ok(v),
-        n => err(format!(
-            "{what} has {n} values for {spatial} spatial dimensions"
-        )),
-    }
-}
-
 fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let mut x = cx.tensor(n, "input")?;
     let w = cx.tensor(n, "weight")?;
@@ -40,9 +28,9 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let groups = cx.int(n, "groups", Some(1))?;
     // torch computes 16-bit float convolutions in float32 and rounds once.
     let mut operands = [x, w];
-    let half = super::linear::widened(cx, &mut operands);
+    let half = widened(cx, &mut operands);
     let [x, w] = operands;
-    let precision = super::linear::precision(cx, cx.b.elem(x));
+    let precision = precision(cx, cx.b.elem(x));
     let (w, attrs) = if transposed {
         let output_padding = per_dim(
             cx.ints(n, "output_padding", Some(&[0]))?,
@@ -72,7 +60,7 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         (w, attrs)
     };
     let y = cx.b.convolution(x, w, attrs)?;
-    let mut y = super::linear::narrowed(cx, y, half);
+    let mut y = narrowed(cx, y, half);
     if let Some(bias) = cx.opt_tensor(n, "bias")? {
         let shape = cx.b.shape(y).to_vec();
         let bias = cx.b.broadcast_in_dim(bias, &shape, &[1])?;
@@ -156,9 +144,9 @@ fn conv_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     };
     let groups = cx.int(n, "groups", Some(1))?;
     let mut operands = [grad, x, w];
-    let half = super::linear::widened(cx, &mut operands);
+    let half = widened(cx, &mut operands);
     let [grad, x, w] = operands;
-    let precision = super::linear::precision(cx, cx.b.elem(x));
+    let precision = precision(cx, cx.b.elem(x));
     let kernel = ws[2..].to_vec();
     let mut outs = vec![None, None, None];
     if mask[0] {
@@ -172,7 +160,7 @@ fn conv_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         let attrs = window.transposed(&kernel, &output_padding, groups, precision);
         let flipped = transposed_kernel(cx, w, groups, spatial)?;
         let gx = cx.b.convolution(grad, flipped, attrs)?;
-        outs[0] = Some(super::linear::narrowed(cx, gx, half));
+        outs[0] = Some(narrowed(cx, gx, half));
     }
     if mask[1] {
         // dw[o, c, k] = sum over batch and output positions of x_pad[b, c, y*s + k*d] * g[b, o, y]:
@@ -207,12 +195,12 @@ fn conv_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         };
         let dw = cx.b.convolution(xt, gt, attrs)?;
         let dw = cx.b.transpose(dw, &perm)?;
-        outs[1] = Some(super::linear::narrowed(cx, dw, half));
+        outs[1] = Some(narrowed(cx, dw, half));
     }
     if mask[2] {
         let dims: Vec<i64> = (0..gs.len() as i64).filter(|&d| d != 1).collect();
         let gb = cx.b.reduce_by(grad, &dims, BinaryOp::Add)?;
-        outs[2] = Some(super::linear::narrowed(cx, gb, half));
+        outs[2] = Some(narrowed(cx, gb, half));
     }
     Ok(outs)
 }
@@ -254,4 +242,40 @@ pub fn register(r: &mut Registry) {
         ],
         conv,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::{Arg, DType};
+
+    #[test]
+    fn convolutions_keep_torch_kernels_at_full_precision() {
+        let mut g = TestGraph::default();
+        let x = g.input("x", DType::F32, &[1, 4, 8, 8]);
+        let w = g.input("w", DType::F32, &[6, 2, 3, 3]);
+        let y = g.node1(
+            "aten.convolution.default",
+            vec![
+                ("input", t(&x)),
+                ("weight", t(&w)),
+                ("bias", Arg::None),
+                ("stride", Arg::Ints(vec![2, 2])),
+                ("padding", Arg::Ints(vec![1, 1])),
+                ("dilation", Arg::Ints(vec![1, 1])),
+                ("transposed", Arg::Bool(false)),
+                ("output_padding", Arg::Ints(vec![0, 0])),
+                ("groups", Arg::Int(2)),
+            ],
+            DType::F32,
+            &[1, 6, 4, 4],
+        );
+        assert_checks(
+            &g.text(&[&y]),
+            &[
+                "stablehlo.convolution %0, %1 strides=[2, 2] padding=[(1, 1), (1, 1)]",
+                "groups=2 batch_groups=1 kernel=OutInSpatial precision=highest",
+            ],
+        );
+    }
 }

@@ -2,7 +2,6 @@
 
 use tpuc_fx::Node;
 
-use super::indexing::take_along;
 use super::*;
 
 /// The p-norm of `diff` over its last dim, as torch's distance kernels define it (p = 0 counts
@@ -82,7 +81,7 @@ fn cdist(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             lhs_contracting: vec![k + 1],
             rhs_contracting: vec![k + 1],
         };
-        let ab = super::linear::dot(cx, a, b, dims)?;
+        let ab = dot(cx, a, b, dims)?;
         let shape = out.shape.clone();
         let mut a_dims = batch_dims.clone();
         a_dims.push(k);
@@ -129,7 +128,7 @@ fn pdist(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             cx.b.splat(&TensorType::new(vec![0], cx.b.elem(x)), 0.0),
         )]);
     }
-    let index_ty = TensorType::new(vec![pairs], ElemType::I64);
+    let index_ty = TensorType::new(vec![pairs], DType::I64);
     let i = cx.b.dense(index_ty.clone(), &first)?;
     let j = cx.b.dense(index_ty, &second)?;
     let xi = take_along(cx, x, 0, i)?;

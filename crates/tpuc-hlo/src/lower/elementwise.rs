@@ -4,27 +4,8 @@ use tpuc_fx::{DType, Node};
 
 use super::*;
 
-fn out_elem(cx: &Ctx, n: &Node) -> OpResult<ElemType> {
+fn out_elem(cx: &Ctx, n: &Node) -> OpResult<DType> {
     Ok(cx.out_type(n, 0)?.elem)
-}
-
-/// The promoted element type of operands, as torch computes it.
-fn promoted(cx: &Ctx, ops: &[Operand]) -> OpResult<ElemType> {
-    let parts: Vec<Participant> = ops.iter().map(|&o| cx.participant(o)).collect();
-    let d = result_type(&parts).ok_or_else(|| OpError("no operands to promote".into()))?;
-    Ok(ElemType::from_dtype(d))
-}
-
-/// Materializes operands as tensors of `elem`, broadcast to a common shape.
-fn prepare(cx: &mut Ctx, ops: &[Operand], elem: ElemType) -> OpResult<Vec<Value>> {
-    let vs: Vec<Value> = ops.iter().map(|&o| cx.materialize(o, elem)).collect();
-    cx.broadcast_all(&vs)
-}
-
-pub fn arith(cx: &mut Ctx, a: Operand, b: Operand, op: BinaryOp) -> OpResult<Value> {
-    let elem = promoted(cx, &[a, b])?;
-    let v = prepare(cx, &[a, b], elem)?;
-    Ok(cx.b.binary(op, v[0], v[1])?)
 }
 
 /// `self op (alpha * other)`, as add/sub take it.
@@ -57,35 +38,10 @@ fn add_sub(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>>
 fn true_div(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
     let mut elem = promoted(cx, &[a, b])?;
     if !elem.is_float() && !elem.is_complex() {
-        elem = ElemType::F32;
+        elem = DType::F32;
     }
     let v = prepare(cx, &[a, b], elem)?;
     Ok(cx.b.binary(BinaryOp::Div, v[0], v[1])?)
-}
-
-pub(super) fn floor_div(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
-    let elem = promoted(cx, &[a, b])?;
-    let v = prepare(cx, &[a, b], elem)?;
-    let (x, y) = (v[0], v[1]);
-    if elem.is_float() {
-        let q = cx.b.binary(BinaryOp::Div, x, y)?;
-        return Ok(cx.b.unary(UnaryOp::Floor, q)?);
-    }
-    // Integer division truncates; step down when the signs differ and there is a remainder.
-    let q = cx.b.binary(BinaryOp::Div, x, y)?;
-    if elem.is_unsigned() || elem.is_bool() {
-        return Ok(q);
-    }
-    let r = cx.b.binary(BinaryOp::Rem, x, y)?;
-    let zero = cx.full_like(x, 0.0, None);
-    let one = cx.full_like(x, 1.0, None);
-    let has_rem = cx.b.compare(CompareDir::Ne, r, zero)?;
-    let r_neg = cx.b.compare(CompareDir::Lt, r, zero)?;
-    let y_neg = cx.b.compare(CompareDir::Lt, y, zero)?;
-    let signs_differ = cx.b.compare(CompareDir::Ne, r_neg, y_neg)?;
-    let adjust = cx.b.binary(BinaryOp::And, has_rem, signs_differ)?;
-    let q1 = cx.b.binary(BinaryOp::Sub, q, one)?;
-    Ok(cx.b.select(adjust, q1, q)?)
 }
 
 fn trunc_div(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
@@ -317,7 +273,7 @@ fn triangle(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     if rank < 2 {
         return err("needs at least 2 dimensions");
     }
-    let plane = TensorType::new(shape[rank - 2..].to_vec(), ElemType::I64);
+    let plane = TensorType::new(shape[rank - 2..].to_vec(), DType::I64);
     let rows = cx.b.iota(plane.clone(), 0)?;
     let cols = cx.b.iota(plane, 1)?;
     let offset = cx.b.binary(BinaryOp::Sub, cols, rows)?;
@@ -409,9 +365,9 @@ fn arange(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let step = cx.float(n, "step", Some(1.0))?;
     // Compute in f64 (or i64) and convert, so large ranges stay exact.
     let wide = if ty.elem.is_float() {
-        ElemType::F64
+        DType::F64
     } else {
-        ElemType::I64
+        DType::I64
     };
     let iota = cx.b.iota(ty.with_elem(wide), 0)?;
     let s = cx.full_like(iota, step, None);
@@ -428,7 +384,7 @@ fn linspace(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let start = cx.float(n, "start", None)?;
     let end = cx.float(n, "end", None)?;
     let steps = cx.int(n, "steps", None)?;
-    let wide = ty.with_elem(ElemType::F64);
+    let wide = ty.with_elem(DType::F64);
     if steps <= 1 {
         let value = cx.b.splat(&wide, start);
         return Ok(vec![Some(cx.b.convert(value, ty.elem))]);
@@ -676,13 +632,13 @@ lowering!(isnan, |cx, n| {
     if cx.b.elem(x).is_float() {
         cx.b.compare(CompareDir::Ne, x, x)?
     } else {
-        cx.full_like(x, 0.0, Some(ElemType::I1))
+        cx.full_like(x, 0.0, Some(DType::Bool))
     }
 });
 lowering!(isinf, |cx, n| {
     let x = cx.tensor(n, "self")?;
     if !cx.b.elem(x).is_float() {
-        cx.full_like(x, 0.0, Some(ElemType::I1))
+        cx.full_like(x, 0.0, Some(DType::Bool))
     } else {
         let a = cx.b.unary(UnaryOp::Abs, x)?;
         let inf = cx.full_like(x, f64::INFINITY, None);
@@ -914,4 +870,52 @@ pub fn register(r: &mut Registry) {
         ],
         arange,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::{Arg, DType};
+
+    #[test]
+    fn add_scales_other_by_alpha_and_promotes_operands() {
+        let mut g = TestGraph::default();
+        let x = g.input("x", DType::F32, &[2, 3]);
+        let i = g.input("i", DType::I32, &[2, 3]);
+        let y = g.node1(
+            "aten.add.Tensor",
+            vec![("self", t(&x)), ("other", t(&i)), ("alpha", Arg::Int(2))],
+            DType::F32,
+            &[2, 3],
+        );
+        // alpha * other in other's type (an int alpha keeps int32), then promoted to float32
+        // and added.
+        assert_checks(
+            &g.text(&[&y]),
+            &[
+                "stablehlo.multiply %1, %3 : tensor<2x3xi32>",
+                "stablehlo.convert %4 to=float32 : tensor<2x3xf32>",
+                "stablehlo.add %0, %5",
+                "return %6",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_result_torch_typed_otherwise_is_refused() {
+        let mut g = TestGraph::default();
+        let x = g.input("x", DType::F32, &[2]);
+        // torch would never record int64 for float32 + float32.
+        let y = g.node1(
+            "aten.add.Tensor",
+            vec![("self", t(&x)), ("other", t(&x))],
+            DType::I64,
+            &[2],
+        );
+        let e = g.lower(&[&y]).unwrap_err().to_string();
+        assert!(
+            e.contains("node0 (aten.add.Tensor)") && e.contains("torch recorded tensor<2xi64>"),
+            "{e}"
+        );
+    }
 }

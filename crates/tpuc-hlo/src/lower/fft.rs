@@ -109,11 +109,11 @@ fn fft_input(cx: &mut Ctx, x: Value, complex_ok: bool) -> OpResult<Value> {
         return Ok(x);
     }
     if elem.is_integer() || elem.is_bool() {
-        return Ok(cx.b.convert(x, ElemType::F32));
+        return Ok(cx.b.convert(x, DType::F32));
     }
     err(format!(
         "not supported: FFT of {} (float32, float64{})",
-        elem.to_dtype(),
+        elem,
         if complex_ok {
             ", complex64 and complex128"
         } else {
@@ -225,7 +225,7 @@ fn r2c(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 fn c2r(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let x = super::complex::complex_arg(cx, n, "self")?;
+    let x = complex_arg(cx, n, "self")?;
     let dims = core_dims(cx, n, x)?;
     let out_len = cx.int(n, "last_dim_size", None)?;
     let mut out_shape = cx.b.shape(x).to_vec();
@@ -237,7 +237,7 @@ fn c2r(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 fn c2c(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let x = super::complex::complex_arg(cx, n, "self")?;
+    let x = complex_arg(cx, n, "self")?;
     let dims = core_dims(cx, n, x)?;
     let direction = if cx.bool(n, "forward", true)? {
         Direction::Forward
@@ -354,7 +354,7 @@ fn fft_function(
         let x = resized(cx, x, &dims[..dims.len() - 1], &half)?;
         // hfft: the inverse real transform of the conjugate, scaled as a forward one.
         let (x, scaled_as) = if family == Family::Hermitian {
-            (super::complex::conj(cx, x)?, Direction::Forward)
+            (conj(cx, x)?, Direction::Forward)
         } else {
             (x, Direction::Inverse)
         };
@@ -369,7 +369,7 @@ fn fft_function(
             Family::Full => {
                 let y = r2c_scaled(cx, x, &dims, false, f)?;
                 if direction == Direction::Inverse {
-                    super::complex::conj(cx, y)?
+                    conj(cx, y)?
                 } else {
                     y
                 }
@@ -378,7 +378,7 @@ fn fft_function(
             // ihfft: the conjugate of the forward half spectrum, scaled as an inverse.
             Family::Hermitian => {
                 let y = r2c_scaled(cx, x, &dims, true, f)?;
-                super::complex::conj(cx, y)?
+                conj(cx, y)?
             }
         }
     };

@@ -4,45 +4,7 @@
 use tpuc_fx::Node;
 
 use super::*;
-use crate::builder::reduction_identity;
-
-/// Wraps negative indices (`i < 0` -> `i + size`), as torch's indexing does.
-fn wrap_negative(cx: &mut Ctx, idx: Value, size: i64) -> OpResult<Value> {
-    let idx = cx.b.convert(idx, ElemType::I64);
-    let zero = cx.full_like(idx, 0.0, None);
-    let n = cx.full_like(idx, size as f64, None);
-    let neg = cx.b.compare(CompareDir::Lt, idx, zero)?;
-    let wrapped = cx.b.binary(BinaryOp::Add, idx, n)?;
-    Ok(cx.b.select(neg, wrapped, idx)?)
-}
-
-/// Takes whole slices of `x` along `dim` at `idx` (any shape); the index dims replace `dim`.
-pub(super) fn take_along(cx: &mut Ctx, x: Value, dim: usize, idx: Value) -> OpResult<Value> {
-    let shape = cx.b.shape(x).to_vec();
-    let ishape = cx.b.shape(idx).to_vec();
-    let idx = cx.b.convert(idx, ElemType::I64);
-    let mut slice_sizes = shape.clone();
-    slice_sizes[dim] = 1;
-    let offset_dims: Vec<i64> = (0..shape.len() as i64 - 1)
-        .map(|d| {
-            if d < dim as i64 {
-                d
-            } else {
-                d + ishape.len() as i64
-            }
-        })
-        .collect();
-    let dims = GatherDims {
-        offset_dims,
-        collapsed_slice_dims: vec![dim as i64],
-        operand_batching_dims: vec![],
-        start_indices_batching_dims: vec![],
-        start_index_map: vec![dim as i64],
-        index_vector_dim: ishape.len() as i64,
-        slice_sizes,
-    };
-    Ok(cx.b.gather(x, idx, dims)?)
-}
+use crate::ir::reduction_identity;
 
 fn embedding(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let w = cx.tensor(n, "weight")?;
@@ -76,23 +38,23 @@ fn embedding_bag(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     };
     let elem = cx.b.elem(weight);
     let rows = cx.b.shape(weight)[0];
-    let i64t = |shape: &[i64]| TensorType::new(shape.to_vec(), ElemType::I64);
+    let i64t = |shape: &[i64]| TensorType::new(shape.to_vec(), DType::I64);
 
     // Bag of each index: how many bag starts are at or before its position, minus one.
-    let indices = cx.b.convert(indices, ElemType::I64);
-    let offsets = cx.b.convert(offsets, ElemType::I64);
+    let indices = cx.b.convert(indices, DType::I64);
+    let offsets = cx.b.convert(offsets, DType::I64);
     let starts = cx.b.slice(offsets, &[0], &[bags], &[1])?;
     let position = cx.b.iota(i64t(&[count, bags]), 0)?;
     let starts_b = cx.b.broadcast_in_dim(starts, &[count, bags], &[1])?;
     let started = cx.b.compare(CompareDir::Ge, position, starts_b)?;
-    let started = cx.b.convert(started, ElemType::I64);
+    let started = cx.b.convert(started, DType::I64);
     let started = cx.b.reduce_by(started, &[1], BinaryOp::Add)?;
     let one = cx.full_like(started, 1.0, None);
     let bag_of = cx.b.binary(BinaryOp::Sub, started, one)?;
 
     // Indices that count: not padding_idx, and before the end offset when it is given.
     let position = cx.b.iota(i64t(&[count]), 0)?;
-    let mut valid = cx.full_like(position, 1.0, Some(ElemType::I1));
+    let mut valid = cx.full_like(position, 1.0, Some(DType::Bool));
     if include_last {
         let end = cx.b.slice(offsets, &[bags], &[bags + 1], &[1])?;
         let end = cx.b.reshape(end, &[])?;
@@ -127,9 +89,9 @@ fn embedding_bag(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         lhs_contracting: vec![0],
         rhs_contracting: vec![0],
     };
-    let precision = super::linear::precision(cx, elem);
+    let precision = precision(cx, elem);
     let mut output = cx.b.dot_general(weights, gathered, dims, precision)?;
-    let counts = cx.b.convert(member, ElemType::I64);
+    let counts = cx.b.convert(member, DType::I64);
     let counts = cx.b.reduce_by(counts, &[0], BinaryOp::Add)?;
     if mode == 1 {
         let at_least_one = cx.full_like(counts, 1.0, None);
@@ -184,46 +146,6 @@ fn triangle_indices(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.dense(out, &values)?)])
 }
 
-/// The elements of `x`, in its row-major order, at the flat positions `indices` (a constant),
-/// shaped `shape`.
-pub(super) fn take_flat(cx: &mut Ctx, x: Value, indices: &[i64], shape: &[i64]) -> OpResult<Value> {
-    let numel = cx.b.ty(x).numel();
-    if let Some(bad) = indices.iter().find(|&&i| i < 0 || i >= numel) {
-        return err(format!(
-            "position {bad} is outside the input's {numel} elements"
-        ));
-    }
-    let flat = cx.b.reshape(x, &[numel])?;
-    let values: Vec<f64> = indices.iter().map(|&i| i as f64).collect();
-    let idx =
-        cx.b.dense(TensorType::new(shape.to_vec(), ElemType::I64), &values)?;
-    take_along(cx, flat, 0, idx)
-}
-
-/// `x` with the elements at the flat (row-major) positions `positions` (a constant) replaced by
-/// `values`, taken in row-major order.
-pub(super) fn put_flat(
-    cx: &mut Ctx,
-    x: Value,
-    positions: &[i64],
-    values: Value,
-) -> OpResult<Value> {
-    let shape = cx.b.shape(x).to_vec();
-    let numel = cx.b.ty(x).numel();
-    let count = positions.len() as i64;
-    if count == 0 {
-        return Ok(x);
-    }
-    let flat = cx.b.reshape(x, &[numel])?;
-    let values = cx.b.convert(values, cx.b.elem(x));
-    let values = cx.b.reshape(values, &[count])?;
-    let index: Vec<f64> = positions.iter().map(|&p| p as f64).collect();
-    let index =
-        cx.b.dense(TensorType::new(vec![count], ElemType::I64), &index)?;
-    let put = scatter_into(cx, flat, 0, index, values, ScatterMode::Replace)?;
-    Ok(cx.b.reshape(put, &shape)?)
-}
-
 /// nonzero_static(self, size, fill_value): the coordinates of the first `size` nonzero
 /// elements (row-major), one row each, the remaining rows filled with `fill_value`.
 fn nonzero_static(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
@@ -235,7 +157,7 @@ fn nonzero_static(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let rank = shape.len() as i64;
     let numel = cx.b.ty(x).numel();
     let filled = cx.b.splat(
-        &TensorType::new(vec![size + 1, rank], ElemType::I64),
+        &TensorType::new(vec![size + 1, rank], DType::I64),
         fill as f64,
     );
     if numel == 0 || size == 0 {
@@ -262,10 +184,8 @@ fn nonzero_static(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             c
         })
         .collect();
-    let coordinates = cx.b.dense(
-        TensorType::new(vec![numel, rank], ElemType::I64),
-        &coordinates,
-    )?;
+    let coordinates =
+        cx.b.dense(TensorType::new(vec![numel, rank], DType::I64), &coordinates)?;
     let dims = ScatterDims {
         update_window_dims: vec![1],
         inserted_window_dims: vec![0],
@@ -279,19 +199,6 @@ fn nonzero_static(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         cx.b.scatter(filled, row, coordinates, dims, ScatterMode::Replace)?;
     let rows = cx.b.slice(scattered, &[0, 0], &[size, rank], &[1, 1])?;
     Ok(vec![Some(cx.b.convert(rows, out.elem))])
-}
-
-/// The flat positions of a strided view: `offset + sum(i_k * stride_k)` over every index of
-/// `size`, in row-major order.
-pub(super) fn strided_positions(size: &[i64], stride: &[i64], offset: i64) -> Vec<i64> {
-    let mut out = vec![offset];
-    for (&n, &s) in size.iter().zip(stride) {
-        out = out
-            .iter()
-            .flat_map(|&base| (0..n).map(move |i| base + i * s))
-            .collect();
-    }
-    out
 }
 
 /// masked_scatter: the positions where `mask` is set take consecutive elements of `source`
@@ -311,8 +218,8 @@ fn masked_scatter(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 /// For a 1-d mask: at each set position, how many set positions come before it (its rank
 /// among them, from 0); unset positions get the rank of the next set one minus one.
 fn rank_among_set(cx: &mut Ctx, set: Value) -> OpResult<Value> {
-    let ones = cx.b.convert(set, ElemType::I64);
-    let running = super::reduction::scan(cx, ones, 0, BinaryOp::Add)?;
+    let ones = cx.b.convert(set, DType::I64);
+    let running = scan(cx, ones, 0, BinaryOp::Add)?;
     let one = cx.full_like(running, 1.0, None);
     Ok(cx.b.binary(BinaryOp::Sub, running, one)?)
 }
@@ -382,48 +289,6 @@ fn scatter_along(
     scatter_into(cx, x, dim, index, updates, mode).map(|v| vec![Some(v)])
 }
 
-/// Scatters `updates` into `x` along `dim` at `index` (both shaped alike, of x's rank):
-/// `x[i][index[i][j]] op= updates[i][j]` for dim 1.
-pub(super) fn scatter_into(
-    cx: &mut Ctx,
-    x: Value,
-    dim: usize,
-    index: Value,
-    updates: Value,
-    mode: ScatterMode,
-) -> OpResult<Value> {
-    let rank = cx.b.ty(x).rank();
-    let index_shape = cx.b.shape(index).to_vec();
-    let size = cx.b.shape(x)[dim];
-    let index = wrap_negative(cx, index, size)?;
-    // Full coordinates of each update: its own position, with `index` along `dim`.
-    let mut coordinate_shape = index_shape.clone();
-    coordinate_shape.push(1);
-    let mut coordinates = Vec::with_capacity(rank);
-    for d in 0..rank {
-        let c = if d == dim {
-            index
-        } else {
-            cx.b.iota(
-                TensorType::new(index_shape.clone(), ElemType::I64),
-                d as i64,
-            )?
-        };
-        coordinates.push(cx.b.reshape(c, &coordinate_shape)?);
-    }
-    let coordinates = cx.b.concatenate(&coordinates, rank as i64)?;
-    let all: Vec<i64> = (0..rank as i64).collect();
-    let dims = ScatterDims {
-        update_window_dims: vec![],
-        inserted_window_dims: all.clone(),
-        input_batching_dims: vec![],
-        scatter_indices_batching_dims: vec![],
-        scatter_dims_to_operand_dims: all,
-        index_vector_dim: rank as i64,
-    };
-    Ok(cx.b.scatter(x, coordinates, updates, dims, mode)?)
-}
-
 /// scatter_reduce(self, dim, index, src, reduce, include_self): sum, prod, mean, amax, amin.
 /// Without include_self, the positions that receive updates start from the reduction's identity
 /// instead of their own value; mean divides by the number of values combined there.
@@ -487,10 +352,8 @@ fn reduce_scattered(
     let index_shape = cx.b.shape(index).to_vec();
     let elem = cx.b.elem(x);
     // How many updates each position receives.
-    let zeros =
-        cx.b.splat(&TensorType::new(shape.clone(), ElemType::I64), 0.0);
-    let ones =
-        cx.b.splat(&TensorType::new(index_shape, ElemType::I64), 1.0);
+    let zeros = cx.b.splat(&TensorType::new(shape.clone(), DType::I64), 0.0);
+    let ones = cx.b.splat(&TensorType::new(index_shape, DType::I64), 1.0);
     let counts = scatter_into(
         cx,
         zeros,
@@ -520,7 +383,7 @@ fn reduce_scattered(
     let mean = if elem.is_float() {
         cx.b.binary(BinaryOp::Div, combined, divisor)?
     } else {
-        super::elementwise::floor_div(cx, Operand::Tensor(combined), Operand::Tensor(divisor))?
+        floor_div(cx, Operand::Tensor(combined), Operand::Tensor(divisor))?
     };
     Ok(cx.b.select(touched, mean, x)?)
 }
@@ -552,9 +415,9 @@ fn gather(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let mut coords = Vec::with_capacity(rank);
     for d in 0..rank {
         let c = if d == dim {
-            cx.b.convert(idx, ElemType::I64)
+            cx.b.convert(idx, DType::I64)
         } else {
-            cx.b.iota(TensorType::new(ishape.clone(), ElemType::I64), d as i64)?
+            cx.b.iota(TensorType::new(ishape.clone(), DType::I64), d as i64)?
         };
         coords.push(cx.b.reshape(c, &coord_shape)?);
     }
@@ -805,4 +668,24 @@ pub fn register(r: &mut Registry) {
     );
     r.add(&["aten.masked_scatter.default"], masked_scatter);
     r.add(&["aten.nonzero_static.default"], nonzero_static);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::{Arg, DType};
+
+    #[test]
+    fn index_select_gathers_whole_rows() {
+        let mut g = TestGraph::default();
+        let x = g.input("x", DType::F32, &[5, 3]);
+        let i = g.input("i", DType::I64, &[2]);
+        let y = g.node1(
+            "aten.index_select.default",
+            vec![("self", t(&x)), ("dim", Arg::Int(0)), ("index", t(&i))],
+            DType::F32,
+            &[2, 3],
+        );
+        assert_checks(&g.text(&[&y]), &["stablehlo.gather", ": tensor<2x3xf32>"]);
+    }
 }

@@ -2,18 +2,7 @@
 
 use tpuc_fx::Node;
 
-use super::elementwise::arith;
-use super::reduction::shifted_exp;
 use super::*;
-
-/// The precision of a dot or convolution computed in `elem`: the option for 32/64-bit floats.
-pub(super) fn precision(cx: &Ctx, elem: ElemType) -> Precision {
-    if elem == ElemType::F32 || elem == ElemType::F64 {
-        cx.opts.precision
-    } else {
-        Precision::Default
-    }
-}
 
 /// `a @ b` for a [batch.., M, K] and b [batch.., K, N] with equal batch dimensions.
 pub fn batched_matmul(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
@@ -34,17 +23,6 @@ pub fn batched_matmul(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
         rhs_contracting: vec![rb - 2],
     };
     dot(cx, a, b, dims)
-}
-
-/// dot_general as torch computes it: 16-bit floats are multiplied and accumulated in float32
-/// and rounded once at the end.
-pub(super) fn dot(cx: &mut Ctx, a: Value, b: Value, dims: DotDims) -> OpResult<Value> {
-    let mut operands = [a, b];
-    let half = widened(cx, &mut operands);
-    let [a, b] = operands;
-    let p = precision(cx, cx.b.elem(a));
-    let r = cx.b.dot_general(a, b, dims, p)?;
-    Ok(narrowed(cx, r, half))
 }
 
 /// torch.matmul with its 1-d and broadcasting rules.
@@ -82,26 +60,6 @@ fn matmul_general(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
         out.push(sb[sb.len() - 1]);
     }
     Ok(cx.b.reshape(r, &out)?)
-}
-
-/// Widens 16-bit float operands to float32, in which torch's CPU kernels compute matmuls and
-/// convolutions; returns the dtype to round the result to once at the end.
-pub(super) fn widened(cx: &mut Ctx, values: &mut [Value]) -> Option<ElemType> {
-    let elem = cx.b.elem(values[0]);
-    if elem.accumulation() == elem {
-        return None;
-    }
-    for v in values.iter_mut() {
-        *v = cx.b.convert(*v, ElemType::F32);
-    }
-    Some(elem)
-}
-
-pub(super) fn narrowed(cx: &mut Ctx, v: Value, to: Option<ElemType>) -> Value {
-    match to {
-        Some(elem) => cx.b.convert(v, elem),
-        None => v,
-    }
 }
 
 fn linear(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
@@ -248,10 +206,8 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let shape = cx.b.shape(scores).to_vec();
     let elem = cx.b.elem(scores);
     if cx.bool(n, "is_causal", false)? {
-        let rows =
-            cx.b.iota(TensorType::new(vec![l, s_len], ElemType::I64), 0)?;
-        let cols =
-            cx.b.iota(TensorType::new(vec![l, s_len], ElemType::I64), 1)?;
+        let rows = cx.b.iota(TensorType::new(vec![l, s_len], DType::I64), 0)?;
+        let cols = cx.b.iota(TensorType::new(vec![l, s_len], DType::I64), 1)?;
         let keep = cx.b.compare(CompareDir::Ge, rows, cols)?;
         let keep = cx.b.broadcast_to(keep, &shape)?;
         let ninf =
@@ -346,4 +302,44 @@ pub fn register(r: &mut Registry) {
         ],
         sdpa,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::DType;
+
+    fn flash(kv_heads: i64) -> TestGraph {
+        let mut g = TestGraph::default();
+        let q = g.input("q", DType::F32, &[1, 4, 3, 8]);
+        let k = g.input("k", DType::F32, &[1, kv_heads, 5, 8]);
+        let v = g.input("v", DType::F32, &[1, kv_heads, 5, 8]);
+        g.node(
+            "aten._scaled_dot_product_flash_attention_for_cpu.default",
+            vec![("query", t(&q)), ("key", t(&k)), ("value", t(&v))],
+            &[(DType::F32, &[1, 4, 3, 8]), (DType::F32, &[1, 4, 3])],
+        );
+        g
+    }
+
+    #[test]
+    fn grouped_query_attention_shares_each_key_head_among_its_group() {
+        // Two key/value heads for four query heads: each is broadcast to the two query heads
+        // of its group (heads 0 and 1 read key head 0), then the product is per head.
+        let text = flash(2).text(&["n0_0", "n0_1"]);
+        assert_checks(
+            &text,
+            &[
+                "stablehlo.reshape %1 shape=[1, 2, 1, 5, 8]",
+                "stablehlo.broadcast_in_dim %3 dims=[0, 1, 2, 3, 4] shape=[1, 2, 2, 5, 8]",
+                "stablehlo.reshape %4 shape=[1, 4, 5, 8]",
+                "stablehlo.dot_general %0, %9 batch=[0, 1]x[0, 1]",
+            ],
+        );
+        let e = flash(3).lower(&["n0_0"]).unwrap_err().to_string();
+        assert!(
+            e.contains("query heads (4) to be a multiple of the key/value heads (3)"),
+            "{e}"
+        );
+    }
 }

@@ -118,7 +118,7 @@ fn finish(
     n: &Node,
     y: Value,
     dims: &[i64],
-    elem: ElemType,
+    elem: DType,
     mean: Value,
     rstd: Value,
 ) -> OpResult<Vec<Option<Value>>> {

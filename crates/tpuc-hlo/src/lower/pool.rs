@@ -4,10 +4,8 @@
 
 use tpuc_fx::Node;
 
-use super::conv::per_dim;
-use super::indexing::scatter_into;
 use super::*;
-use crate::builder::reduction_identity;
+use crate::ir::reduction_identity;
 
 /// A pooling window over the trailing `spatial` dims.
 struct Window {
@@ -188,7 +186,7 @@ fn max_pool_with_indices(
     let low: Vec<i64> = padding.iter().map(|p| p.0).collect();
     let high: Vec<i64> = padding.iter().map(|p| p.1).collect();
     let padded = cx.b.pad(x, lowest, &low, &high, &vec![0; rank])?;
-    let index_ty = TensorType::new(out_shape.to_vec(), ElemType::I64);
+    let index_ty = TensorType::new(out_shape.to_vec(), DType::I64);
     // Row-major stride of each spatial dim within a plane.
     let mut plane_stride = vec![1; spatial];
     for i in (0..spatial.saturating_sub(1)).rev() {
@@ -305,7 +303,7 @@ fn avg_divisor(
     cx: &mut Ctx,
     n: &Node,
     input_shape: &[i64],
-    elem: ElemType,
+    elem: DType,
     w: &Window,
 ) -> OpResult<Value> {
     let rank = input_shape.len();
@@ -421,7 +419,7 @@ fn apply_along(
         lhs_contracting: vec![d as i64],
         rhs_contracting: vec![if transposed { 0 } else { 1 }],
     };
-    let product = super::linear::dot(cx, x, m, dims)?;
+    let product = dot(cx, x, m, dims)?;
     // dot_general puts the new dim last; move it back to `d`.
     let rank = cx.b.ty(x).rank() as i64;
     let mut perm: Vec<i64> = (0..rank - 1).collect();

@@ -16,22 +16,22 @@ fn no_generator(n: &Node) -> OpResult<()> {
 
 /// The float type random values are made in: float32 for 16-bit floats (rounded at the end),
 /// float64 for float64.
-fn working_float(elem: ElemType) -> ElemType {
-    if elem == ElemType::F64 {
-        ElemType::F64
+fn working_float(elem: DType) -> DType {
+    if elem == DType::F64 {
+        DType::F64
     } else {
-        ElemType::F32
+        DType::F32
     }
 }
 
 /// Uniform values in [0, 1) of `shape`, with as many random bits as `elem` has mantissa bits
 /// (so that rounding to `elem` never reaches 1), in `elem`.
-pub fn uniform(cx: &mut Ctx, shape: &[i64], elem: ElemType) -> OpResult<Value> {
+pub fn uniform(cx: &mut Ctx, shape: &[i64], elem: DType) -> OpResult<Value> {
     let (bits_elem, word, mantissa) = match elem {
-        ElemType::F64 => (ElemType::U64, 64, 53),
-        ElemType::F16 => (ElemType::U32, 32, 11),
-        ElemType::BF16 => (ElemType::U32, 32, 8),
-        _ => (ElemType::U32, 32, 24),
+        DType::F64 => (DType::U64, 64, 53),
+        DType::F16 => (DType::U32, 32, 11),
+        DType::BF16 => (DType::U32, 32, 8),
+        _ => (DType::U32, 32, 24),
     };
     let bits = cx.random_bits(shape, bits_elem)?;
     let shift = cx.full_like(bits, (word - mantissa) as f64, None);
@@ -44,7 +44,7 @@ pub fn uniform(cx: &mut Ctx, shape: &[i64], elem: ElemType) -> OpResult<Value> {
 }
 
 /// Standard normal values (Box-Muller) of `shape`, in `elem`.
-fn normal(cx: &mut Ctx, shape: &[i64], elem: ElemType) -> OpResult<Value> {
+fn normal(cx: &mut Ctx, shape: &[i64], elem: DType) -> OpResult<Value> {
     let work = working_float(elem);
     let u1 = uniform(cx, shape, work)?;
     let u2 = uniform(cx, shape, work)?;
@@ -69,7 +69,7 @@ fn fill_random(cx: &mut Ctx, n: &Node, gaussian: bool) -> OpResult<Vec<Option<Va
     if !out.elem.is_float() {
         return err(format!(
             "not supported: random floats of dtype {:?}",
-            out.elem.to_dtype()
+            out.elem
         ));
     }
     let v = if gaussian {
@@ -109,11 +109,11 @@ fn randint(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             "not supported: randint over more than 2^53 values ([{low}, {high}))"
         ));
     }
-    let u = uniform(cx, &out.shape, ElemType::F64)?;
+    let u = uniform(cx, &out.shape, DType::F64)?;
     let width = cx.full_like(u, (high - low) as f64, None);
     let scaled = cx.b.binary(BinaryOp::Mul, u, width)?;
     let floor = cx.b.unary(UnaryOp::Floor, scaled)?;
-    let offset = cx.b.convert(floor, ElemType::I64);
+    let offset = cx.b.convert(floor, DType::I64);
     let lowv = cx.full_like(offset, low as f64, None);
     let v = cx.b.binary(BinaryOp::Add, offset, lowv)?;
     Ok(vec![Some(cx.b.convert(v, out.elem))])
@@ -127,8 +127,8 @@ fn randperm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     if count == 0 {
         return Ok(vec![Some(cx.b.splat(&out, 0.0))]);
     }
-    let keys = cx.random_bits(&[count], ElemType::U64)?;
-    let positions = cx.b.iota(TensorType::new(vec![count], ElemType::I64), 0)?;
+    let keys = cx.random_bits(&[count], DType::U64)?;
+    let positions = cx.b.iota(TensorType::new(vec![count], DType::I64), 0)?;
     let sorted = cx.b.sort(&[keys, positions], 0, SortOrder::Ascending)?;
     Ok(vec![Some(cx.b.convert(sorted[1], out.elem))])
 }
@@ -163,7 +163,7 @@ fn native_dropout(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     // The mask's type: torch records it only when the graph uses the mask.
     let mask_ty = cx
         .opt_out_type(n, 1)?
-        .unwrap_or_else(|| cx.b.ty(x).with_elem(ElemType::I1));
+        .unwrap_or_else(|| cx.b.ty(x).with_elem(DType::Bool));
     if !train || p == 0.0 {
         let mask = cx.b.splat(&mask_ty, 1.0);
         return Ok(vec![Some(x), Some(mask)]);

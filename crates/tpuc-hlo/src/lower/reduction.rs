@@ -3,7 +3,7 @@
 use tpuc_fx::Node;
 
 use super::*;
-use crate::builder::reduction_identity;
+use crate::ir::reduction_identity;
 
 /// The dimensions a reduction covers: `dim` (int, list, or absent/empty = all).
 fn reduce_dims(cx: &Ctx, n: &Node, x: Value) -> OpResult<Vec<i64>> {
@@ -121,30 +121,35 @@ fn std(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.unary(UnaryOp::Sqrt, v)?)])
 }
 
-/// (values, indices) of the max/min along one dimension, first index on ties.
-fn arg_reduce(cx: &mut Ctx, x: Value, dim: usize, body: ReduceBody) -> OpResult<(Value, Value)> {
+/// (values, indices) of the max (`largest`) or min along one dimension, as torch picks them:
+/// the first index on ties, and for floats a NaN over any number (the first NaN).
+fn arg_reduce(cx: &mut Ctx, x: Value, dim: usize, largest: bool) -> OpResult<(Value, Value)> {
     let ty = cx.b.ty(x).clone();
     if ty.rank() == 0 {
-        let zero = cx.b.scalar(ElemType::I64, 0.0);
+        let zero = cx.b.scalar(DType::I64, 0.0);
         return Ok((x, zero));
     }
-    let idx = cx.b.iota(ty.with_elem(ElemType::I64), dim as i64)?;
-    let op = if body == ReduceBody::ArgMax {
+    let idx = cx.b.iota(ty.with_elem(DType::I64), dim as i64)?;
+    let op = if largest {
         BinaryOp::Max
     } else {
         BinaryOp::Min
     };
+    let body = ReduceBody::ArgExtremum {
+        largest,
+        nan_wins: ty.elem.is_float(),
+    };
     let init_v = cx.b.scalar(ty.elem, reduction_identity(op, ty.elem));
-    let init_i = cx.b.scalar(ElemType::I64, 0.0);
+    let init_i = cx.b.scalar(DType::I64, 0.0);
     let r =
         cx.b.reduce(&[x, idx], &[init_v, init_i], &[dim as i64], body)?;
     Ok((r[0], r[1]))
 }
 
-fn max_min_dim(cx: &mut Ctx, n: &Node, body: ReduceBody) -> OpResult<Vec<Option<Value>>> {
+fn max_min_dim(cx: &mut Ctx, n: &Node, largest: bool) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let dim = norm_dim(cx.int(n, "dim", None)?, cx.b.ty(x).rank())?;
-    let (v, i) = arg_reduce(cx, x, dim, body)?;
+    let (v, i) = arg_reduce(cx, x, dim, largest)?;
     let (tv, ti) = (cx.out_type(n, 0)?, cx.out_type(n, 1)?);
     Ok(vec![
         Some(cx.b.reshape(v, &tv.shape)?),
@@ -152,7 +157,7 @@ fn max_min_dim(cx: &mut Ctx, n: &Node, body: ReduceBody) -> OpResult<Vec<Option<
     ])
 }
 
-fn arg_max_min(cx: &mut Ctx, n: &Node, body: ReduceBody) -> OpResult<Vec<Option<Value>>> {
+fn arg_max_min(cx: &mut Ctx, n: &Node, largest: bool) -> OpResult<Vec<Option<Value>>> {
     let mut x = cx.tensor(n, "self")?;
     let dim = match cx.opt_int(n, "dim")? {
         Some(d) => norm_dim(d, cx.b.ty(x).rank())?,
@@ -162,23 +167,9 @@ fn arg_max_min(cx: &mut Ctx, n: &Node, body: ReduceBody) -> OpResult<Vec<Option<
             0
         }
     };
-    let (_, i) = arg_reduce(cx, x, dim, body)?;
+    let (_, i) = arg_reduce(cx, x, dim, largest)?;
     let out = cx.out_type(n, 0)?;
     Ok(vec![Some(cx.b.reshape(i, &out.shape)?)])
-}
-
-/// The stabilised exponentials of a softmax along `dim`: the maximum along it, `x` less that
-/// maximum, and the exponentials of that.
-pub(super) fn shifted_exp(cx: &mut Ctx, x: Value, dim: usize) -> OpResult<(Value, Value, Value)> {
-    let shape = cx.b.shape(x).to_vec();
-    let kept: Vec<i64> = (0..shape.len() as i64)
-        .filter(|&d| d != dim as i64)
-        .collect();
-    let m = cx.b.reduce_by(x, &[dim as i64], BinaryOp::Max)?;
-    let mb = cx.b.broadcast_in_dim(m, &shape, &kept)?;
-    let shifted = cx.b.binary(BinaryOp::Sub, x, mb)?;
-    let e = cx.b.unary(UnaryOp::Exp, shifted)?;
-    Ok((m, shifted, e))
 }
 
 /// (log-)softmax along `dim`, stabilised by the maximum along it.
@@ -206,25 +197,6 @@ fn softmax(cx: &mut Ctx, n: &Node, log: bool) -> OpResult<Vec<Option<Value>>> {
     let x = cx.b.convert(x, out.elem.accumulation());
     let r = softmax_along(cx, x, dim, log)?;
     Ok(vec![Some(cx.b.convert(r, out.elem))])
-}
-
-/// The inclusive scan of `x` along `dim` with `op` (cumulative sum, product, ...): a
-/// reduce_window over everything up to each position.
-pub(super) fn scan(cx: &mut Ctx, x: Value, dim: usize, op: BinaryOp) -> OpResult<Value> {
-    let shape = cx.b.shape(x).to_vec();
-    if shape[dim] == 0 {
-        return Ok(x);
-    }
-    let mut window = vec![1; shape.len()];
-    window[dim] = shape[dim];
-    let mut padding = vec![(0, 0); shape.len()];
-    padding[dim] = (shape[dim] - 1, 0);
-    let strides = vec![1; shape.len()];
-    let elem = cx.b.elem(x);
-    let init = cx.b.scalar(elem, reduction_identity(op, elem));
-    Ok(cx
-        .b
-        .reduce_window(x, init, &window, &strides, &padding, op)?)
 }
 
 /// cumsum / cumprod in the output's accumulation type (float32 for 16-bit floats, as torch's
@@ -273,18 +245,10 @@ pub fn register(r: &mut Registry) {
         &["aten.std.dim", "aten.std.correction", "aten.std.default"],
         std,
     );
-    r.add(&["aten.max.dim"], |cx, n| {
-        max_min_dim(cx, n, ReduceBody::ArgMax)
-    });
-    r.add(&["aten.min.dim"], |cx, n| {
-        max_min_dim(cx, n, ReduceBody::ArgMin)
-    });
-    r.add(&["aten.argmax.default"], |cx, n| {
-        arg_max_min(cx, n, ReduceBody::ArgMax)
-    });
-    r.add(&["aten.argmin.default"], |cx, n| {
-        arg_max_min(cx, n, ReduceBody::ArgMin)
-    });
+    r.add(&["aten.max.dim"], |cx, n| max_min_dim(cx, n, true));
+    r.add(&["aten.min.dim"], |cx, n| max_min_dim(cx, n, false));
+    r.add(&["aten.argmax.default"], |cx, n| arg_max_min(cx, n, true));
+    r.add(&["aten.argmin.default"], |cx, n| arg_max_min(cx, n, false));
     r.add(&["aten.softmax.int", "aten._softmax.default"], |cx, n| {
         softmax(cx, n, false)
     });
@@ -298,4 +262,34 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.cumprod.default"], |cx, n| {
         cumulative(cx, n, BinaryOp::Mul)
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::{Arg, DType};
+
+    fn argmax(dtype: DType) -> String {
+        let mut g = TestGraph::default();
+        let x = g.input("x", dtype, &[3, 4]);
+        let i = g.node1(
+            "aten.argmax.default",
+            vec![("self", t(&x)), ("dim", Arg::Int(1))],
+            DType::I64,
+            &[3],
+        );
+        g.text(&[&i])
+    }
+
+    #[test]
+    fn argmax_states_torch_rules_in_the_ir() {
+        // For floats a NaN wins; for integers there is no NaN to rank.
+        assert_checks(
+            &argmax(DType::F32),
+            &["stablehlo.reduce", "dims=[1] body=argmax(nan wins)"],
+        );
+        let ints = argmax(DType::I32);
+        assert_checks(&ints, &["stablehlo.reduce", "dims=[1] body=argmax :"]);
+        assert!(!ints.contains("nan wins"), "{ints}");
+    }
 }

@@ -3,7 +3,6 @@
 
 use tpuc_fx::Node;
 
-use super::indexing::take_along;
 use super::*;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -138,7 +137,7 @@ fn upsample(cx: &mut Ctx, n: &Node, mode: Mode) -> OpResult<Vec<Option<Value>>> 
         let positions = source_positions(input, output, mode, scale);
         let index = |cx: &mut Ctx, which: fn(&(i64, i64, f32)) -> i64| {
             let values: Vec<f64> = positions.iter().map(|p| which(p) as f64).collect();
-            cx.b.dense(TensorType::new(vec![output], ElemType::I64), &values)
+            cx.b.dense(TensorType::new(vec![output], DType::I64), &values)
         };
         let first = index(cx, |p| p.0)?;
         let near = take_along(cx, y, d, first)?;
@@ -242,7 +241,7 @@ fn grid_sampler_2d(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         let wv = cx.full_like(cy_, width as f64, None);
         let row = cx.b.binary(BinaryOp::Mul, cy_, wv)?;
         let pos = cx.b.binary(BinaryOp::Add, row, cx_)?;
-        let pos = cx.b.convert(pos, ElemType::I64);
+        let pos = cx.b.convert(pos, DType::I64);
         let pos = cx.b.reshape(pos, &[batch, out_h * out_w])?;
         // Per batch element: gather its plane's positions for every channel.
         let dims = GatherDims {

@@ -4,16 +4,16 @@
 use tpuc_fx::Node;
 
 use super::*;
-use crate::builder::reduction_identity;
+use crate::ir::reduction_identity;
 
 /// `x` sorted along `dim`, with the int64 indices of the sorted elements.
 fn sorted(cx: &mut Ctx, x: Value, dim: usize, descending: bool) -> OpResult<(Value, Value)> {
     let ty = cx.b.ty(x).clone();
     if ty.rank() == 0 {
-        let zero = cx.b.splat(&TensorType::new(vec![], ElemType::I64), 0.0);
+        let zero = cx.b.splat(&TensorType::new(vec![], DType::I64), 0.0);
         return Ok((x, zero));
     }
-    let indices = cx.b.iota(ty.with_elem(ElemType::I64), dim as i64)?;
+    let indices = cx.b.iota(ty.with_elem(DType::I64), dim as i64)?;
     let order = if descending {
         SortOrder::Descending
     } else {
@@ -84,7 +84,7 @@ fn order_statistic(cx: &mut Ctx, n: &Node, which: Statistic) -> OpResult<Vec<Opt
     }
     let rank = cx.b.ty(x).rank();
     if rank == 0 {
-        let zero = cx.b.splat(&TensorType::new(vec![], ElemType::I64), 0.0);
+        let zero = cx.b.splat(&TensorType::new(vec![], DType::I64), 0.0);
         return Ok(vec![Some(x), Some(zero)]);
     }
     let dim = if whole {
@@ -99,7 +99,7 @@ fn order_statistic(cx: &mut Ctx, n: &Node, which: Statistic) -> OpResult<Vec<Opt
     let (values, indices) = sorted(cx, x, dim, false)?;
     // How many numbers (not NaN) each row holds, shaped like the reduced row.
     let not_nan = cx.b.compare(CompareDir::Eq, x, x)?;
-    let counted = cx.b.convert(not_nan, ElemType::I64);
+    let counted = cx.b.convert(not_nan, DType::I64);
     let count = cx.b.reduce_by(counted, &[dim as i64], BinaryOp::Add)?;
     let constant = |cx: &mut Ctx, v: i64| cx.full_like(count, v as f64, None);
     let position = match which {
@@ -130,7 +130,7 @@ fn order_statistic(cx: &mut Ctx, n: &Node, which: Statistic) -> OpResult<Vec<Opt
     let kept: Vec<i64> = (0..rank as i64).filter(|&d| d != dim as i64).collect();
     let position = cx.b.broadcast_in_dim(position, &shape, &kept)?;
     let iota =
-        cx.b.iota(TensorType::new(shape.clone(), ElemType::I64), dim as i64)?;
+        cx.b.iota(TensorType::new(shape.clone(), DType::I64), dim as i64)?;
     let hit = cx.b.compare(CompareDir::Eq, iota, position)?;
     // The lowest value elsewhere and a max over the row keep the chosen element exactly
     // (NaN and -0.0 included) for every dtype.
@@ -188,11 +188,7 @@ fn searchsorted(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     } else {
         (0..r - 1).chain([r]).collect()
     };
-    let elem = promote_types(
-        cx.b.elem(boundaries).to_dtype(),
-        cx.b.elem(values).to_dtype(),
-    );
-    let elem = ElemType::from_dtype(elem);
+    let elem = promote_types(cx.b.elem(boundaries), cx.b.elem(values));
     let b = cx.b.convert(boundaries, elem);
     let v = cx.b.convert(values, elem);
     let b = cx.b.broadcast_in_dim(b, &pair, &b_dims)?;
@@ -204,7 +200,7 @@ fn searchsorted(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         CompareDir::Lt
     };
     let before = cx.b.compare(dir, b, v)?;
-    let count = cx.b.convert(before, ElemType::I64);
+    let count = cx.b.convert(before, DType::I64);
     let count = cx.b.reduce_by(count, &[r], BinaryOp::Add)?;
     Ok(vec![Some(cx.b.convert(count, out.elem))])
 }
@@ -227,4 +223,32 @@ pub fn register(r: &mut Registry) {
     });
     r.add(&["aten.sort.default", "aten.sort.stable"], sort);
     r.add(&["aten.topk.default"], topk);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::{Arg, DType};
+
+    fn sorted(dtype: DType) -> String {
+        let mut g = TestGraph::default();
+        let x = g.input("x", dtype, &[5]);
+        let out = g.node(
+            "aten.sort.default",
+            vec![("self", t(&x)), ("descending", Arg::Bool(true))],
+            &[(dtype, &[5]), (DType::I64, &[5])],
+        );
+        g.text(&[&out[0], &out[1]])
+    }
+
+    #[test]
+    fn floats_sort_in_their_total_order() {
+        // NaN after every number, as torch sorts; the IR says so, the emitter only spells it.
+        assert_checks(
+            &sorted(DType::F32),
+            &["stablehlo.sort", "order=Descending type=TOTALORDER"],
+        );
+        assert_checks(&sorted(DType::I64), &["order=Descending type=SIGNED"]);
+        assert_checks(&sorted(DType::U8), &["order=Descending type=UNSIGNED"]);
+    }
 }

@@ -23,10 +23,8 @@ fn as_strided(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             "not supported: as_strided with size {size:?} and stride {stride:?}"
         ));
     }
-    let positions = super::indexing::strided_positions(&size, &stride, offset);
-    Ok(vec![Some(super::indexing::take_flat(
-        cx, x, &positions, &size,
-    )?)])
+    let positions = strided_positions(&size, &stride, offset);
+    Ok(vec![Some(take_flat(cx, x, &positions, &size)?)])
 }
 
 /// The row-major strides of `shape`.
@@ -64,7 +62,7 @@ fn diagonal_positions(cx: &Ctx, n: &Node, shape: &[i64]) -> OpResult<(Vec<i64>, 
     } else {
         0
     };
-    let positions = super::indexing::strided_positions(&size, &stride, start);
+    let positions = strided_positions(&size, &stride, start);
     Ok((size, positions))
 }
 
@@ -73,9 +71,7 @@ fn diagonal(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let shape = cx.b.shape(x).to_vec();
     let (size, positions) = diagonal_positions(cx, n, &shape)?;
-    Ok(vec![Some(super::indexing::take_flat(
-        cx, x, &positions, &size,
-    )?)])
+    Ok(vec![Some(take_flat(cx, x, &positions, &size)?)])
 }
 
 /// diagonal_scatter: `self` with its diagonal (as `diagonal` takes it) replaced by `src`.
@@ -90,9 +86,7 @@ fn diagonal_scatter(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             cx.b.shape(src)
         ));
     }
-    Ok(vec![Some(super::indexing::put_flat(
-        cx, x, &positions, src,
-    )?)])
+    Ok(vec![Some(put_flat(cx, x, &positions, src)?)])
 }
 
 /// unfold(dimension, size, step): the windows of `size` elements every `step` along the
@@ -117,11 +111,9 @@ fn unfold(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let positions: Vec<f64> = (0..windows)
         .flat_map(|w| (0..size).map(move |j| (w * step + j) as f64))
         .collect();
-    let index = cx.b.dense(
-        TensorType::new(vec![windows, size], ElemType::I64),
-        &positions,
-    )?;
-    let taken = super::indexing::take_along(cx, x, dim, index)?;
+    let index =
+        cx.b.dense(TensorType::new(vec![windows, size], DType::I64), &positions)?;
+    let taken = take_along(cx, x, dim, index)?;
     // take_along puts (windows, size) at `dim`; the window's own axis goes last.
     let mut perm: Vec<i64> = (0..rank as i64 + 1)
         .filter(|&d| d != dim as i64 + 1)
@@ -248,8 +240,8 @@ fn embed_along(
     let src = cx.b.convert(src, cx.b.elem(x));
     let zero = cx.b.scalar(cx.b.elem(x), 0.0);
     let placed = cx.b.pad(src, zero, &low, &high, &interior)?;
-    let inside = cx.full_like(src, 1.0, Some(ElemType::I1));
-    let outside = cx.b.scalar(ElemType::I1, 0.0);
+    let inside = cx.full_like(src, 1.0, Some(DType::Bool));
+    let outside = cx.b.scalar(DType::Bool, 0.0);
     let mask = cx.b.pad(inside, outside, &low, &high, &interior)?;
     Ok(cx.b.select(mask, placed, x)?)
 }
@@ -516,4 +508,31 @@ pub fn register(r: &mut Registry) {
     );
     r.add(&["aten.repeat_interleave.self_int"], repeat_interleave);
     r.add_complex(&["aten.repeat.default"], repeat);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::{Arg, DType};
+
+    #[test]
+    fn chained_permutes_become_one_transpose() {
+        let mut g = TestGraph::default();
+        let x = g.input("x", DType::F32, &[2, 3, 4]);
+        let a = g.node1(
+            "aten.permute.default",
+            vec![("self", t(&x)), ("dims", Arg::Ints(vec![1, 0, 2]))],
+            DType::F32,
+            &[3, 2, 4],
+        );
+        let b = g.node1(
+            "aten.permute.default",
+            vec![("self", t(&a)), ("dims", Arg::Ints(vec![2, 0, 1]))],
+            DType::F32,
+            &[4, 3, 2],
+        );
+        let text = g.text(&[&b]);
+        assert_checks(&text, &["stablehlo.transpose %0 perm=[2, 1, 0]", "return"]);
+        assert_eq!(text.matches("stablehlo.transpose").count(), 1, "{text}");
+    }
 }

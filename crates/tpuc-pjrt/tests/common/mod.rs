@@ -26,5 +26,5 @@ module {
 }"#;
 
 pub fn f32s(dims: &[i64], values: &[f32]) -> HostTensor {
-    HostTensor::from_slice(ElementType::F32, dims, values).unwrap()
+    HostTensor::from_slice(DType::F32, dims, values).unwrap()
 }

@@ -16,6 +16,8 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
+from . import _tpuc
+
 # Node metadata the compiler reads; the rest (module stacks with types, ...) does not serialize.
 _KEPT_META = ("val", "stack_trace")
 
@@ -45,19 +47,10 @@ def unsupported_ops(gm: torch.fx.GraphModule, supported: Container[str]) -> Coun
 
 
 def source_line(node: torch.fx.Node) -> str | None:
-    """The innermost user frame of a node's stack trace, as `file:line`."""
+    """The user's line (`file:line`) in a node's stack trace: the innermost frame outside
+    installed packages, as the compiler reads it."""
     trace = node.meta.get("stack_trace")
-    if not trace:
-        return None
-    frames = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]
-    for frame in reversed(frames):
-        if "site-packages" not in frame and "/torch/" not in frame:
-            # File "model.py", line 12, in forward
-            parts = frame.split('"')
-            if len(parts) >= 3:
-                line = parts[2].split(",")[1].strip().removeprefix("line ")
-                return f"{parts[1]}:{line}"
-    return None
+    return _tpuc.source_line(trace) if trace else None
 
 
 def serialize(gm: torch.fx.GraphModule, tensor_outputs: list[int]) -> bytes:

@@ -5,6 +5,8 @@ import dataclasses
 import os
 from typing import Any
 
+from . import _tpuc
+
 @dataclasses.dataclass(frozen=True)
 class Options:
     """How the backend compiles.
@@ -63,8 +65,7 @@ class Options:
         options = Options(**values)
         if options.decompositions not in ("core", "none"):
             raise ValueError(f"decompositions must be 'core' or 'none', not {options.decompositions!r}")
-        if options.matmul_precision not in ("highest", "high", "default"):
-            raise ValueError(
-                f"matmul_precision must be 'highest', 'high' or 'default', not {options.matmul_precision!r}"
-            )
+        precisions = _tpuc.matmul_precisions()
+        if options.matmul_precision not in precisions:
+            raise ValueError(f"matmul_precision must be one of {precisions}, not {options.matmul_precision!r}")
         return options

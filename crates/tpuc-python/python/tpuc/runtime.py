@@ -8,7 +8,6 @@ import sys
 import threading
 import warnings
 import weakref
-from collections import OrderedDict
 
 import torch
 from torch.utils.dlpack import from_dlpack
@@ -23,22 +22,14 @@ STATS = {"compiles": 0, "cache_hits": 0, "uploads": 0, "reused": 0, "prepared": 
 _RUNTIMES: dict[str, "Session"] = {}
 _RUNTIMES_LOCK = threading.Lock()
 
-_DTYPES = {
-    str(d).removeprefix("torch."): d
-    for d in (
-        torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16,
-        torch.uint32, torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64,
-        torch.complex64, torch.complex128,
-    )
-}
+# The torch dtypes tpuc handles, by the names tpuc's dtype model gives them.
+_DTYPES = {name: getattr(torch, name) for name in _tpuc.dtype_names()}
 
 
 class Session:
-    """One plugin's client, the device buffers of input tensors, and the compiled executables,
-    shared by every graph compiled for that plugin in this process."""
-
-    # Executables kept per session, most recently used last.
-    MAX_EXECUTABLES = 256
+    """One plugin's client, the device buffers of input tensors and the weight-derived values,
+    shared by every graph compiled for that plugin in this process. The compiled executables are
+    the driver's: it keeps them per client, keyed by the graph and the options."""
 
     def __init__(self, plugin: str):
         # The interpreter's own sys.path says where its packages (the plugins among them) are.
@@ -46,7 +37,6 @@ class Session:
         self.buffers = BufferCache(self.runtime)
         # The CPU plugin's device memory is host memory: outputs become tensors without a copy.
         self.host_memory = self.runtime.platform == "cpu"
-        self.executables: OrderedDict = OrderedDict()
         # Weight-derived values by the module computing them: graphs that derive the same values
         # (the variants of a graph specialised per input size) share them.
         self.prepared: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -64,18 +54,14 @@ class Session:
 
     def compile(self, program: bytes, name: str, matmul_precision: str,
                 stable: list[bool] | None = None, cache_dir: str | None = None) -> _tpuc.CompiledGraph:
-        """The executable of `program`, compiled once per distinct graph (its serialized form
-        holds the ops, the input and output types, and the source locations). `stable` flags
-        the inputs that stay the same between calls (see `_tpuc.Runtime.compile`); `cache_dir`
-        as `Options.cache_dir`."""
-        key = (hashlib.sha256(program).digest(), matmul_precision, None if stable is None else tuple(stable))
-        with self.lock:
-            found = self.executables.get(key)
-            if found is not None:
-                self.executables.move_to_end(key)
-                return found
-        STATS["compiles"] += 1
+        """The executable of `program` (its serialized form holds the ops, the input and output
+        types, and the source locations), compiled once per distinct graph and options in this
+        process. `stable` flags the inputs that stay the same between calls (see
+        `_tpuc.Runtime.compile`); `cache_dir` as `Options.cache_dir`."""
         compiled = self.runtime.compile(program, name, matmul_precision, stable, cache_dir)
+        if compiled.reused:
+            return compiled
+        STATS["compiles"] += 1
         if compiled.cache == "hit":
             STATS["cache_hits"] += 1
         elif compiled.cache.startswith("not stored") and not self.cache_warned:
@@ -83,10 +69,6 @@ class Session:
             warnings.warn(f"tpuc: compiled executables are not cached ({compiled.cache}); the "
                           "option cache_dir or TPUC_CACHE_DIR chooses another directory, 'off' none",
                           stacklevel=2)
-        with self.lock:
-            self.executables[key] = compiled
-            while len(self.executables) > self.MAX_EXECUTABLES:
-                self.executables.popitem(last=False)
         return compiled
 
 

@@ -10,46 +10,45 @@
 
 use std::collections::BTreeSet;
 
-use crate::ir::{ArgAttrs, Func, KernelLayout, Module, Op, OpKind, Value};
+use super::Prepared;
+use crate::ir::{ArgAttrs, Builder, Func, KernelLayout, Module, OpKind, Rewriter, Value};
 
-/// What [`hoist`] split off.
-#[derive(Clone, Debug)]
-pub struct Hoisted {
-    /// Computes the hoisted values from the stable arguments at positions `args` of the
-    /// original module.
-    pub prep: Module,
-    pub args: Vec<usize>,
-    /// The original module's computation: its arguments, then one per result of `prep`, in order.
-    pub main: Module,
+/// What to hoist: one flag per argument of the module, true for those that stay the same from
+/// call to call; and the layout convolution kernels computed once are given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoistRequest {
+    pub stable: Vec<bool>,
+    pub conv_kernels: KernelLayout,
 }
 
-/// Splits `module` when part of it depends only on the arguments marked `stable` (one flag per
-/// argument) and is worth computing once; `None` when nothing is. Convolutions whose kernel is
-/// stable are first given kernels in the `conv_kernels` layout, the transpose then hoisted.
-pub fn hoist(module: &Module, stable: &[bool], conv_kernels: KernelLayout) -> Option<Hoisted> {
-    if stable.len() != module.main.args.len() || !stable.contains(&true) {
-        return None;
+/// Splits `module` when part of it depends only on the arguments `request` marks stable and is
+/// worth computing once: returns the module computing the rest (the original arguments, then
+/// one per hoisted value, in order) and the module computing the hoisted values. When nothing
+/// is worth it (or the flags do not fit), the module comes back as it was, with no second one.
+/// Convolutions whose kernel is stable are first given kernels in the requested layout, the
+/// transpose then hoisted.
+pub fn hoist(module: Module, request: &HoistRequest) -> (Module, Option<Prepared>) {
+    let stable = &request.stable;
+    if stable.len() != module.main.args().len() || !stable.contains(&true) {
+        return (module, None);
     }
-    let mut f = module.main.clone();
-    relayout_kernels(&mut f, stable, conv_kernels);
+    let f = relayout_kernels(&module.main, stable, request.conv_kernels);
     let origin = Origin::of(&f, stable);
     let hoisted = choose(&f, &origin);
     if hoisted.is_empty() {
-        return None;
+        return (module, None);
     }
-    let (prep, args) = prep_function(&f, &origin, &hoisted);
+    let (prep, reads) = prep_function(&f, &origin, &hoisted);
     let main = main_function(f, &hoisted);
-    Some(Hoisted {
-        prep: Module {
-            main: prep,
-            attrs: vec![],
-        },
-        args,
-        main: crate::passes::dead_code(Module {
-            main,
-            attrs: module.attrs.clone(),
-        }),
-    })
+    let main = super::dead_code::dead_code(Module {
+        main,
+        sharding: module.sharding,
+    });
+    let prepared = Prepared {
+        module: Module::new(prep),
+        reads,
+    };
+    (main, Some(prepared))
 }
 
 /// Where each value comes from: `stable` for values computed from stable arguments and
@@ -69,15 +68,15 @@ impl Origin {
             from_args: vec![false; n],
             defined_by: f.defining_ops(),
         };
-        for (&arg, &is_stable) in f.args.iter().zip(stable_args) {
+        for (&arg, &is_stable) in f.args().iter().zip(stable_args) {
             origin.stable[arg.index()] = is_stable;
             origin.from_args[arg.index()] = is_stable;
         }
-        for op in &f.ops {
-            let stable = !matches!(op.kind, OpKind::RngBitGenerator)
-                && op.operands.iter().all(|o| origin.stable[o.index()]);
-            let from_args = stable && op.operands.iter().any(|o| origin.from_args[o.index()]);
-            for r in &op.results {
+        for op in f.ops() {
+            let stable =
+                !op.kind().is_random() && op.operands().iter().all(|o| origin.stable[o.index()]);
+            let from_args = stable && op.operands().iter().any(|o| origin.from_args[o.index()]);
+            for r in op.results() {
                 origin.stable[r.index()] = stable;
                 origin.from_args[r.index()] = from_args;
             }
@@ -90,51 +89,52 @@ impl Origin {
     }
 }
 
-/// Gives each convolution whose kernel is stable a kernel in `layout`: a transpose of the
-/// torch-layout kernel, which hoisting then computes once.
-fn relayout_kernels(f: &mut Func, stable_args: &[bool], layout: KernelLayout) {
+/// `f` with each convolution whose kernel is stable given a kernel in `layout`: a transpose of
+/// the torch-layout kernel, which hoisting then computes once.
+fn relayout_kernels(f: &Func, stable_args: &[bool], layout: KernelLayout) -> Func {
     if layout == KernelLayout::OutInSpatial {
-        return;
+        return f.clone();
     }
     let origin = Origin::of(f, stable_args);
-    let mut ops = Vec::with_capacity(f.ops.len());
-    for mut op in std::mem::take(&mut f.ops) {
-        if let OpKind::Convolution(attrs) = &mut op.kind {
-            let kernel = op.operands[1];
-            if attrs.kernel == KernelLayout::OutInSpatial && origin.from_args[kernel.index()] {
-                let ty = f.ty(kernel).clone();
-                let perm = layout.from_torch(ty.rank());
-                let shape = perm.iter().map(|&d| ty.shape[d as usize]).collect();
-                let transposed = f.add_value(crate::types::TensorType::new(shape, ty.elem));
-                ops.push(Op {
-                    kind: OpKind::Transpose { perm },
-                    operands: vec![kernel],
-                    results: vec![transposed],
-                    loc: op.loc.clone(),
-                });
+    let mut r = Rewriter::new(f);
+    for op in f.ops() {
+        match op.kind() {
+            OpKind::Convolution(attrs)
+                if attrs.kernel == KernelLayout::OutInSpatial
+                    && origin.from_args[op.operands()[1].index()] =>
+            {
+                r.at(op);
+                let (x, kernel) = (r.value(op.operands()[0]), r.value(op.operands()[1]));
+                let b = r.builder();
+                let perm = layout.from_torch(b.ty(kernel).rank());
+                let transposed = b.transpose(kernel, &perm).expect("a kernel's permutation");
+                let mut attrs = attrs.clone();
                 attrs.kernel = layout;
-                op.operands[1] = transposed;
+                let y = b
+                    .convolution(x, transposed, attrs)
+                    .expect("the same convolution, its kernel relaid out");
+                r.bind(op.results()[0], y).expect("of the same type");
             }
+            _ => r.copy(op).expect("an op of a valid function is valid"),
         }
-        ops.push(op);
     }
-    f.ops = ops;
+    r.finish()
 }
 
 /// Values computed from stable arguments that an op outside the stable part reads: the
 /// candidates for hoisting. Values the function returns stay where they are.
 fn frontier(f: &Func, origin: &Origin) -> Vec<Value> {
     let mut returned = vec![false; f.value_count()];
-    for r in &f.results {
+    for r in f.results() {
         returned[r.index()] = true;
     }
     let mut seen = vec![false; f.value_count()];
     let mut found = vec![];
-    for op in &f.ops {
-        if op.results.iter().all(|r| origin.stable[r.index()]) {
+    for op in f.ops() {
+        if op.results().iter().all(|r| origin.stable[r.index()]) {
             continue;
         }
-        for &o in &op.operands {
+        for &o in op.operands() {
             if origin.computed_from_args(o) && !returned[o.index()] && !seen[o.index()] {
                 seen[o.index()] = true;
                 found.push(o);
@@ -151,7 +151,7 @@ fn ancestry(f: &Func, origin: &Origin, values: &[Value]) -> BTreeSet<usize> {
     while let Some(v) = stack.pop() {
         if let Some(index) = origin.defined_by[v.index()] {
             if ops.insert(index) {
-                stack.extend(&f.ops[index].operands);
+                stack.extend(f.ops()[index].operands());
             }
         }
     }
@@ -174,7 +174,7 @@ fn verdict(f: &Func, origin: &Origin, kernels: &BTreeSet<Value>, v: Value) -> Ve
     let ops = ancestry(f, origin, &[v]);
     let mut args = BTreeSet::new();
     for &index in &ops {
-        for o in &f.ops[index].operands {
+        for o in f.ops()[index].operands() {
             if origin.defined_by[o.index()].is_none() {
                 args.insert(*o);
             }
@@ -184,7 +184,7 @@ fn verdict(f: &Func, origin: &Origin, kernels: &BTreeSet<Value>, v: Value) -> Ve
     if f.ty(v).numel() > source_elements {
         return Verdict::Grows;
     }
-    if kernels.contains(&v) || ops.iter().any(|&i| computes(&f.ops[i].kind)) {
+    if kernels.contains(&v) || ops.iter().any(|&i| !f.ops()[i].kind().moves_data()) {
         Verdict::Hoist
     } else {
         Verdict::NoGain
@@ -195,12 +195,12 @@ fn verdict(f: &Func, origin: &Origin, kernels: &BTreeSet<Value>, v: Value) -> Ve
 /// values it is computed from, recursively.
 fn choose(f: &Func, origin: &Origin) -> Vec<Value> {
     let kernels: BTreeSet<Value> = f
-        .ops
+        .ops()
         .iter()
         .filter(|op| {
-            matches!(op.kind, OpKind::Convolution(_)) && !origin.stable[op.results[0].index()]
+            matches!(op.kind(), OpKind::Convolution(_)) && !origin.stable[op.results()[0].index()]
         })
-        .map(|op| op.operands[1])
+        .map(|op| op.operands()[1])
         .collect();
     let mut candidates = frontier(f, origin);
     let mut seen: BTreeSet<Value> = candidates.iter().copied().collect();
@@ -213,8 +213,9 @@ fn choose(f: &Func, origin: &Origin) -> Vec<Value> {
             Verdict::Hoist => chosen.push(v),
             Verdict::NoGain => {}
             Verdict::Grows => {
-                let op = &f.ops[origin.defined_by[v.index()].expect("computed values have an op")];
-                for &o in &op.operands {
+                let op =
+                    &f.ops()[origin.defined_by[v.index()].expect("computed values have an op")];
+                for &o in op.operands() {
                     if origin.computed_from_args(o) && seen.insert(o) {
                         candidates.push(o);
                     }
@@ -225,91 +226,53 @@ fn choose(f: &Func, origin: &Origin) -> Vec<Value> {
     chosen
 }
 
-/// Whether an op does arithmetic, as opposed to moving, selecting or relabelling data.
-fn computes(kind: &OpKind) -> bool {
-    !matches!(
-        kind,
-        OpKind::Constant(_)
-            | OpKind::Iota { .. }
-            | OpKind::Reshape
-            | OpKind::Transpose { .. }
-            | OpKind::BroadcastInDim { .. }
-            | OpKind::Slice { .. }
-            | OpKind::Concatenate { .. }
-            | OpKind::Pad { .. }
-            | OpKind::Reverse { .. }
-            | OpKind::Convert
-    )
-}
-
 /// The function computing `hoisted` from the stable arguments it needs, and the positions of
 /// those arguments in `f`.
 fn prep_function(f: &Func, origin: &Origin, hoisted: &[Value]) -> (Func, Vec<usize>) {
     let ops = ancestry(f, origin, hoisted);
     let mut read = vec![false; f.value_count()];
     for &index in &ops {
-        for o in &f.ops[index].operands {
+        for o in f.ops()[index].operands() {
             read[o.index()] = true;
         }
     }
-    let mut prep = Func::default();
+    let mut b = Builder::new();
     let mut renamed: Vec<Option<Value>> = vec![None; f.value_count()];
     let mut positions = vec![];
-    for (position, &arg) in f.args.iter().enumerate() {
+    for (position, &arg) in f.args().iter().enumerate() {
         if read[arg.index()] {
-            let v = prep.add_value(f.ty(arg).clone());
-            prep.args.push(v);
-            prep.arg_attrs.push(ArgAttrs::default());
-            renamed[arg.index()] = Some(v);
+            renamed[arg.index()] = Some(b.arg(f.ty(arg).clone(), ArgAttrs::default()));
             positions.push(position);
         }
     }
     for &index in &ops {
-        let op = &f.ops[index];
-        let operands = op
-            .operands
+        let op = &f.ops()[index];
+        b.set_loc(op.loc().clone());
+        let operands: Vec<Value> = op
+            .operands()
             .iter()
             .map(|o| renamed[o.index()].expect("operands are defined before use"))
             .collect();
-        let results = op
-            .results
-            .iter()
-            .map(|r| {
-                let v = prep.add_value(f.ty(*r).clone());
-                renamed[r.index()] = Some(v);
-                v
-            })
-            .collect();
-        prep.ops.push(Op {
-            kind: op.kind.clone(),
-            operands,
-            results,
-            loc: op.loc.clone(),
-        });
+        let results = b
+            .op(op.kind().clone(), &operands)
+            .expect("an op of a valid function is valid");
+        for (&old, new) in op.results().iter().zip(results) {
+            renamed[old.index()] = Some(new);
+        }
     }
-    prep.results = hoisted
+    let results = hoisted
         .iter()
         .map(|v| renamed[v.index()].expect("hoisted values are computed"))
         .collect();
-    prep.result_attrs = vec![ArgAttrs::default(); hoisted.len()];
-    (prep, positions)
+    (b.finish(results, Vec::new()), positions)
 }
 
 /// `f` reading each hoisted value from a new trailing argument instead of computing it.
 fn main_function(mut f: Func, hoisted: &[Value]) -> Func {
-    let mut replaced: Vec<Option<Value>> = vec![None; f.value_count() + hoisted.len()];
     for &v in hoisted {
-        let arg = f.add_value(f.ty(v).clone());
-        f.args.push(arg);
-        f.arg_attrs.push(ArgAttrs::default());
-        replaced[v.index()] = Some(arg);
-    }
-    for op in &mut f.ops {
-        for o in &mut op.operands {
-            if let Some(arg) = replaced[o.index()] {
-                *o = arg;
-            }
-        }
+        let arg = f.add_arg(f.ty(v).clone(), ArgAttrs::default());
+        f.replace_uses(v, arg)
+            .expect("an argument of the value's type");
     }
     f
 }
@@ -317,12 +280,10 @@ fn main_function(mut f: Func, hoisted: &[Value]) -> Func {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builder::Builder;
-    use crate::ir::{BinaryOp, ConvAttrs, DotDims, Precision, UnaryOp};
-    use crate::types::{ElemType, TensorType};
+    use crate::ir::{BinaryOp, ConvAttrs, DType, DotDims, Precision, TensorType, UnaryOp};
 
     fn f32t(shape: &[i64]) -> TensorType {
-        TensorType::new(shape.to_vec(), ElemType::F32)
+        TensorType::new(shape.to_vec(), DType::F32)
     }
 
     fn conv_attrs() -> ConvAttrs {
@@ -339,16 +300,30 @@ mod tests {
     }
 
     fn module(b: Builder, results: Vec<Value>) -> Module {
-        Module {
-            main: b.finish(results, vec![]),
-            attrs: vec![],
-        }
+        Module::new(b.finish(results, vec![]))
+    }
+
+    /// The main module and what was hoisted, both verified; None when nothing was.
+    fn hoisted(
+        m: &Module,
+        stable: &[bool],
+        conv_kernels: KernelLayout,
+    ) -> Option<(Module, Prepared)> {
+        let request = HoistRequest {
+            stable: stable.to_vec(),
+            conv_kernels,
+        };
+        let (main, prepared) = hoist(m.clone(), &request);
+        crate::ir::verify(&main).unwrap();
+        let prepared = prepared?;
+        crate::ir::verify(&prepared.module).unwrap();
+        Some((main, prepared))
     }
 
     fn kinds(f: &Func) -> Vec<&'static str> {
-        f.ops
+        f.ops()
             .iter()
-            .map(|op| match &op.kind {
+            .map(|op| match op.kind() {
                 OpKind::Constant(_) => "constant",
                 OpKind::Unary(_) => "unary",
                 OpKind::Binary(_) => "binary",
@@ -380,60 +355,53 @@ mod tests {
     #[test]
     fn hoists_kernel_relayout_and_weight_arithmetic_but_not_broadcasts() {
         let m = conv_and_scale();
-        let h = hoist(&m, &[false, true, true], KernelLayout::SpatialInOut).unwrap();
-        assert_eq!(h.args, vec![1, 2]);
+        let (main, prep) = hoisted(&m, &[false, true, true], KernelLayout::SpatialInOut).unwrap();
+        assert_eq!(prep.reads, vec![1, 2]);
         assert_eq!(
-            kinds(&h.prep.main),
+            kinds(&prep.module.main),
             ["transpose", "constant", "binary", "unary"]
         );
         assert_eq!(
-            h.prep.main.result_types(),
+            prep.module.main.result_types(),
             vec![f32t(&[3, 3, 4, 6]), f32t(&[6])]
         );
         // main: the original arguments, then the hoisted kernel and scale.
-        let main = &h.main.main;
-        assert_eq!(main.args.len(), 5);
+        let main = &main.main;
+        assert_eq!(main.args().len(), 5);
         assert_eq!(kinds(main), ["convolution", "broadcast", "binary"]);
-        let conv = &main.ops[0];
-        assert_eq!(conv.operands, vec![main.args[0], main.args[3]]);
-        match &conv.kind {
+        let conv = &main.ops()[0];
+        assert_eq!(conv.operands(), &[main.args()[0], main.args()[3]]);
+        match conv.kind() {
             OpKind::Convolution(c) => assert_eq!(c.kernel, KernelLayout::SpatialInOut),
             other => panic!("{other:?}"),
         }
-        assert_eq!(main.ops[1].operands, vec![main.args[4]]);
+        assert_eq!(main.ops()[1].operands(), &[main.args()[4]]);
         assert_eq!(main.result_types(), vec![f32t(&[1, 6, 6, 6])]);
-        // Both modules are valid MLIR, the kernel read in its new layout.
-        let text = crate::emit_text(&h.main).unwrap();
-        assert!(
-            text.contains("[b, f, 0, 1]x[0, 1, i, o]->[b, f, 0, 1]"),
-            "{text}"
-        );
-        crate::emit_text(&h.prep).unwrap();
     }
 
     #[test]
     fn keeps_torch_kernels_when_asked() {
-        let h = hoist(
+        let (main, prep) = hoisted(
             &conv_and_scale(),
             &[false, true, true],
             KernelLayout::OutInSpatial,
         )
         .unwrap();
         // Only the scale is hoisted; the kernel stays an argument read as it is.
-        assert_eq!(h.args, vec![2]);
-        assert_eq!(kinds(&h.prep.main), ["constant", "binary", "unary"]);
-        let conv = &h.main.main.ops[0];
-        assert_eq!(conv.operands[1], h.main.main.args[1]);
+        assert_eq!(prep.reads, vec![2]);
+        assert_eq!(kinds(&prep.module.main), ["constant", "binary", "unary"]);
+        let conv = &main.main.ops()[0];
+        assert_eq!(conv.operands()[1], main.main.args()[1]);
     }
 
     #[test]
     fn nothing_to_hoist() {
         let m = conv_and_scale();
         // No stable argument, or a stable argument nothing worth computing once reads.
-        assert!(hoist(&m, &[false, false, false], KernelLayout::SpatialInOut).is_none());
-        assert!(hoist(&m, &[true, false, false], KernelLayout::SpatialInOut).is_none());
+        assert!(hoisted(&m, &[false, false, false], KernelLayout::SpatialInOut).is_none());
+        assert!(hoisted(&m, &[true, false, false], KernelLayout::SpatialInOut).is_none());
         // A flag per argument is required.
-        assert!(hoist(&m, &[true], KernelLayout::SpatialInOut).is_none());
+        assert!(hoisted(&m, &[true], KernelLayout::SpatialInOut).is_none());
         // A transposed weight read by a dot: XLA folds the transpose; a copy would only cost
         // memory.
         let mut b = Builder::new();
@@ -447,7 +415,7 @@ mod tests {
             rhs_contracting: vec![0],
         };
         let y = b.dot_general(x, wt, dims, Precision::Highest).unwrap();
-        assert!(hoist(
+        assert!(hoisted(
             &module(b, vec![y]),
             &[false, true],
             KernelLayout::SpatialInOut
@@ -457,19 +425,19 @@ mod tests {
         let mut b = Builder::new();
         let w = b.arg(f32t(&[8]), ArgAttrs::default());
         let r = b.unary(UnaryOp::Rsqrt, w).unwrap();
-        assert!(hoist(&module(b, vec![r]), &[true], KernelLayout::SpatialInOut).is_none());
+        assert!(hoisted(&module(b, vec![r]), &[true], KernelLayout::SpatialInOut).is_none());
     }
 
     #[test]
     fn random_bits_are_never_hoisted() {
         let mut b = Builder::new();
         let x = b.arg(f32t(&[4]), ArgAttrs::default());
-        let seed = b.arg(TensorType::new(vec![2], ElemType::U64), ArgAttrs::default());
-        let (_, bits) = b.rng_bit_generator(seed, &[4], ElemType::U32).unwrap();
-        let bits = b.convert(bits, ElemType::F32);
+        let seed = b.arg(TensorType::new(vec![2], DType::U64), ArgAttrs::default());
+        let (_, bits) = b.rng_bit_generator(seed, &[4], DType::U32).unwrap();
+        let bits = b.convert(bits, DType::F32);
         let y = b.binary(BinaryOp::Mul, x, bits).unwrap();
         // Even with the seed marked stable, the generator runs on every call.
-        assert!(hoist(
+        assert!(hoisted(
             &module(b, vec![y]),
             &[false, true],
             KernelLayout::SpatialInOut

@@ -1,6 +1,7 @@
-//! The only module that touches MLIR (melior): turns the IR into an MLIR module in generic op
-//! form, with opaque StableHLO attributes spelled as the XLA plugin expects, and prints it as
-//! text or writes bytecode. Nothing here decides types: the IR already holds them.
+//! tpuc's emitter, the only crate that links MLIR (melior): turns the IR into an MLIR module in
+//! generic op form, with opaque StableHLO and Shardy attributes spelled as the XLA plugin
+//! expects, and prints it as text or writes bytecode. Nothing here decides a type or a rule:
+//! the IR already holds them; this crate only spells them.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -9,9 +10,7 @@ use std::sync::Arc;
 use melior::dialect::DialectHandle;
 use melior::ir::attribute::{StringAttribute, TypeAttribute};
 use melior::ir::block::BlockLike;
-use melior::ir::operation::{
-    OperationBuilder, OperationLike, OperationMutLike, OperationPrintingFlags,
-};
+use melior::ir::operation::{OperationBuilder, OperationLike, OperationPrintingFlags};
 use melior::ir::r#type::FunctionType;
 use melior::ir::RegionLike;
 use melior::ir::{
@@ -20,8 +19,7 @@ use melior::ir::{
 };
 use melior::Context;
 
-use crate::ir::*;
-use crate::types::{ElemType, TensorType};
+use tpuc_hlo::ir::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmitFormat {
@@ -47,6 +45,8 @@ pub enum EmitError {
     },
     #[error("internal error: printing the module failed: {0}")]
     Print(String),
+    #[error("internal error: {0}")]
+    Invalid(String),
 }
 
 /// Emits `module` as text or bytecode.
@@ -154,15 +154,40 @@ impl<'c> Emitter<'c> {
 
     fn module(&mut self, m: &Module) -> Result<MlirModule<'c>, EmitError> {
         let unknown = Location::unknown(self.ctx);
-        let mut module = MlirModule::new(unknown);
+        let module = MlirModule::new(unknown);
+        if let Some(MeshSharding {
+            mesh,
+            dialect: ShardingDialect::Shardy,
+        }) = &m.sharding
+        {
+            let attrs = vec![
+                (
+                    Identifier::new(self.ctx, "sym_name"),
+                    StringAttribute::new(self.ctx, MESH).into(),
+                ),
+                (
+                    Identifier::new(self.ctx, "mesh"),
+                    self.attr(&shardy_mesh(mesh), "module")?,
+                ),
+            ];
+            let op = OperationBuilder::new("sdy.mesh", unknown)
+                .add_attributes(&attrs)
+                .build()
+                .map_err(|e| EmitError::Build {
+                    op: "sdy.mesh".into(),
+                    node: String::new(),
+                    message: e.to_string(),
+                })?;
+            module.body().append_operation(op);
+        }
         let f = &m.main;
         let arg_types = f
-            .args
+            .args()
             .iter()
             .map(|&a| self.ty(f.ty(a)))
             .collect::<Result<Vec<_>, _>>()?;
         let result_types = f
-            .results
+            .results()
             .iter()
             .map(|&r| self.ty(f.ty(r)))
             .collect::<Result<Vec<_>, _>>()?;
@@ -170,18 +195,18 @@ impl<'c> Emitter<'c> {
         let region = Region::new();
         let block_ref = region.append_block(block);
         let mut values: Vec<Option<MlirValue<'c, '_>>> = vec![None; f.value_count()];
-        for (i, &a) in f.args.iter().enumerate() {
+        for (i, &a) in f.args().iter().enumerate() {
             values[a.index()] = Some(block_ref.argument(i).expect("argument exists").into());
         }
-        for op in &f.ops {
-            let built = self.op(op, f, &values)?;
+        for op in f.ops() {
+            let built = self.op(op, f, m.sharding.as_ref(), &values)?;
             let op_ref = block_ref.append_operation(built);
-            for (i, &r) in op.results.iter().enumerate() {
+            for (i, &r) in op.results().iter().enumerate() {
                 values[r.index()] = Some(op_ref.result(i).expect("result exists").into());
             }
         }
         let returned: Vec<MlirValue> = f
-            .results
+            .results()
             .iter()
             .map(|r| values[r.index()].expect("defined"))
             .collect();
@@ -206,14 +231,19 @@ impl<'c> Emitter<'c> {
                 TypeAttribute::new(fn_type.into()).into(),
             ),
         ];
-        for (name, list) in [("arg_attrs", &f.arg_attrs), ("res_attrs", &f.result_attrs)] {
-            if list.iter().any(|a| !a.attrs.is_empty()) {
+        for (name, list) in [
+            ("arg_attrs", f.arg_attrs()),
+            ("res_attrs", f.result_attrs()),
+        ] {
+            if list.iter().any(|a| a.sharding.is_some()) {
                 let dicts: Vec<String> = list
                     .iter()
-                    .map(|a| {
-                        let entries: Vec<String> =
-                            a.attrs.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-                        format!("{{{}}}", entries.join(", "))
+                    .map(|a| match (&a.sharding, &m.sharding) {
+                        (Some(s), Some(mesh)) => {
+                            let (key, text) = sharding_attr(mesh, s);
+                            format!("{{{key} = {text}}}")
+                        }
+                        _ => "{}".to_string(),
                     })
                     .collect();
                 attrs.push((
@@ -232,13 +262,6 @@ impl<'c> Emitter<'c> {
                 message: e.to_string(),
             })?;
         module.body().append_operation(func);
-        if !m.attrs.is_empty() {
-            let mut op = module.as_operation_mut();
-            for (k, v) in &m.attrs {
-                let a = self.attr(v, "module")?;
-                op.set_attribute(k, a);
-            }
-        }
         Ok(module)
     }
 
@@ -246,21 +269,22 @@ impl<'c> Emitter<'c> {
         &mut self,
         op: &Op,
         f: &Func,
+        sharding: Option<&MeshSharding>,
         values: &[Option<MlirValue<'c, 'a>>],
     ) -> Result<melior::ir::Operation<'c>, EmitError> {
-        let loc = self.loc(&op.loc);
-        let node = op.loc.node.as_str();
+        let loc = self.loc(op.loc());
+        let node = op.loc().node.as_str();
         let operands: Vec<MlirValue> = op
-            .operands
+            .operands()
             .iter()
             .map(|v| values[v.index()].expect("operands are defined first"))
             .collect();
         let result_types = op
-            .results
+            .results()
             .iter()
             .map(|&r| self.ty(f.ty(r)))
             .collect::<Result<Vec<_>, _>>()?;
-        let (name, attrs, regions) = self.describe(op, f)?;
+        let (name, attrs, regions) = self.describe(op, f, sharding)?;
         let attrs = attrs
             .into_iter()
             .map(|(k, v)| Ok((Identifier::new(self.ctx, k), self.attr(&v, node)?)))
@@ -284,42 +308,47 @@ impl<'c> Emitter<'c> {
         &mut self,
         op: &Op,
         f: &Func,
+        sharding: Option<&MeshSharding>,
     ) -> Result<(&'static str, Vec<(&'static str, String)>, Vec<Region<'c>>), EmitError> {
-        let operand_elem = |i: usize| f.ty(op.operands[i]).elem;
-        Ok(match &op.kind {
+        let operand_elem = |i: usize| f.ty(op.operands()[i]).elem;
+        let loc = op.loc();
+        Ok(match op.kind() {
             OpKind::Constant(lit) => (
                 "stablehlo.constant",
                 vec![("value", literal_attr(lit))],
                 vec![],
             ),
-            OpKind::Iota { dim } => (
+            OpKind::Iota { dim, .. } => (
                 "stablehlo.iota",
                 vec![("iota_dimension", format!("{dim} : i64"))],
                 vec![],
             ),
             OpKind::Unary(u) => (u.op_name(), vec![], vec![]),
             OpKind::Binary(b) => (b.op_name(), vec![], vec![]),
-            OpKind::Compare { dir, cmp } => (
+            OpKind::Compare { dir, compare } => (
                 "stablehlo.compare",
                 vec![
                     (
                         "comparison_direction",
                         format!("#stablehlo<comparison_direction {}>", dir.mnemonic()),
                     ),
-                    ("compare_type", format!("#stablehlo<comparison_type {cmp}>")),
+                    (
+                        "compare_type",
+                        format!("#stablehlo<comparison_type {}>", compare.mnemonic()),
+                    ),
                 ],
                 vec![],
             ),
             OpKind::Select => ("stablehlo.select", vec![], vec![]),
             OpKind::Clamp => ("stablehlo.clamp", vec![], vec![]),
-            OpKind::Convert => ("stablehlo.convert", vec![], vec![]),
+            OpKind::Convert { .. } => ("stablehlo.convert", vec![], vec![]),
             OpKind::IsFinite => ("stablehlo.is_finite", vec![], vec![]),
-            OpKind::BroadcastInDim { dims } => (
+            OpKind::BroadcastInDim { dims, .. } => (
                 "stablehlo.broadcast_in_dim",
                 vec![("broadcast_dimensions", array_i64(dims))],
                 vec![],
             ),
-            OpKind::Reshape => ("stablehlo.reshape", vec![], vec![]),
+            OpKind::Reshape { .. } => ("stablehlo.reshape", vec![], vec![]),
             OpKind::Transpose { perm } => (
                 "stablehlo.transpose",
                 vec![("permutation", array_i64(perm))],
@@ -411,11 +440,11 @@ impl<'c> Emitter<'c> {
                 )
             }
             OpKind::Reduce { dims, body } => {
-                let elems: Vec<ElemType> = op.results.iter().map(|&r| f.ty(r).elem).collect();
+                let elems: Vec<DType> = op.results().iter().map(|&r| f.ty(r).elem).collect();
                 (
                     "stablehlo.reduce",
                     vec![("dimensions", array_i64(dims))],
-                    vec![self.reduce_body(*body, &elems, &op.loc)?],
+                    vec![self.reduce_body(*body, &elems, loc)?],
                 )
             }
             OpKind::ReduceWindow {
@@ -430,7 +459,7 @@ impl<'c> Emitter<'c> {
                     ("window_strides", array_i64(strides)),
                     ("padding", padding_attr(padding)),
                 ],
-                vec![self.reduce_body(*body, &[operand_elem(0)], &op.loc)?],
+                vec![self.reduce_body(*body, &[operand_elem(0)], loc)?],
             ),
             OpKind::Gather(g) => {
                 let mut parts = vec![format!("offset_dims = [{}]", dims_list(&g.offset_dims))];
@@ -486,7 +515,7 @@ impl<'c> Emitter<'c> {
                     dims_list(&dims.scatter_dims_to_operand_dims)
                 ));
                 parts.push(format!("index_vector_dim = {}", dims.index_vector_dim));
-                let region = self.scatter_body(*mode, operand_elem(0), &op.loc)?;
+                let region = self.scatter_body(*mode, operand_elem(0), loc)?;
                 (
                     "stablehlo.scatter",
                     vec![
@@ -500,18 +529,22 @@ impl<'c> Emitter<'c> {
                     vec![region],
                 )
             }
-            OpKind::Sort { dim, order } => {
-                let elems: Vec<ElemType> = op.operands.iter().map(|&v| f.ty(v).elem).collect();
+            OpKind::Sort {
+                dim,
+                order,
+                compare,
+            } => {
+                let elems: Vec<DType> = op.operands().iter().map(|&v| f.ty(v).elem).collect();
                 (
                     "stablehlo.sort",
                     vec![
                         ("dimension", format!("{dim} : i64")),
                         ("is_stable", "true".into()),
                     ],
-                    vec![self.sort_body(*order, &elems, &op.loc)?],
+                    vec![self.sort_body(*order, *compare, &elems, loc)?],
                 )
             }
-            OpKind::RngBitGenerator => (
+            OpKind::RngBitGenerator { .. } => (
                 "stablehlo.rng_bit_generator",
                 vec![(
                     "rng_algorithm",
@@ -533,13 +566,32 @@ impl<'c> Emitter<'c> {
                 ],
                 vec![],
             ),
+            OpKind::ShardingConstraint(s) => {
+                let Some(mesh) = sharding else {
+                    return Err(EmitError::Invalid(format!(
+                        "a sharding constraint (at {}) in a module without a mesh",
+                        loc.node
+                    )));
+                };
+                let (key, text) = sharding_attr(mesh, s);
+                match mesh.dialect {
+                    ShardingDialect::Shardy => {
+                        ("sdy.sharding_constraint", vec![("sharding", text)], vec![])
+                    }
+                    ShardingDialect::Gspmd => (
+                        "stablehlo.custom_call",
+                        vec![("call_target_name", "\"Sharding\"".into()), (key, text)],
+                        vec![],
+                    ),
+                }
+            }
         })
     }
 
     /// A region with one block of scalar arguments; `build` appends ops and returns results.
     fn scalar_region<F>(
         &mut self,
-        arg_elems: &[ElemType],
+        arg_elems: &[DType],
         loc: &Arc<Loc>,
         build: F,
     ) -> Result<Region<'c>, EmitError>
@@ -574,7 +626,7 @@ impl<'c> Emitter<'c> {
     fn reduce_body(
         &mut self,
         body: ReduceBody,
-        elems: &[ElemType],
+        elems: &[DType],
         loc: &Arc<Loc>,
     ) -> Result<Region<'c>, EmitError> {
         match body {
@@ -584,9 +636,9 @@ impl<'c> Emitter<'c> {
                     Ok(vec![b.op(op.op_name(), &[a[0], a[1]], &[], e)?])
                 })
             }
-            ReduceBody::ArgMax | ReduceBody::ArgMin => {
+            ReduceBody::ArgExtremum { largest, nan_wins } => {
                 let (v, i) = (elems[0], elems[1]);
-                let dir = if body == ReduceBody::ArgMax {
+                let dir = if largest {
                     CompareDir::Gt
                 } else {
                     CompareDir::Lt
@@ -596,24 +648,24 @@ impl<'c> Emitter<'c> {
                     let better = b.compare(dir, x_v, acc_v, v)?;
                     let equal = b.compare(CompareDir::Eq, x_v, acc_v, v)?;
                     let earlier = b.compare(CompareDir::Lt, x_i, acc_i, i)?;
-                    let (better, equal) = if v.is_float() {
-                        // torch: NaN beats every number; among NaNs the first index wins.
+                    let (better, equal) = if nan_wins {
+                        // NaN beats every number; among NaNs the first index wins.
                         let x_nan = b.compare(CompareDir::Ne, x_v, x_v, v)?;
                         let acc_nan = b.compare(CompareDir::Ne, acc_v, acc_v, v)?;
-                        let acc_num = b.op("stablehlo.not", &[acc_nan], &[], ElemType::I1)?;
+                        let acc_num = b.op("stablehlo.not", &[acc_nan], &[], DType::Bool)?;
                         let nan_over_num =
-                            b.op("stablehlo.and", &[x_nan, acc_num], &[], ElemType::I1)?;
+                            b.op("stablehlo.and", &[x_nan, acc_num], &[], DType::Bool)?;
                         let both_nan =
-                            b.op("stablehlo.and", &[x_nan, acc_nan], &[], ElemType::I1)?;
+                            b.op("stablehlo.and", &[x_nan, acc_nan], &[], DType::Bool)?;
                         (
-                            b.op("stablehlo.or", &[better, nan_over_num], &[], ElemType::I1)?,
-                            b.op("stablehlo.or", &[equal, both_nan], &[], ElemType::I1)?,
+                            b.op("stablehlo.or", &[better, nan_over_num], &[], DType::Bool)?,
+                            b.op("stablehlo.or", &[equal, both_nan], &[], DType::Bool)?,
                         )
                     } else {
                         (better, equal)
                     };
-                    let tie = b.op("stablehlo.and", &[equal, earlier], &[], ElemType::I1)?;
-                    let take = b.op("stablehlo.or", &[better, tie], &[], ElemType::I1)?;
+                    let tie = b.op("stablehlo.and", &[equal, earlier], &[], DType::Bool)?;
+                    let take = b.op("stablehlo.or", &[better, tie], &[], DType::Bool)?;
                     let rv = b.op("stablehlo.select", &[take, x_v, acc_v], &[], v)?;
                     let ri = b.op("stablehlo.select", &[take, x_i, acc_i], &[], i)?;
                     Ok(vec![rv, ri])
@@ -625,7 +677,7 @@ impl<'c> Emitter<'c> {
     fn scatter_body(
         &mut self,
         mode: ScatterMode,
-        e: ElemType,
+        e: DType,
         loc: &Arc<Loc>,
     ) -> Result<Region<'c>, EmitError> {
         self.scalar_region(&[e, e], loc, |b, a| match mode {
@@ -637,22 +689,15 @@ impl<'c> Emitter<'c> {
     fn sort_body(
         &mut self,
         order: SortOrder,
-        elems: &[ElemType],
+        compare: CompareType,
+        elems: &[DType],
         loc: &Arc<Loc>,
     ) -> Result<Region<'c>, EmitError> {
-        let args: Vec<ElemType> = elems.iter().flat_map(|&e| [e, e]).collect();
-        let key = elems[0];
+        let args: Vec<DType> = elems.iter().flat_map(|&e| [e, e]).collect();
         self.scalar_region(&args, loc, |b, a| {
-            let dir = if order == SortOrder::Ascending {
-                "LT"
-            } else {
-                "GT"
-            };
-            // TOTALORDER puts NaN after every number, as torch does.
-            let cmp = if key.is_float() {
-                "TOTALORDER"
-            } else {
-                key.comparison_type()
+            let dir = match order {
+                SortOrder::Ascending => "LT",
+                SortOrder::Descending => "GT",
             };
             let r = b.op(
                 "stablehlo.compare",
@@ -662,9 +707,12 @@ impl<'c> Emitter<'c> {
                         "comparison_direction",
                         format!("#stablehlo<comparison_direction {dir}>"),
                     ),
-                    ("compare_type", format!("#stablehlo<comparison_type {cmp}>")),
+                    (
+                        "compare_type",
+                        format!("#stablehlo<comparison_type {}>", compare.mnemonic()),
+                    ),
                 ],
-                ElemType::I1,
+                DType::Bool,
             )?;
             Ok(vec![r])
         })
@@ -683,7 +731,7 @@ impl<'c, 'b> BodyBuilder<'c, 'b, '_> {
         name: &str,
         operands: &[MlirValue<'c, 'b>],
         attrs: &[(&str, String)],
-        results: &[ElemType],
+        results: &[DType],
     ) -> Result<melior::ir::OperationRef<'c, 'b>, EmitError> {
         let types = results
             .iter()
@@ -712,7 +760,7 @@ impl<'c, 'b> BodyBuilder<'c, 'b, '_> {
         name: &str,
         operands: &[MlirValue<'c, 'b>],
         attrs: &[(&str, String)],
-        result: ElemType,
+        result: DType,
     ) -> Result<MlirValue<'c, 'b>, EmitError> {
         let r = self.append(name, operands, attrs, &[result])?;
         Ok(r.result(0).expect("result exists").into())
@@ -729,7 +777,7 @@ impl<'c, 'b> BodyBuilder<'c, 'b, '_> {
         dir: CompareDir,
         a: MlirValue<'c, 'b>,
         b: MlirValue<'c, 'b>,
-        elem: ElemType,
+        elem: DType,
     ) -> Result<MlirValue<'c, 'b>, EmitError> {
         self.op(
             "stablehlo.compare",
@@ -741,10 +789,13 @@ impl<'c, 'b> BodyBuilder<'c, 'b, '_> {
                 ),
                 (
                     "compare_type",
-                    format!("#stablehlo<comparison_type {}>", elem.comparison_type()),
+                    format!(
+                        "#stablehlo<comparison_type {}>",
+                        CompareType::of(elem).mnemonic()
+                    ),
                 ),
             ],
-            ElemType::I1,
+            DType::Bool,
         )
     }
 }
@@ -757,7 +808,7 @@ pub fn literal_attr(lit: &Literal) -> String {
     if lit.splat && !ty.elem.is_complex() {
         return format!("dense<{}> : {ty}", scalar_text(ty.elem, &lit.bytes));
     }
-    if ty.elem == ElemType::I1 {
+    if ty.elem == DType::Bool {
         let mut s = String::new();
         nested_bools(&mut s, &ty.shape, &lit.bytes);
         return format!("dense<{s}> : {ty}");
@@ -787,21 +838,84 @@ fn nested_bools(out: &mut String, shape: &[i64], bytes: &[u8]) {
     out.push(']');
 }
 
-fn scalar_text(elem: ElemType, b: &[u8]) -> String {
-    match elem {
-        ElemType::I1 => (if b[0] != 0 { "true" } else { "false" }).into(),
-        ElemType::I8 => (b[0] as i8).to_string(),
-        ElemType::U8 => b[0].to_string(),
-        ElemType::I16 => i16::from_le_bytes([b[0], b[1]]).to_string(),
-        ElemType::U16 => u16::from_le_bytes([b[0], b[1]]).to_string(),
-        ElemType::I32 => i32::from_le_bytes(b[..4].try_into().unwrap()).to_string(),
-        ElemType::U32 => u32::from_le_bytes(b[..4].try_into().unwrap()).to_string(),
-        ElemType::I64 => i64::from_le_bytes(b[..8].try_into().unwrap()).to_string(),
-        ElemType::U64 => u64::from_le_bytes(b[..8].try_into().unwrap()).to_string(),
-        // Floats as their exact bit pattern: no rounding through decimal text.
-        ElemType::F16 | ElemType::BF16 => format!("0x{:04X}", u16::from_le_bytes([b[0], b[1]])),
-        ElemType::F32 => format!("0x{:08X}", u32::from_le_bytes(b[..4].try_into().unwrap())),
-        ElemType::F64 => format!("0x{:016X}", u64::from_le_bytes(b[..8].try_into().unwrap())),
-        ElemType::C64 | ElemType::C128 => unreachable!("complex literals are written as raw bytes"),
+/// The symbol of a module's Shardy mesh.
+const MESH: &str = "mesh";
+
+/// `#sdy.mesh<["dp"=2, "tp"=2]>`.
+fn shardy_mesh(mesh: &Mesh) -> String {
+    let axes: Vec<String> = mesh
+        .axes
+        .iter()
+        .map(|a| format!("\"{}\"={}", a.name, a.size))
+        .collect();
+    format!("#sdy.mesh<[{}]>", axes.join(", "))
+}
+
+/// The attribute (name and value) laying a value out over `mesh` in its dialect.
+fn sharding_attr(mesh: &MeshSharding, sharding: &Sharding) -> (&'static str, String) {
+    match mesh.dialect {
+        ShardingDialect::Shardy => ("sdy.sharding", shardy_sharding(sharding)),
+        ShardingDialect::Gspmd => (
+            "mhlo.sharding",
+            format!("\"{}\"", gspmd_sharding(&mesh.mesh, sharding)),
+        ),
     }
+}
+
+/// `#sdy.sharding<@mesh, [{"dp"}, {}]>`.
+fn shardy_sharding(sharding: &Sharding) -> String {
+    let dims: Vec<String> = sharding
+        .dims
+        .iter()
+        .map(|axes| {
+            let names: Vec<String> = axes.iter().map(|a| format!("\"{a}\"")).collect();
+            format!("{{{}}}", names.join(", "))
+        })
+        .collect();
+    format!("#sdy.sharding<@{MESH}, [{}]>", dims.join(", "))
+}
+
+/// GSPMD's text for `sharding` over `mesh`: `{replicated}`, or the tiles per dimension and the
+/// devices in tile order as an iota over the mesh, transposed when the tensor's dimensions take
+/// the axes in another order (`{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}`).
+pub fn gspmd_sharding(mesh: &Mesh, sharding: &Sharding) -> String {
+    if sharding.is_replicated() {
+        return "{replicated}".into();
+    }
+    let index = |name: &str| mesh.axis(name).map(|(i, _)| i);
+    let mut order: Vec<usize> = Vec::new();
+    let mut tiles: Vec<i64> = Vec::new();
+    for axes in &sharding.dims {
+        let mut tile = 1;
+        for a in axes {
+            if let Some(i) = index(a) {
+                order.push(i);
+                tile *= mesh.axes[i].size;
+            }
+        }
+        tiles.push(tile);
+    }
+    let unused: Vec<usize> = (0..mesh.axes.len())
+        .filter(|i| !order.contains(i))
+        .collect();
+    let replicas: i64 = unused.iter().map(|&i| mesh.axes[i].size).product();
+    order.extend(&unused);
+    if replicas > 1 {
+        tiles.push(replicas);
+    }
+    let list = |v: &[String]| v.join(",");
+    let tiles: Vec<String> = tiles.iter().map(i64::to_string).collect();
+    let devices = if order.iter().enumerate().all(|(i, &o)| i == o) {
+        format!("<=[{}]", mesh.devices())
+    } else {
+        let sizes: Vec<String> = mesh.axes.iter().map(|a| a.size.to_string()).collect();
+        let perm: Vec<String> = order.iter().map(usize::to_string).collect();
+        format!("<=[{}]T({})", list(&sizes), list(&perm))
+    };
+    let replicate = if replicas > 1 {
+        " last_tile_dim_replicate"
+    } else {
+        ""
+    };
+    format!("{{devices=[{}]{devices}{replicate}}}", list(&tiles))
 }

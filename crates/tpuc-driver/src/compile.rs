@@ -1,0 +1,371 @@
+//! The pipeline itself: [`emit`] (read → specialise → lower → passes → emit) and
+//! [`Target::compile`] (then PJRT's compile, through both caches).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tpuc_emit::EmitFormat;
+use tpuc_fx::Program;
+use tpuc_hlo::ir::{Module, ShardingDialect, TensorType};
+use tpuc_hlo::passes::{HoistRequest, PipelineOptions, ShardingRequest};
+use tpuc_hlo::{ArgRole, LowerOptions, Signature};
+use tpuc_pjrt::{
+    compile_with_cache, CacheOutcome, CompileCache, CompileOptions, DType, Executable, Partitioner,
+};
+
+use crate::error::{Error, Result};
+use crate::source::{specialize, Source};
+use crate::target::{Target, TargetInfo};
+
+/// What is computed once from arguments that do not change between calls.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Hoist {
+    /// Nothing: the module computes everything on every call.
+    #[default]
+    Off,
+    /// What the weights alone determine (weights are arguments: `WeightsMode::Args`).
+    Weights,
+    /// What the weights and the user inputs flagged true (one flag each, in order) determine:
+    /// the torch.compile backend, whose graphs take a model's parameters as inputs.
+    Inputs(Vec<bool>),
+}
+
+/// How to compile.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Options {
+    pub lower: LowerOptions,
+    pub hoist: Hoist,
+    /// The dialect of the shardings when the target has several devices.
+    pub dialect: ShardingDialect,
+    /// The sizes of a program's symbolic dimensions (torch.export dynamic shapes), by symbol;
+    /// the others come from `input_dims`, else the sizes the program was exported with. `None`
+    /// refuses a program with symbolic sizes, naming them.
+    pub sizes: Option<BTreeMap<String, i64>>,
+    /// The shapes of the user inputs the program will run on, which fix its symbolic sizes.
+    pub input_dims: Option<Vec<Vec<i64>>>,
+    /// The on-disk cache of compiled executables: `None` for $TPUC_CACHE_DIR or the default,
+    /// `off` for none (see `tpuc_pjrt::CompileCache::configured`).
+    pub cache_dir: Option<String>,
+}
+
+/// A user input as the caller passes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputSpec {
+    pub name: String,
+    pub dtype: DType,
+    pub dims: Vec<i64>,
+    /// The sizes the program declares when some are symbolic (`[s17, s27, 16]`), of which
+    /// `dims` are the ones it was specialised to.
+    pub declared: Option<String>,
+}
+
+/// Where the time of compiling went.
+#[derive(Clone, Debug, Default)]
+pub struct Timings {
+    /// Reading the program and fixing its sizes.
+    pub read: Duration,
+    pub lower: Duration,
+    pub passes: Duration,
+    pub emit: Duration,
+    /// The plugin's compilation, or loading the executable from the on-disk cache.
+    pub compile: Duration,
+}
+
+/// A program as far as [`emit`] takes it.
+pub struct Emitted {
+    /// The module to run (MLIR text or bytecode), and its IR.
+    pub module: Vec<u8>,
+    pub ir: Module,
+    /// The module computing what is hoisted, and its IR.
+    pub prepared: Option<(Vec<u8>, Module)>,
+    pub signature: Signature,
+    pub inputs: Vec<InputSpec>,
+    /// The program (its graph and weights) after specialisation.
+    pub program: Program,
+    pub timings: Timings,
+}
+
+/// Reads, specialises, lowers, runs the passes and emits `source` for `target`.
+pub fn emit(
+    source: Source,
+    options: &Options,
+    target: &TargetInfo,
+    format: EmitFormat,
+) -> Result<Emitted> {
+    let start = Instant::now();
+    let mut timings = Timings::default();
+    let name = source.name();
+    let mut program = source.read()?;
+    // Inputs with symbolic sizes, as declared, for messages about inputs of other shapes.
+    let declared: HashMap<String, String> = program
+        .graph
+        .inputs
+        .iter()
+        .filter_map(|i| {
+            let meta = program.graph.tensor(&i.name)?;
+            let symbolic = meta.static_sizes().is_none();
+            symbolic.then(|| (i.name.clone(), meta.describe_sizes()))
+        })
+        .collect();
+    if let Some(given) = &options.sizes {
+        program = specialize(
+            program,
+            &source.error_path(),
+            given,
+            options.input_dims.as_deref(),
+        )?;
+    }
+    timings.read = start.elapsed();
+
+    let start = Instant::now();
+    let compiled_module = matches!(source, Source::Module { .. });
+    let lower_options = if compiled_module {
+        // The module was compiled with weights as arguments; its signature is the archive's.
+        LowerOptions {
+            weights: tpuc_hlo::WeightsMode::Args,
+            ..options.lower.clone()
+        }
+    } else {
+        options.lower.clone()
+    };
+    let lowered = tpuc_hlo::lower(&program, &lower_options).map_err(|source| Error::Lower {
+        what: name.clone(),
+        source: Box::new(source),
+    })?;
+    timings.lower = start.elapsed();
+
+    let start = Instant::now();
+    let mut signature = lowered.signature;
+    let arg_types = lowered.module.main.arg_types();
+    let inputs = input_specs(&signature, &arg_types, &declared);
+    let sharding = if target.devices > 1 {
+        if compiled_module {
+            return Err(Error::Invalid(format!(
+                "{} devices need a .pt2 or .fx model: tpuc adds the sharding annotations when it \
+                 compiles",
+                target.devices
+            )));
+        }
+        for input in &inputs {
+            match input.dims.first() {
+                Some(&d) if d % target.devices as i64 != 0 => {
+                    return Err(Error::Invalid(format!(
+                        "input {} has first dimension {d}, which {} devices cannot split evenly",
+                        input.name, target.devices
+                    )))
+                }
+                _ => {}
+            }
+        }
+        Some(ShardingRequest {
+            devices: target.devices as i64,
+            dialect: options.dialect,
+            batched: signature.user_input_flags(),
+        })
+    } else {
+        None
+    };
+    let hoist = match (&options.hoist, compiled_module) {
+        (Hoist::Off, _) | (_, true) => None,
+        (Hoist::Weights, false) => Some(signature.stable_flags(None)),
+        (Hoist::Inputs(flags), false) => Some(signature.stable_flags(Some(flags))),
+    }
+    .transpose()
+    .map_err(|e| Error::Invalid(format!("{name}: {e}")))?
+    .map(|stable| HoistRequest {
+        stable,
+        conv_kernels: target.conv_kernels,
+    });
+    let pipeline_options = PipelineOptions {
+        hoist,
+        sharding,
+        ..PipelineOptions::default()
+    };
+    let piped =
+        tpuc_hlo::pipeline(lowered.module, &pipeline_options).map_err(|source| Error::Verify {
+            what: name.clone(),
+            source: Box::new(source),
+        })?;
+    if let Some(p) = &piped.prepared {
+        signature = signature.with_prepared(p.reads.clone(), p.module.main.results().len());
+    }
+    timings.passes = start.elapsed();
+
+    let start = Instant::now();
+    let module = if let Source::Module { module, .. } = source {
+        std::fs::read(module).map_err(|e| Error::Io {
+            path: module.to_path_buf(),
+            source: e,
+        })?
+    } else {
+        tpuc_emit::emit(&piped.main, format)?
+    };
+    let prepared = match piped.prepared {
+        Some(p) => Some((tpuc_emit::emit(&p.module, format)?, p.module)),
+        None => None,
+    };
+    timings.emit = start.elapsed();
+    Ok(Emitted {
+        module,
+        ir: piped.main,
+        prepared,
+        signature,
+        inputs,
+        program,
+        timings,
+    })
+}
+
+fn input_specs(
+    signature: &Signature,
+    arg_types: &[TensorType],
+    declared: &HashMap<String, String>,
+) -> Vec<InputSpec> {
+    signature
+        .args
+        .iter()
+        .zip(arg_types)
+        .filter_map(|(role, ty)| match role {
+            ArgRole::UserInput(name) => Some(InputSpec {
+                name: name.clone(),
+                dtype: ty.elem,
+                dims: ty.shape.clone(),
+                declared: declared.get(name).cloned(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The executable computing what a program derives from its stable arguments.
+pub struct PreparedExecutable {
+    pub executable: Executable,
+    /// Positions, among the program's own arguments, of those it reads.
+    pub reads: Vec<usize>,
+    pub stablehlo: String,
+}
+
+/// What the caches did for one compilation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CacheReport {
+    /// The on-disk cache was off.
+    pub off: bool,
+    /// The on-disk cache's outcome for each executable (the program's, then the prepared one).
+    pub outcomes: Vec<CacheOutcome>,
+}
+
+impl CacheReport {
+    /// One phrase for what the on-disk cache did: "hit" when every executable was loaded,
+    /// "stored" when one was compiled, "not stored: why", or "off".
+    pub fn summary(&self) -> String {
+        if self.off {
+            return "off".into();
+        }
+        if let Some(CacheOutcome::NotStored(reason)) = self
+            .outcomes
+            .iter()
+            .find(|o| matches!(o, CacheOutcome::NotStored(_)))
+        {
+            return format!("not stored: {reason}");
+        }
+        if self.outcomes.iter().all(|o| *o == CacheOutcome::Hit) {
+            "hit".into()
+        } else {
+            "stored".into()
+        }
+    }
+}
+
+/// A program compiled for a target, ready to run.
+pub struct Compiled {
+    pub executable: Executable,
+    pub prepared: Option<PreparedExecutable>,
+    pub signature: Signature,
+    pub arg_types: Vec<TensorType>,
+    pub result_types: Vec<TensorType>,
+    pub inputs: Vec<InputSpec>,
+    /// The module the plugin compiled (MLIR text, or what the module file held).
+    pub stablehlo: String,
+    /// The program after specialisation: its weights feed the weight arguments.
+    pub program: Program,
+    /// The IR's op count.
+    pub ops: usize,
+    pub timings: Timings,
+    pub cache: CacheReport,
+}
+
+impl Target {
+    /// `source` compiled for this target. A program compiled before in this process (the same
+    /// program, options and target) is returned as it was, without lowering or emitting again;
+    /// the flag says so.
+    pub fn compile(&self, source: Source, options: &Options) -> Result<(Arc<Compiled>, bool)> {
+        let mut hash = Sha256::new();
+        source.identity(&mut hash)?;
+        hash.update(format!("{options:?}").as_bytes());
+        let key: [u8; 32] = hash.finalize().into();
+        if let Some(found) = self.executables.get(&key) {
+            return Ok((found, true));
+        }
+        let emitted = emit(source, options, self.info(), EmitFormat::Text)?;
+        let start = Instant::now();
+        let compile_options = match self.info().devices {
+            1 => CompileOptions::single_device(),
+            n => CompileOptions::spmd(
+                n,
+                match options.dialect {
+                    ShardingDialect::Shardy => Partitioner::Shardy,
+                    ShardingDialect::Gspmd => Partitioner::Gspmd,
+                },
+            ),
+        };
+        let disk = CompileCache::configured(options.cache_dir.as_deref())?;
+        let mut cache = CacheReport {
+            off: disk.is_none(),
+            outcomes: Vec::new(),
+        };
+        let what = source.name();
+        let mut compile = |module: &[u8]| -> Result<Executable> {
+            let (exe, outcome) =
+                compile_with_cache(self.client(), module, &compile_options, disk.as_ref())
+                    .map_err(|source| Error::Compile {
+                        what: what.clone(),
+                        source,
+                    })?;
+            cache.outcomes.extend(outcome);
+            Ok(exe)
+        };
+        let executable = compile(&emitted.module)?;
+        let prepared = match &emitted.prepared {
+            Some((module, _)) => Some(PreparedExecutable {
+                executable: compile(module)?,
+                reads: emitted
+                    .signature
+                    .prepared
+                    .as_ref()
+                    .map(|p| p.reads.clone())
+                    .unwrap_or_default(),
+                stablehlo: String::from_utf8_lossy(module).into_owned(),
+            }),
+            None => None,
+        };
+        let mut timings = emitted.timings;
+        timings.compile = start.elapsed();
+        let compiled = Arc::new(Compiled {
+            executable,
+            prepared,
+            arg_types: emitted.ir.main.arg_types(),
+            result_types: emitted.ir.main.result_types(),
+            ops: emitted.ir.main.ops().len(),
+            signature: emitted.signature,
+            inputs: emitted.inputs,
+            stablehlo: String::from_utf8_lossy(&emitted.module).into_owned(),
+            program: emitted.program,
+            timings,
+            cache,
+        });
+        self.executables.insert(key, compiled.clone());
+        Ok((compiled, false))
+    }
+}

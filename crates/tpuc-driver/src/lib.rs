@@ -1,0 +1,34 @@
+//! tpuc's compile pipeline, the one path from a program to an executable that the CLI and the
+//! Python extension both take:
+//!
+//! ```text
+//! Source ─ read ─ specialise ─ lower ─ passes::pipeline() ─ emit ─ PJRT compile
+//!   (.pt2 / .fx / JSON)          (tpuc-hlo)               (tpuc-emit) (tpuc-pjrt, on-disk cache)
+//! ```
+//!
+//! A [`Target`] is a plugin's client, described once ([`TargetInfo`]: platform, devices, what
+//! the plugin needs). [`Target::compile`] keeps what it compiled in an in-process cache keyed
+//! before lowering, so compiling the same graph again costs neither lowering nor emission;
+//! beneath it, the on-disk cache of `tpuc-pjrt` spares later processes XLA's compilation.
+//! [`emit`] stops after emission, for `tpuc compile`, which needs no plugin.
+//!
+//! What a compiled module's arguments and results stand for is its
+//! [`tpuc_hlo::Signature`]; [`InputSpec`] describes each user input as the caller must pass it.
+
+mod cache;
+mod compile;
+mod error;
+mod source;
+mod target;
+
+pub use compile::{
+    emit, CacheReport, Compiled, Emitted, Hoist, InputSpec, Options, PreparedExecutable, Timings,
+};
+pub use error::{Error, Result};
+pub use source::Source;
+pub use target::{Target, TargetInfo};
+
+pub use tpuc_emit::EmitFormat;
+pub use tpuc_hlo::ir::{KernelLayout, Precision, ShardingDialect};
+pub use tpuc_hlo::{ArgRole, LowerOptions, ResultRole, Signature, WeightsMode};
+pub use tpuc_pjrt::{CacheOutcome, DType};

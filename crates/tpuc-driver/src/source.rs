@@ -1,0 +1,132 @@
+//! Where a program comes from, reading it, and fixing its symbolic sizes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use tpuc_fx::{symbolic, Program};
+
+use crate::error::{Error, Result};
+
+/// A program to compile.
+#[derive(Clone, Copy, Debug)]
+pub enum Source<'a> {
+    /// A torch.export `.pt2` archive or a tpuc `.fx` file (weights included).
+    File(&'a Path),
+    /// torch.export's serialized `ExportedProgram` JSON of a graph that takes everything as
+    /// inputs (what the torch.compile backend hands over), named `name` in messages.
+    Json { name: &'a str, bytes: &'a [u8] },
+    /// A module `tpuc compile --weights args` wrote, with the archive it was compiled from,
+    /// which gives the signature and the weights.
+    Module { module: &'a Path, archive: &'a Path },
+}
+
+impl Source<'_> {
+    /// The name messages give the program.
+    pub fn name(&self) -> String {
+        match self {
+            Source::File(path) => path.display().to_string(),
+            Source::Json { name, .. } => name.to_string(),
+            Source::Module { module, .. } => module.display().to_string(),
+        }
+    }
+
+    /// The file the program (its graph and weights) is read from, if any.
+    fn program_path(&self) -> Option<&Path> {
+        match self {
+            Source::File(path) | Source::Module { archive: path, .. } => Some(path),
+            Source::Json { .. } => None,
+        }
+    }
+
+    /// Reads the program.
+    pub(crate) fn read(&self) -> Result<Program> {
+        match self {
+            Source::File(path) | Source::Module { archive: path, .. } => {
+                Ok(tpuc_fx::read_program(path)?)
+            }
+            Source::Json { name, bytes } => Ok(tpuc_fx::program_from_json(Path::new(name), bytes)?),
+        }
+    }
+
+    /// What identifies the program without reading it: a JSON graph's bytes, a file's path,
+    /// size and modification time (a file rewritten in place is a new program).
+    pub(crate) fn identity(&self, hash: &mut Sha256) -> Result<()> {
+        let mut file = |what: &str, path: &Path| -> Result<()> {
+            let canonical = path.canonicalize().map_err(|source| Error::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let meta = std::fs::metadata(&canonical).map_err(|source| Error::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let modified = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            hash.update(format!(
+                "{what}\0{}\0{}\0{modified}\0",
+                canonical.display(),
+                meta.len()
+            ));
+            Ok(())
+        };
+        match self {
+            Source::File(path) => file("file", path),
+            Source::Module { module, archive } => {
+                file("module", module)?;
+                file("archive", archive)
+            }
+            Source::Json { bytes, .. } => {
+                hash.update(b"json\0");
+                hash.update(bytes);
+                Ok(())
+            }
+        }
+    }
+
+    /// The path errors about the program name.
+    pub(crate) fn error_path(&self) -> PathBuf {
+        self.program_path()
+            .map_or_else(|| PathBuf::from(self.name()), Path::to_path_buf)
+    }
+}
+
+/// `program` with its symbolic sizes replaced by numbers: those in `given`, then those the
+/// shapes of the inputs it will run on show (`inputs`, the user inputs' shapes in order), then
+/// the sizes it was exported with. Every size is checked against the range it was exported
+/// for. A program without symbolic sizes is returned as it is.
+pub(crate) fn specialize(
+    program: Program,
+    path: &Path,
+    given: &BTreeMap<String, i64>,
+    inputs: Option<&[Vec<i64>]>,
+) -> Result<Program> {
+    let fail = |e: String| Error::Invalid(format!("{}: {e}", path.display()));
+    if !symbolic::is_symbolic(&program) {
+        if let Some(name) = given.keys().next() {
+            return Err(fail(format!(
+                "no symbolic size {name}: the program's sizes are all static"
+            )));
+        }
+        return Ok(program);
+    }
+    let mut sizes = match inputs {
+        Some(inputs) => symbolic::sizes_from_inputs(&program, inputs).map_err(fail)?,
+        None => BTreeMap::new(),
+    };
+    for (name, &value) in given {
+        match sizes.insert(name.clone(), value) {
+            Some(seen) if seen != value => {
+                return Err(fail(format!(
+                    "size {name} is given as {value} but the inputs have {seen}"
+                )))
+            }
+            _ => {}
+        }
+    }
+    let values = symbolic::resolve_sizes(&program, &sizes).map_err(fail)?;
+    symbolic::specialize(program, &values).map_err(fail)
+}

@@ -1,0 +1,107 @@
+//! A target: one plugin's client over some of its devices, described once.
+
+use std::path::{Path, PathBuf};
+
+use tpuc_hlo::ir::KernelLayout;
+use tpuc_pjrt::discover::PluginKind;
+use tpuc_pjrt::{Client, ClientOptions, Device, Plugin};
+
+use crate::cache::ExecutableCache;
+use crate::error::{Error, Result};
+
+/// What the pipeline needs to know of where a program will run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetInfo {
+    pub kind: PluginKind,
+    /// The devices a program is partitioned over (data-parallel when more than one).
+    pub devices: usize,
+    /// The layout convolution kernels computed once (hoisted) are given: the one the plugin's
+    /// convolutions read (XLA:CPU's own), else torch's (the plugin's compiler picks its own).
+    pub conv_kernels: KernelLayout,
+}
+
+impl TargetInfo {
+    /// What `tpuc compile` assumes with no plugin: one device, nothing plugin-specific.
+    pub fn offline() -> TargetInfo {
+        TargetInfo::new(PluginKind::Other, 1)
+    }
+
+    pub fn new(kind: PluginKind, devices: usize) -> TargetInfo {
+        let conv_kernels = match kind {
+            PluginKind::Cpu => KernelLayout::SpatialInOut,
+            _ => KernelLayout::OutInSpatial,
+        };
+        TargetInfo {
+            kind,
+            devices,
+            conv_kernels,
+        }
+    }
+}
+
+/// A plugin's client and the devices programs run on, with the executables compiled for it.
+pub struct Target {
+    client: Client,
+    plugin_path: PathBuf,
+    devices: Vec<Device>,
+    info: TargetInfo,
+    pub(crate) executables: ExecutableCache,
+}
+
+impl Target {
+    /// A client of `plugin` (a name: cpu, tpu, cuda; or a path; `None` for $TPUC_PJRT_PLUGIN,
+    /// else cpu) over `devices` devices. A named plugin is looked for in `search_paths` first
+    /// (a Python interpreter's `sys.path`), then where `tpuc_pjrt::discover` looks.
+    pub fn open(plugin: Option<&str>, devices: usize, search_paths: &[PathBuf]) -> Result<Target> {
+        if devices < 1 {
+            return Err(Error::Invalid("a target needs at least one device".into()));
+        }
+        let path = tpuc_pjrt::discover::resolve_in(plugin, search_paths)?;
+        let kind = PluginKind::of(&path);
+        let loaded = Plugin::load(&path)?;
+        let options = ClientOptions {
+            cpu_device_count: kind.takes_device_count().then_some(devices as i64),
+            ..ClientOptions::default()
+        };
+        let client = Client::new(&loaded, &options).map_err(|source| Error::Start {
+            path: path.clone(),
+            source,
+        })?;
+        let available = client.addressable_devices()?;
+        if available.len() < devices {
+            return Err(Error::Invalid(format!(
+                "{devices} devices requested, but the {} plugin has {}",
+                client.platform_name()?,
+                available.len()
+            )));
+        }
+        Ok(Target {
+            client,
+            plugin_path: path,
+            devices: available.into_iter().take(devices).collect(),
+            info: TargetInfo::new(kind, devices),
+            executables: ExecutableCache::default(),
+        })
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn plugin_path(&self) -> &Path {
+        &self.plugin_path
+    }
+
+    /// The devices programs run on, in partition order.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    pub fn info(&self) -> &TargetInfo {
+        &self.info
+    }
+
+    pub fn platform(&self) -> Result<String> {
+        Ok(self.client.platform_name()?)
+    }
+}

@@ -1,0 +1,245 @@
+//! Functions and modules. A function's ops, values and their types change only through
+//! [`super::Builder`], [`super::Rewriter`] and the checked edits here, so a function that
+//! exists is well typed: every op's results have the types its rule gives.
+
+use std::sync::Arc;
+
+use super::attrs::{ArgAttrs, MeshSharding};
+use super::ops::{Loc, OpKind, Value};
+use super::types::TensorType;
+use super::typing::infer;
+use crate::ir::TypeError;
+
+/// One op: what it computes, the values it reads and defines, and where it came from.
+#[derive(Clone, Debug)]
+pub struct Op {
+    pub(super) kind: OpKind,
+    pub(super) operands: Vec<Value>,
+    pub(super) results: Vec<Value>,
+    pub(super) loc: Arc<Loc>,
+}
+
+impl Op {
+    pub fn kind(&self) -> &OpKind {
+        &self.kind
+    }
+
+    pub fn operands(&self) -> &[Value] {
+        &self.operands
+    }
+
+    pub fn results(&self) -> &[Value] {
+        &self.results
+    }
+
+    /// The op's only result; None for ops with several.
+    pub fn result(&self) -> Option<Value> {
+        match self.results[..] {
+            [r] => Some(r),
+            _ => None,
+        }
+    }
+
+    pub fn loc(&self) -> &Arc<Loc> {
+        &self.loc
+    }
+}
+
+/// The `main` function of a module: arguments, ops in order (SSA: each value defined once,
+/// before its uses), results.
+#[derive(Clone, Debug, Default)]
+pub struct Func {
+    pub(super) args: Vec<Value>,
+    pub(super) arg_attrs: Vec<ArgAttrs>,
+    pub(super) ops: Vec<Op>,
+    pub(super) results: Vec<Value>,
+    pub(super) result_attrs: Vec<ArgAttrs>,
+    pub(super) types: Vec<TensorType>,
+}
+
+impl Func {
+    pub fn ty(&self, v: Value) -> &TensorType {
+        &self.types[v.index()]
+    }
+
+    pub fn args(&self) -> &[Value] {
+        &self.args
+    }
+
+    pub fn arg_attrs(&self) -> &[ArgAttrs] {
+        &self.arg_attrs
+    }
+
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    pub fn results(&self) -> &[Value] {
+        &self.results
+    }
+
+    pub fn result_attrs(&self) -> &[ArgAttrs] {
+        &self.result_attrs
+    }
+
+    /// How many values the function has numbered (arguments and results of ops, including
+    /// those of ops since removed).
+    pub fn value_count(&self) -> usize {
+        self.types.len()
+    }
+
+    /// The index of the op defining each value; None for the arguments.
+    pub fn defining_ops(&self) -> Vec<Option<usize>> {
+        let mut defined_by = vec![None; self.value_count()];
+        for (index, op) in self.ops.iter().enumerate() {
+            for r in &op.results {
+                defined_by[r.index()] = Some(index);
+            }
+        }
+        defined_by
+    }
+
+    pub fn arg_types(&self) -> Vec<TensorType> {
+        self.args.iter().map(|&a| self.ty(a).clone()).collect()
+    }
+
+    pub fn result_types(&self) -> Vec<TensorType> {
+        self.results.iter().map(|&r| self.ty(r).clone()).collect()
+    }
+
+    /// Makes op `index` compute `kind` from `operands` instead, defining the same values: its
+    /// rule must give them the types they have.
+    pub fn replace_op(
+        &mut self,
+        index: usize,
+        kind: OpKind,
+        operands: Vec<Value>,
+    ) -> Result<(), TypeError> {
+        let types: Vec<&TensorType> = operands.iter().map(|&v| self.ty(v)).collect();
+        let fail = |message: String| TypeError {
+            op: kind.name(),
+            message,
+        };
+        let inferred = infer(&kind, &types).map_err(fail)?;
+        let op = &self.ops[index];
+        let current: Vec<&TensorType> = op.results.iter().map(|&r| self.ty(r)).collect();
+        if inferred.iter().collect::<Vec<_>>() != current {
+            return Err(fail(format!(
+                "would change the result types of {} from {current:?} to {inferred:?}",
+                op.kind.name()
+            )));
+        }
+        let op = &mut self.ops[index];
+        op.kind = kind;
+        op.operands = operands;
+        Ok(())
+    }
+
+    /// Keeps the ops for which `keep` says true, in order. Refused when a kept op or the
+    /// function's results read a value a removed op defines.
+    pub fn retain_ops(&mut self, keep: &[bool]) -> Result<(), String> {
+        if keep.len() != self.ops.len() {
+            return Err(format!("{} flags for {} ops", keep.len(), self.ops.len()));
+        }
+        let mut removed = vec![false; self.value_count()];
+        for (op, &k) in self.ops.iter().zip(keep) {
+            if !k {
+                for r in &op.results {
+                    removed[r.index()] = true;
+                }
+            }
+        }
+        let reads_removed = |v: &Value| removed[v.index()];
+        if let Some((op, _)) = self
+            .ops
+            .iter()
+            .zip(keep)
+            .find(|(op, &k)| k && op.operands.iter().any(reads_removed))
+        {
+            return Err(format!("{} reads a removed op's result", op.kind.name()));
+        }
+        if self.results.iter().any(reads_removed) {
+            return Err("the function returns a removed op's result".into());
+        }
+        let mut flags = keep.iter();
+        self.ops.retain(|_| *flags.next().expect("one flag per op"));
+        Ok(())
+    }
+
+    /// Returns `results` instead (one per result, each of the type of the one it replaces).
+    pub fn set_results(&mut self, results: Vec<Value>) -> Result<(), String> {
+        if results.len() != self.results.len()
+            || results
+                .iter()
+                .zip(&self.results)
+                .any(|(&new, &old)| self.ty(new) != self.ty(old))
+        {
+            return Err("the new results must have the types of the old ones".into());
+        }
+        self.results = results;
+        Ok(())
+    }
+
+    /// Appends an argument.
+    pub fn add_arg(&mut self, ty: TensorType, attrs: ArgAttrs) -> Value {
+        let v = self.add_value(ty);
+        self.args.push(v);
+        self.arg_attrs.push(attrs);
+        v
+    }
+
+    /// Makes every op and result that reads `from` read `to`, a value of the same type.
+    pub fn replace_uses(&mut self, from: Value, to: Value) -> Result<(), String> {
+        if self.ty(from) != self.ty(to) {
+            return Err(format!(
+                "cannot replace a {} by a {}",
+                self.ty(from),
+                self.ty(to)
+            ));
+        }
+        for op in &mut self.ops {
+            for o in &mut op.operands {
+                if *o == from {
+                    *o = to;
+                }
+            }
+        }
+        for r in &mut self.results {
+            if *r == from {
+                *r = to;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn set_arg_attrs(&mut self, index: usize, attrs: ArgAttrs) {
+        self.arg_attrs[index] = attrs;
+    }
+
+    pub fn set_result_attrs(&mut self, index: usize, attrs: ArgAttrs) {
+        self.result_attrs[index] = attrs;
+    }
+
+    /// A new value of this type, for an op or argument about to be added.
+    pub(super) fn add_value(&mut self, ty: TensorType) -> Value {
+        self.types.push(ty);
+        Value(self.types.len() as u32 - 1)
+    }
+}
+
+/// A module: its `main` function and, when it is partitioned over devices, the mesh its
+/// shardings refer to and the dialect they are written in.
+#[derive(Clone, Debug, Default)]
+pub struct Module {
+    pub main: Func,
+    pub sharding: Option<MeshSharding>,
+}
+
+impl Module {
+    pub fn new(main: Func) -> Module {
+        Module {
+            main,
+            sharding: None,
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! The ops of tpuc's StableHLO IR: what each computes ([`OpKind`], with its attributes as Rust
+//! values) and the predicates passes ask of them. Every rule that decides a result (NaN and
+//! tie handling of argmax, the order a sort compares in) is stated here, where folding, tests
+//! and the emitter all see it; the emitter only spells it.
+
+use std::sync::Arc;
+
+use tpuc_dtype::DType;
+
+use super::attrs::{ConvAttrs, DotDims, GatherDims, Precision, ScatterDims, Sharding};
+use super::types::TensorType;
+
+/// A value of a function: an argument or an op's result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Value(pub(super) u32);
+
+impl Value {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Abs,
+    Neg,
+    Exp,
+    Expm1,
+    Log,
+    Log1p,
+    Sqrt,
+    Rsqrt,
+    Cbrt,
+    Tanh,
+    Logistic,
+    Sin,
+    Cos,
+    Tan,
+    Floor,
+    Ceil,
+    RoundEven,
+    RoundAwayFromZero,
+    Sign,
+    Not,
+    /// CHLO: the plugin accepts chlo ops and decomposes them.
+    Erf,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    Lgamma,
+    Digamma,
+    ErfInv,
+    Erfc,
+}
+
+impl UnaryOp {
+    pub fn op_name(self) -> &'static str {
+        use UnaryOp::*;
+        match self {
+            Abs => "stablehlo.abs",
+            Neg => "stablehlo.negate",
+            Exp => "stablehlo.exponential",
+            Expm1 => "stablehlo.exponential_minus_one",
+            Log => "stablehlo.log",
+            Log1p => "stablehlo.log_plus_one",
+            Sqrt => "stablehlo.sqrt",
+            Rsqrt => "stablehlo.rsqrt",
+            Cbrt => "stablehlo.cbrt",
+            Tanh => "stablehlo.tanh",
+            Logistic => "stablehlo.logistic",
+            Sin => "stablehlo.sine",
+            Cos => "stablehlo.cosine",
+            Tan => "stablehlo.tan",
+            Floor => "stablehlo.floor",
+            Ceil => "stablehlo.ceil",
+            RoundEven => "stablehlo.round_nearest_even",
+            RoundAwayFromZero => "stablehlo.round_nearest_afz",
+            Sign => "stablehlo.sign",
+            Not => "stablehlo.not",
+            Erf => "chlo.erf",
+            Asin => "chlo.asin",
+            Acos => "chlo.acos",
+            Atan => "chlo.atan",
+            Sinh => "chlo.sinh",
+            Cosh => "chlo.cosh",
+            Asinh => "chlo.asinh",
+            Acosh => "chlo.acosh",
+            Atanh => "chlo.atanh",
+            Lgamma => "chlo.lgamma",
+            Digamma => "chlo.digamma",
+            ErfInv => "chlo.erf_inv",
+            Erfc => "chlo.erfc",
+        }
+    }
+
+    /// Whether the op is defined only on floating-point tensors.
+    pub fn float_only(self) -> bool {
+        !matches!(
+            self,
+            UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Sign | UnaryOp::Not
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    Pow,
+    Max,
+    Min,
+    And,
+    Or,
+    Xor,
+    Atan2,
+    ShiftLeft,
+    ShiftRightArithmetic,
+    ShiftRightLogical,
+}
+
+impl BinaryOp {
+    pub fn op_name(self) -> &'static str {
+        use BinaryOp::*;
+        match self {
+            Add => "stablehlo.add",
+            Sub => "stablehlo.subtract",
+            Mul => "stablehlo.multiply",
+            Div => "stablehlo.divide",
+            Rem => "stablehlo.remainder",
+            Pow => "stablehlo.power",
+            Max => "stablehlo.maximum",
+            Min => "stablehlo.minimum",
+            And => "stablehlo.and",
+            Or => "stablehlo.or",
+            Xor => "stablehlo.xor",
+            Atan2 => "stablehlo.atan2",
+            ShiftLeft => "stablehlo.shift_left",
+            ShiftRightArithmetic => "stablehlo.shift_right_arithmetic",
+            ShiftRightLogical => "stablehlo.shift_right_logical",
+        }
+    }
+
+    pub fn is_logical(self) -> bool {
+        matches!(self, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor)
+    }
+
+    pub fn is_shift(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::ShiftLeft | BinaryOp::ShiftRightArithmetic | BinaryOp::ShiftRightLogical
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CompareDir {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CompareDir {
+    pub fn mnemonic(self) -> &'static str {
+        match self {
+            CompareDir::Eq => "EQ",
+            CompareDir::Ne => "NE",
+            CompareDir::Lt => "LT",
+            CompareDir::Le => "LE",
+            CompareDir::Gt => "GT",
+            CompareDir::Ge => "GE",
+        }
+    }
+}
+
+/// How a comparison orders its operands (StableHLO's `comparison_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CompareType {
+    /// IEEE comparison of floats (and complex numbers, for equality): NaN is unordered.
+    Float,
+    /// A total order of floats: -NaN < -Inf < ... < -0 < +0 < ... < +Inf < +NaN, so NaN sorts
+    /// after every number, as in torch's sort.
+    TotalOrder,
+    Signed,
+    /// Unsigned integers and booleans.
+    Unsigned,
+}
+
+impl CompareType {
+    /// The ordinary comparison of `elem`.
+    pub fn of(elem: DType) -> CompareType {
+        if elem.is_float() || elem.is_complex() {
+            CompareType::Float
+        } else if elem.is_unsigned() || elem.is_bool() {
+            CompareType::Unsigned
+        } else {
+            CompareType::Signed
+        }
+    }
+
+    /// Whether values of `elem` can be compared this way.
+    pub fn fits(self, elem: DType) -> bool {
+        match self {
+            CompareType::TotalOrder => elem.is_float(),
+            other => other == CompareType::of(elem),
+        }
+    }
+
+    pub fn mnemonic(self) -> &'static str {
+        match self {
+            CompareType::Float => "FLOAT",
+            CompareType::TotalOrder => "TOTALORDER",
+            CompareType::Signed => "SIGNED",
+            CompareType::Unsigned => "UNSIGNED",
+        }
+    }
+}
+
+/// The computation inside a reduce or reduce_window region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceBody {
+    /// `acc = op(acc, x)` over one operand.
+    Binary(BinaryOp),
+    /// Over (values, indices): the position of the largest (`largest`) or smallest value. On
+    /// ties the smaller index wins; with `nan_wins` (torch's rule for floats) a NaN beats every
+    /// number and the first NaN is kept.
+    ArgExtremum { largest: bool, nan_wins: bool },
+}
+
+impl ReduceBody {
+    /// How many operands (each with an initial value) the region combines.
+    pub fn arity(self) -> usize {
+        match self {
+            ReduceBody::Binary(_) => 1,
+            ReduceBody::ArgExtremum { .. } => 2,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SortOrder {
+    Ascending,
+    Descending,
+}
+
+/// How a scatter combines an update with the element already there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScatterMode {
+    Replace,
+    Combine(BinaryOp),
+}
+
+/// The transform a stablehlo.fft computes over the trailing `length.len()` dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FftKind {
+    /// Complex to complex, forward.
+    Fft,
+    /// Complex to complex, inverse, scaled by 1/n.
+    Ifft,
+    /// Real to the non-negative half of the spectrum (last dimension n/2 + 1).
+    Rfft,
+    /// The inverse of Rfft, scaled by 1/n.
+    Irfft,
+}
+
+impl FftKind {
+    pub fn mnemonic(self) -> &'static str {
+        match self {
+            FftKind::Fft => "FFT",
+            FftKind::Ifft => "IFFT",
+            FftKind::Rfft => "RFFT",
+            FftKind::Irfft => "IRFFT",
+        }
+    }
+}
+
+/// A dense constant: little-endian element bytes, one element when `splat`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Literal {
+    pub ty: TensorType,
+    pub bytes: Arc<[u8]>,
+    pub splat: bool,
+}
+
+/// What an op computes. Each variant carries what its result types follow from, so that
+/// [`super::typing::infer`] computes them from the operands alone: a builder and the verifier
+/// apply the same rule.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Constant(Literal),
+    Iota {
+        dim: i64,
+        ty: TensorType,
+    },
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Compare {
+        dir: CompareDir,
+        compare: CompareType,
+    },
+    Select,
+    Clamp,
+    Convert {
+        to: DType,
+    },
+    IsFinite,
+    BroadcastInDim {
+        dims: Vec<i64>,
+        shape: Vec<i64>,
+    },
+    Reshape {
+        shape: Vec<i64>,
+    },
+    Transpose {
+        perm: Vec<i64>,
+    },
+    Slice {
+        start: Vec<i64>,
+        limit: Vec<i64>,
+        strides: Vec<i64>,
+    },
+    Concatenate {
+        dim: i64,
+    },
+    Pad {
+        low: Vec<i64>,
+        high: Vec<i64>,
+        interior: Vec<i64>,
+    },
+    Reverse {
+        dims: Vec<i64>,
+    },
+    DotGeneral {
+        dims: DotDims,
+        precision: Precision,
+    },
+    Convolution(ConvAttrs),
+    /// Reduces `n` inputs then `n` scalar initial values over `dims` (sorted).
+    Reduce {
+        dims: Vec<i64>,
+        body: ReduceBody,
+    },
+    ReduceWindow {
+        window: Vec<i64>,
+        strides: Vec<i64>,
+        padding: Vec<(i64, i64)>,
+        body: ReduceBody,
+    },
+    Gather(GatherDims),
+    Scatter {
+        dims: ScatterDims,
+        mode: ScatterMode,
+    },
+    /// A stable sort of the operands (one shape) along `dim` by the values of operand 0,
+    /// compared as `compare` says.
+    Sort {
+        dim: i64,
+        order: SortOrder,
+        compare: CompareType,
+    },
+    /// stablehlo.rng_bit_generator with the THREE_FRY algorithm: (state) -> (next state, bits
+    /// of `shape`, u32 or u64).
+    RngBitGenerator {
+        shape: Vec<i64>,
+        bits: DType,
+    },
+    /// The real or imaginary part of a complex tensor.
+    Real,
+    Imag,
+    /// A complex tensor from its real and imaginary parts.
+    Complex,
+    Fft {
+        kind: FftKind,
+        length: Vec<i64>,
+    },
+    /// The operand, laid out over the module's mesh as `Sharding` says (Shardy's
+    /// `sdy.sharding_constraint`, GSPMD's `Sharding` custom call).
+    ShardingConstraint(Sharding),
+}
+
+impl OpKind {
+    /// The op's name in StableHLO (or CHLO, or Shardy).
+    pub fn name(&self) -> &'static str {
+        match self {
+            OpKind::Constant(_) => "stablehlo.constant",
+            OpKind::Iota { .. } => "stablehlo.iota",
+            OpKind::Unary(u) => u.op_name(),
+            OpKind::Binary(b) => b.op_name(),
+            OpKind::Compare { .. } => "stablehlo.compare",
+            OpKind::Select => "stablehlo.select",
+            OpKind::Clamp => "stablehlo.clamp",
+            OpKind::Convert { .. } => "stablehlo.convert",
+            OpKind::IsFinite => "stablehlo.is_finite",
+            OpKind::BroadcastInDim { .. } => "stablehlo.broadcast_in_dim",
+            OpKind::Reshape { .. } => "stablehlo.reshape",
+            OpKind::Transpose { .. } => "stablehlo.transpose",
+            OpKind::Slice { .. } => "stablehlo.slice",
+            OpKind::Concatenate { .. } => "stablehlo.concatenate",
+            OpKind::Pad { .. } => "stablehlo.pad",
+            OpKind::Reverse { .. } => "stablehlo.reverse",
+            OpKind::DotGeneral { .. } => "stablehlo.dot_general",
+            OpKind::Convolution(_) => "stablehlo.convolution",
+            OpKind::Reduce { .. } => "stablehlo.reduce",
+            OpKind::ReduceWindow { .. } => "stablehlo.reduce_window",
+            OpKind::Gather(_) => "stablehlo.gather",
+            OpKind::Scatter { .. } => "stablehlo.scatter",
+            OpKind::Sort { .. } => "stablehlo.sort",
+            OpKind::RngBitGenerator { .. } => "stablehlo.rng_bit_generator",
+            OpKind::Real => "stablehlo.real",
+            OpKind::Imag => "stablehlo.imag",
+            OpKind::Complex => "stablehlo.complex",
+            OpKind::Fft { .. } => "stablehlo.fft",
+            OpKind::ShardingConstraint(_) => "sdy.sharding_constraint",
+        }
+    }
+
+    /// Cheap for the device to produce wherever it is used (XLA fuses it into its consumers):
+    /// constant folding leaves such ops in place rather than materialise their values.
+    pub fn is_cheap(&self) -> bool {
+        matches!(
+            self,
+            OpKind::Constant(_) | OpKind::Iota { .. } | OpKind::BroadcastInDim { .. }
+        )
+    }
+
+    /// Draws random numbers: its results differ from call to call, so it is never computed
+    /// once for several calls.
+    pub fn is_random(&self) -> bool {
+        matches!(self, OpKind::RngBitGenerator { .. })
+    }
+
+    /// Only moves, selects or relabels data, or converts it: no arithmetic. XLA folds such ops
+    /// into their consumers.
+    pub fn moves_data(&self) -> bool {
+        matches!(
+            self,
+            OpKind::Constant(_)
+                | OpKind::Iota { .. }
+                | OpKind::Reshape { .. }
+                | OpKind::Transpose { .. }
+                | OpKind::BroadcastInDim { .. }
+                | OpKind::Slice { .. }
+                | OpKind::Concatenate { .. }
+                | OpKind::Pad { .. }
+                | OpKind::Reverse { .. }
+                | OpKind::Convert { .. }
+        )
+    }
+
+    /// A view that returns its operand unchanged when the operand already has the result's
+    /// type (an identity transpose, a reshape or conversion to the same type).
+    pub fn is_noop_view(&self, operand: &TensorType, result: &TensorType) -> bool {
+        let identity = match self {
+            OpKind::Transpose { perm } => perm.iter().enumerate().all(|(i, &d)| d == i as i64),
+            OpKind::Reshape { .. } | OpKind::Convert { .. } => true,
+            _ => false,
+        };
+        identity && operand == result
+    }
+}
+
+/// Where an op came from: the FX node and, when known, the Python source line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loc {
+    pub node: String,
+    pub file: Option<(String, u32)>,
+}
+
+impl Loc {
+    pub fn unknown() -> Arc<Loc> {
+        Arc::new(Loc {
+            node: String::new(),
+            file: None,
+        })
+    }
+}

@@ -1,0 +1,300 @@
+//! The verifier: checks that a module keeps the invariants the builders promise, and names the
+//! op and the invariant when it does not. Passes run it between them in debug builds and tests.
+//!
+//! Invariants:
+//! - every value is defined once: an argument or one op's result;
+//! - every operand, and every result of the function, is defined before it is used;
+//! - every op's results have the types its typing rule ([`super::typing::infer`]) gives its
+//!   operands, so attribute values fit their operands (permutations, dimension numbers,
+//!   windows, comparison types, region arities);
+//! - each argument and result has one attribute set;
+//! - shardings appear only in a module with a mesh, name its axes, each axis at most once per
+//!   tensor, have one entry per dimension, and split only dimensions the axes divide evenly.
+
+use super::attrs::{ArgAttrs, Mesh, Sharding};
+use super::func::Module;
+use super::ops::OpKind;
+use super::typing::infer;
+
+/// What is wrong with a module, and where.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid module{}: {place}: {invariant}", .after.as_ref().map(|p| format!(" after {p}")).unwrap_or_default())]
+pub struct VerifyError {
+    /// The op (by index and name, with its FX node) or the part of the function at fault.
+    pub place: String,
+    pub invariant: String,
+    /// The pass that produced the module, when known.
+    pub after: Option<String>,
+}
+
+impl VerifyError {
+    /// The error, saying which pass produced the module.
+    pub fn after(mut self, pass: &str) -> VerifyError {
+        self.after = Some(pass.to_string());
+        self
+    }
+}
+
+fn fail(place: impl Into<String>, invariant: impl Into<String>) -> Result<(), VerifyError> {
+    Err(VerifyError {
+        place: place.into(),
+        invariant: invariant.into(),
+        after: None,
+    })
+}
+
+/// Checks every invariant of `module` (see the module's documentation).
+pub fn verify(module: &Module) -> Result<(), VerifyError> {
+    let f = &module.main;
+    let mut defined = vec![false; f.value_count()];
+    if f.arg_attrs().len() != f.args().len() || f.result_attrs().len() != f.results().len() {
+        return fail("main", "one attribute set per argument and per result");
+    }
+    for (i, &a) in f.args().iter().enumerate() {
+        if std::mem::replace(&mut defined[a.index()], true) {
+            return fail(format!("argument {i}"), "a value is defined once");
+        }
+    }
+    for (index, op) in f.ops().iter().enumerate() {
+        let place = || {
+            let node = &op.loc().node;
+            if node.is_empty() {
+                format!("op {index} ({})", op.kind().name())
+            } else {
+                format!("op {index} ({}, node {node})", op.kind().name())
+            }
+        };
+        for o in op.operands() {
+            if !defined[o.index()] {
+                return fail(
+                    place(),
+                    format!("operand %{} is used before it is defined", o.index()),
+                );
+            }
+        }
+        let operand_types: Vec<_> = op.operands().iter().map(|&o| f.ty(o)).collect();
+        let expected = infer(op.kind(), &operand_types).map_err(|e| VerifyError {
+            place: place(),
+            invariant: format!("its typing rule fails: {e}"),
+            after: None,
+        })?;
+        let actual: Vec<_> = op.results().iter().map(|&r| f.ty(r).clone()).collect();
+        if expected != actual {
+            return fail(
+                place(),
+                format!(
+                    "results must have the types its rule gives: {} (the rule) against {}",
+                    list(&expected),
+                    list(&actual)
+                ),
+            );
+        }
+        if let OpKind::ShardingConstraint(s) = op.kind() {
+            check_sharding(
+                module.sharding.as_ref().map(|m| &m.mesh),
+                s,
+                &actual[0].shape,
+            )
+            .map_err(|why| VerifyError {
+                place: place(),
+                invariant: why,
+                after: None,
+            })?;
+        }
+        for r in op.results() {
+            if std::mem::replace(&mut defined[r.index()], true) {
+                return fail(place(), format!("%{} is defined once", r.index()));
+            }
+        }
+    }
+    for (i, r) in f.results().iter().enumerate() {
+        if !defined[r.index()] {
+            return fail(format!("result {i}"), "returned values are defined");
+        }
+    }
+    let mesh = module.sharding.as_ref().map(|m| &m.mesh);
+    let sides = [
+        ("argument", f.args(), f.arg_attrs()),
+        ("result", f.results(), f.result_attrs()),
+    ];
+    for (what, values, attrs) in sides {
+        for (i, (&v, ArgAttrs { sharding })) in values.iter().zip(attrs).enumerate() {
+            if let Some(s) = sharding {
+                check_sharding(mesh, s, &f.ty(v).shape).map_err(|why| VerifyError {
+                    place: format!("{what} {i}"),
+                    invariant: why,
+                    after: None,
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn list(types: &[super::types::TensorType]) -> String {
+    let parts: Vec<String> = types.iter().map(ToString::to_string).collect();
+    format!("({})", parts.join(", "))
+}
+
+/// Whether `sharding` lays out a tensor of `shape` over `mesh`.
+pub(crate) fn check_sharding(
+    mesh: Option<&Mesh>,
+    sharding: &Sharding,
+    shape: &[i64],
+) -> Result<(), String> {
+    let Some(mesh) = mesh else {
+        return Err("a sharding needs a module with a mesh".into());
+    };
+    if sharding.dims.len() != shape.len() {
+        return Err(format!(
+            "a sharding of {} dimensions for a tensor of {}",
+            sharding.dims.len(),
+            shape.len()
+        ));
+    }
+    let mut used: Vec<&str> = Vec::new();
+    for (dim, axes) in sharding.dims.iter().enumerate() {
+        let mut parts = 1;
+        for axis in axes {
+            let Some((_, a)) = mesh.axis(axis) else {
+                return Err(format!("the mesh has no axis {axis:?}"));
+            };
+            if used.contains(&axis.as_str()) {
+                return Err(format!("axis {axis:?} splits a tensor once"));
+            }
+            used.push(axis);
+            parts *= a.size;
+        }
+        if shape[dim] % parts != 0 {
+            return Err(format!(
+                "dimension {dim} of size {} does not split into {parts} equal parts",
+                shape[dim]
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{
+        ArgAttrs, BinaryOp, Builder, DType, Func, Loc, MeshSharding, Op, OpKind, ShardingDialect,
+        TensorType, UnaryOp,
+    };
+
+    fn f32s(shape: &[i64]) -> TensorType {
+        TensorType::new(shape.to_vec(), DType::F32)
+    }
+
+    /// x -> exp -> neg, returned.
+    fn chain() -> Func {
+        let mut b = Builder::new();
+        let x = b.arg(f32s(&[4]), ArgAttrs::default());
+        let e = b.unary(UnaryOp::Exp, x).unwrap();
+        let n = b.unary(UnaryOp::Neg, e).unwrap();
+        b.finish(vec![n], vec![])
+    }
+
+    #[test]
+    fn a_built_function_verifies() {
+        verify(&Module::new(chain())).unwrap();
+    }
+
+    #[test]
+    fn a_use_before_its_definition_is_named() {
+        let mut f = chain();
+        // The exp now reads the neg's result, defined after it: well typed, out of order.
+        let later = f.ops()[1].results()[0];
+        f.replace_op(0, OpKind::Unary(UnaryOp::Exp), vec![later])
+            .unwrap();
+        let e = verify(&Module::new(f)).unwrap_err();
+        assert_eq!(e.place, "op 0 (stablehlo.exponential)");
+        assert!(e.invariant.contains("used before it is defined"), "{e}");
+    }
+
+    #[test]
+    fn results_the_typing_rule_does_not_give_are_named() {
+        let mut f = chain();
+        // What no builder would make: an add whose result is narrower than its operands.
+        let x = f.args()[0];
+        let wrong = f.add_value(f32s(&[2]));
+        f.ops.push(Op {
+            kind: OpKind::Binary(BinaryOp::Add),
+            operands: vec![x, x],
+            results: vec![wrong],
+            loc: std::sync::Arc::new(Loc {
+                node: "add_1".into(),
+                file: None,
+            }),
+        });
+        let e = verify(&Module::new(f.clone())).unwrap_err();
+        assert_eq!(e.place, "op 2 (stablehlo.add, node add_1)");
+        assert!(
+            e.invariant
+                .contains("(tensor<4xf32>) (the rule) against (tensor<2xf32>)"),
+            "{e}"
+        );
+        // And an op whose attributes do not fit its operand.
+        f.ops.pop();
+        f.ops.push(Op {
+            kind: OpKind::Transpose { perm: vec![0, 0] },
+            operands: vec![x],
+            results: vec![wrong],
+            loc: Loc::unknown(),
+        });
+        let e = verify(&Module::new(f)).unwrap_err().to_string();
+        assert!(e.contains("not a permutation"), "{e}");
+    }
+
+    #[test]
+    fn shardings_must_fit_the_module_mesh() {
+        let sharded = |mesh: Option<Mesh>, sharding: Sharding| {
+            let mut f = chain();
+            f.set_arg_attrs(
+                0,
+                ArgAttrs {
+                    sharding: Some(sharding),
+                },
+            );
+            let module = Module {
+                main: f,
+                sharding: mesh.map(|mesh| MeshSharding {
+                    mesh,
+                    dialect: ShardingDialect::Shardy,
+                }),
+            };
+            verify(&module).map_err(|e| e.to_string())
+        };
+        let dp = || Some(Mesh::line("dp", 2));
+        assert_eq!(sharded(dp(), Sharding::split(1, 0, "dp")), Ok(()));
+        for (mesh, sharding, why) in [
+            (
+                None,
+                Sharding::split(1, 0, "dp"),
+                "needs a module with a mesh",
+            ),
+            (dp(), Sharding::split(1, 0, "tp"), "no axis \"tp\""),
+            (
+                dp(),
+                Sharding::replicated(2),
+                "2 dimensions for a tensor of 1",
+            ),
+            (
+                Some(Mesh::line("dp", 3)),
+                Sharding::split(1, 0, "dp"),
+                "does not split into 3",
+            ),
+            (
+                dp(),
+                Sharding {
+                    dims: vec![vec!["dp".into(), "dp".into()]],
+                },
+                "splits a tensor once",
+            ),
+        ] {
+            let e = sharded(mesh, sharding).unwrap_err();
+            assert!(e.contains("argument 0") && e.contains(why), "{why}: {e}");
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Passes over the IR, and the one order they run in: [`pipeline`].
+
+pub mod bool_constants;
+pub mod canonicalize;
+pub mod dead_code;
+pub mod fold;
+pub mod hoist;
+pub mod sharding;
+
+use crate::ir::{verify, Module, VerifyError};
+
+pub use hoist::HoistRequest;
+pub use sharding::ShardingRequest;
+
+/// What the pipeline does beyond cleaning up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipelineOptions {
+    /// Split off what the stable arguments alone determine (see [`hoist`]).
+    pub hoist: Option<HoistRequest>,
+    /// Lay the module out over devices (see [`sharding`]).
+    pub sharding: Option<ShardingRequest>,
+    /// Run the verifier before the first pass and after each (on in debug builds and tests).
+    pub verify: bool,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        PipelineOptions {
+            hoist: None,
+            sharding: None,
+            verify: cfg!(debug_assertions),
+        }
+    }
+}
+
+/// What the pipeline made of a module.
+#[derive(Clone, Debug)]
+pub struct Pipelined {
+    /// The module to run: the original arguments, then one per result of `prepared`.
+    pub main: Module,
+    /// What was hoisted: a module computing values from the arguments at `reads`.
+    pub prepared: Option<Prepared>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub module: Module,
+    /// Positions, among the original module's arguments, of those the module reads.
+    pub reads: Vec<usize>,
+}
+
+/// The passes, in order: constant folding, canonical forms of views, dead code, hoisting,
+/// sharding, then the plugin's legalisation of boolean constants. The verifier runs between
+/// them when asked; an error names the pass after which the module broke.
+pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, VerifyError> {
+    let check = |m: &Module, after: &str| -> Result<(), VerifyError> {
+        if options.verify {
+            verify(m).map_err(|e| e.after(after))?;
+        }
+        Ok(())
+    };
+    check(&module, "lowering")?;
+    let module = fold::fold_constants(module);
+    check(&module, "constant folding")?;
+    let module = canonicalize::canonicalize(module);
+    check(&module, "canonical forms")?;
+    let module = dead_code::dead_code(module);
+    check(&module, "dead code")?;
+    let (mut main, mut prepared) = match &options.hoist {
+        Some(request) => hoist::hoist(module, request),
+        None => (module, None),
+    };
+    check(&main, "hoisting")?;
+    if let Some(request) = &options.sharding {
+        main = sharding::data_parallel(main, request);
+        check(&main, "sharding")?;
+        if let Some(p) = &mut prepared {
+            // Weights are whole on every device, and so is what is computed from them.
+            let whole = ShardingRequest {
+                batched: Vec::new(),
+                ..request.clone()
+            };
+            p.module = sharding::data_parallel(std::mem::take(&mut p.module), &whole);
+            check(&p.module, "sharding the prepared module")?;
+        }
+    }
+    let main = bool_constants::bool_constants_as_bytes(main);
+    check(&main, "boolean constants")?;
+    let prepared = match prepared {
+        Some(p) => {
+            let module = bool_constants::bool_constants_as_bytes(p.module);
+            check(&module, "boolean constants of the prepared module")?;
+            Some(Prepared {
+                module,
+                reads: p.reads,
+            })
+        }
+        None => None,
+    };
+    Ok(Pipelined { main, prepared })
+}
