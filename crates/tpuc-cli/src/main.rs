@@ -38,6 +38,8 @@ enum Emit {
     Text,
     /// MLIR bytecode.
     Bytecode,
+    /// tpuc's own IR after its passes, as text: for reading (the plugin takes MLIR).
+    Ir,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -225,7 +227,7 @@ fn run() -> Result<()> {
                 precision: matmul_precision,
             };
             let format = match emit {
-                Emit::Text => EmitFormat::Text,
+                Emit::Text | Emit::Ir => EmitFormat::Text,
                 Emit::Bytecode => EmitFormat::Bytecode,
             };
             if matches!(emit, Emit::Bytecode) && output.as_os_str() == "-" && is_terminal() {
@@ -235,13 +237,17 @@ fn run() -> Result<()> {
                 .then(|| tpuc_cli::parse_sizes(&sizes))
                 .transpose()?;
             let c = tpuc_cli::compile_file_with_sizes(&input, sizes.as_ref(), &opts, format)?;
+            let written = match emit {
+                Emit::Ir => tpuc_hlo::ir::print(&c.ir).into_bytes(),
+                Emit::Text | Emit::Bytecode => c.module.clone(),
+            };
             if output.as_os_str() == "-" {
                 use std::io::Write;
                 std::io::stdout()
-                    .write_all(&c.module)
+                    .write_all(&written)
                     .context("writing to standard output")?;
             } else {
-                std::fs::write(&output, &c.module)
+                std::fs::write(&output, &written)
                     .with_context(|| format!("writing {}", output.display()))?;
             }
             if stats {

@@ -290,8 +290,8 @@ pub struct Compiled {
     pub stablehlo: String,
     /// The program after specialisation: its weights feed the weight arguments.
     pub program: Program,
-    /// The IR's op count.
-    pub ops: usize,
+    /// The module's IR after the passes (`tpuc_hlo::ir::print` shows it).
+    pub ir: Module,
     pub timings: Timings,
     pub cache: CacheReport,
 }
@@ -357,7 +357,7 @@ impl Target {
             prepared,
             arg_types: emitted.ir.main.arg_types(),
             result_types: emitted.ir.main.result_types(),
-            ops: emitted.ir.main.ops().len(),
+            ir: emitted.ir,
             signature: emitted.signature,
             inputs: emitted.inputs,
             stablehlo: String::from_utf8_lossy(&emitted.module).into_owned(),

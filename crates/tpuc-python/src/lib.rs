@@ -258,6 +258,13 @@ impl CompiledGraph {
         &self.compiled.stablehlo
     }
 
+    /// The module in tpuc's own IR after its passes, as text (for reading; the plugin compiles
+    /// `stablehlo`).
+    #[getter]
+    fn ir_text(&self) -> String {
+        tpuc_hlo::ir::print(&self.compiled.ir)
+    }
+
     /// Whether the graph was compiled before in this process (nothing was compiled now).
     #[getter]
     fn reused(&self) -> bool {
@@ -317,6 +324,31 @@ impl CompiledGraph {
             .result_types
             .iter()
             .map(|t| (t.elem.name(), t.shape.clone()))
+            .collect()
+    }
+
+    /// What each argument stands for, in order: `("input", i)` the graph's i-th input,
+    /// `("seed", 0)` the seed of its random ops (two uint64), `("derived", i)` the i-th value
+    /// `prepare` computes. The one statement of the order the graph takes its arguments in.
+    #[getter]
+    fn arg_roles(&self) -> PyResult<Vec<(&'static str, usize)>> {
+        let mut inputs = 0;
+        self.compiled
+            .signature
+            .args
+            .iter()
+            .map(|role| match role {
+                ArgRole::UserInput(_) => {
+                    inputs += 1;
+                    Ok(("input", inputs - 1))
+                }
+                ArgRole::RngSeed => Ok(("seed", 0)),
+                ArgRole::Derived(i) => Ok(("derived", *i)),
+                // The backend's graphs take everything as inputs.
+                ArgRole::Weight(name) => Err(error(format!(
+                    "internal error: the graph takes weight {name} from its archive"
+                ))),
+            })
             .collect()
     }
 

@@ -173,7 +173,11 @@ def test_dump_dir_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("TPUC_DUMP_DIR", str(tmp_path))
     f = torch.compile(lambda x: x * 2, backend="tpuc")
     f(torch.ones(2))
-    assert any(n.endswith(".mlir") for n in os.listdir(tmp_path))
+    names = os.listdir(tmp_path)
+    assert any(n.endswith(".mlir") for n in names)
+    # tpuc's own IR after its passes, one line per op.
+    (ir,) = [tmp_path / n for n in names if n.endswith(".ir.txt")]
+    assert "stablehlo.multiply" in ir.read_text() and "func @main(" in ir.read_text()
 
 
 def test_outputs_and_inputs_of_many_dtypes():

@@ -274,8 +274,28 @@ fn sharding_constraints_compile() -> Result<(), Failed> {
     Ok(())
 }
 
+/// `tpuc compile --emit ir` prints tpuc's own IR after the passes.
+fn cli_emits_the_ir() -> Result<(), Failed> {
+    let out = crate::execution::tpuc()
+        .args(["compile", "--emit", "ir"])
+        .arg(lowering_dir().join("mlp.pt2"))
+        .output()?;
+    let text = String::from_utf8(out.stdout)?;
+    let expected = [
+        "func @main(%0: tensor<32x16xf32>",
+        "stablehlo.dot_general %4, %0 batch=[]x[] contracting=[1]x[1] precision=highest",
+        "// linear (",
+        "return",
+    ];
+    if !out.status.success() || expected.iter().any(|e| !text.contains(e)) {
+        return Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
+        Trial::test("pipeline::cli_emits_the_ir", cli_emits_the_ir),
         Trial::test("pipeline::in_process_reuse", in_process_reuse),
         Trial::test(
             "pipeline::run_hoists_weight_derived_values",

@@ -272,3 +272,40 @@ pub fn register(r: &mut Registry) {
         layer_norm,
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::{Arg, DType};
+
+    #[test]
+    fn layer_norm_of_half_precision_is_computed_in_float32() {
+        let mut g = TestGraph::default();
+        let x = g.input("x", DType::BF16, &[2, 8]);
+        let out = g.node(
+            "aten.native_layer_norm.default",
+            vec![
+                ("input", t(&x)),
+                ("normalized_shape", Arg::Ints(vec![8])),
+                ("weight", Arg::None),
+                ("bias", Arg::None),
+                ("eps", Arg::Float(1e-5)),
+            ],
+            &[
+                (DType::BF16, &[2, 8]),
+                (DType::F32, &[2, 1]),
+                (DType::F32, &[2, 1]),
+            ],
+        );
+        // Statistics in float32 (as torch's CPU kernel), the result rounded once to bfloat16.
+        assert_checks(
+            &g.text(&[&out[0], &out[1], &out[2]]),
+            &[
+                "stablehlo.convert %0 to=float32",
+                "stablehlo.reduce",
+                "stablehlo.rsqrt",
+                "to=bfloat16 : tensor<2x8xbf16>",
+            ],
+        );
+    }
+}

@@ -532,3 +532,36 @@ pub fn register(r: &mut Registry) {
         adaptive_avg_pool_backward,
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::{Arg, DType};
+
+    #[test]
+    fn max_pooling_reduces_windows_from_minus_infinity() {
+        let mut g = TestGraph::default();
+        let x = g.input("x", DType::F32, &[1, 2, 4, 4]);
+        let y = g.node1(
+            "aten.max_pool2d.default",
+            vec![
+                ("self", t(&x)),
+                ("kernel_size", Arg::Ints(vec![2, 2])),
+                ("stride", Arg::Ints(vec![2, 2])),
+            ],
+            DType::F32,
+            &[1, 2, 2, 2],
+        );
+        // Channels-last, where XLA keeps convolution outputs, and back.
+        assert_checks(
+            &g.text(&[&y]),
+            &[
+                "stablehlo.constant splat=0xFF800000 : tensor<f32>",
+                "stablehlo.transpose %0 perm=[0, 2, 3, 1]",
+                "stablehlo.reduce_window %2, %1 window=[1, 2, 2, 1] strides=[1, 2, 2, 1]",
+                "body=stablehlo.maximum",
+                "stablehlo.transpose %3 perm=[0, 3, 1, 2]",
+            ],
+        );
+    }
+}

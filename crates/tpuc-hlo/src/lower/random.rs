@@ -211,3 +211,36 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.bernoulli.default", "aten.bernoulli.p"], bernoulli);
     r.add(&["aten.native_dropout.default"], native_dropout);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, TestGraph};
+    use tpuc_fx::{Arg, DType};
+
+    #[test]
+    fn random_ops_thread_one_generator_seeded_by_the_last_argument() {
+        let mut g = TestGraph::default();
+        let a = g.node1(
+            "aten.rand.default",
+            vec![("size", Arg::Ints(vec![3]))],
+            DType::F32,
+            &[3],
+        );
+        let b = g.node1(
+            "aten.rand.default",
+            vec![("size", Arg::Ints(vec![3]))],
+            DType::F32,
+            &[3],
+        );
+        let text = g.text(&[&a, &b]);
+        // The seed is the only argument; the second draw reads the state the first returned.
+        assert_checks(
+            &text,
+            &[
+                "func @main(%0: tensor<2xui64>)",
+                "%1, %2 = stablehlo.rng_bit_generator %0",
+                "stablehlo.rng_bit_generator %1",
+            ],
+        );
+    }
+}

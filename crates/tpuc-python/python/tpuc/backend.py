@@ -322,6 +322,8 @@ def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None
         f.write(gm.print_readable(print_output=False))
     with open(base + ".mlir", "w") as f:
         f.write(compiled.stablehlo)
+    with open(base + ".ir.txt", "w") as f:
+        f.write(compiled.ir_text)
     if compiled.prepared_stablehlo is not None:
         with open(base + ".prepared.mlir", "w") as f:
             f.write(compiled.prepared_stablehlo)

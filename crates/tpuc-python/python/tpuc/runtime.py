@@ -212,6 +212,12 @@ class CompiledGraph:
         self.constants = list(constants or [])
         self.specs = [(_DTYPES[d], tuple(s)) for d, s in compiled.output_specs]
         self.random = compiled.random
+        # The compiled graph's own arguments by role (its signature): indices into the graph's
+        # inputs, then the seed, as `call` gathers them; then the derived values, by index.
+        roles = compiled.arg_roles
+        own, derived = roles[:compiled.num_args], roles[compiled.num_args:]
+        self.own_order = [i if kind == "input" else len(inputs) for kind, i in own]
+        self.derived_order = [i for _, i in derived]
         self.zero_copy = session.host_memory and all(0 not in shape for _, shape in self.specs)
         self.prepared_args = compiled.prepared_args
         self.prepared = session.prepared_values(compiled) if self.prepared_args is not None else None
@@ -223,11 +229,13 @@ class CompiledGraph:
         if self.constants:
             args = list(args) + self.constants
         buffer = self.cache.buffer
-        buffers = [buffer(args[i]) for i in self.inputs]
+        pool = [buffer(args[i]) for i in self.inputs]
         if self.random:
-            buffers.append(self.cache.seed())
+            pool.append(self.cache.seed())
+        buffers = [pool[j] for j in self.own_order]
         if self.prepared is not None:
-            buffers += self.prepared.values([buffers[i] for i in self.prepared_args])
+            values = self.prepared.values([buffers[i] for i in self.prepared_args])
+            buffers += [values[i] for i in self.derived_order]
         if self.zero_copy:
             results = [from_dlpack(c) for c in self.compiled.run_dlpack(buffers)]
         else:
