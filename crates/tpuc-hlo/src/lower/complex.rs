@@ -88,3 +88,30 @@ pub fn register(r: &mut Registry) {
     r.add_complex(&["aten.view_as_complex.default"], view_as_complex);
     r.add_complex(&["aten.complex.default"], complex);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::DType;
+
+    #[test]
+    fn view_as_real_pairs_the_parts_in_a_last_dimension() {
+        let mut g = TestGraph::default();
+        let z = g.input("z", DType::C64, &[3]);
+        let r = g.node1(
+            "aten.view_as_real.default",
+            vec![("self", t(&z))],
+            DType::F32,
+            &[3, 2],
+        );
+        assert_checks(
+            &g.text(&[&r]),
+            &[
+                "stablehlo.real %0 : tensor<3xf32>",
+                "stablehlo.imag %0 : tensor<3xf32>",
+                "stablehlo.concatenate",
+                "dim=1 : tensor<3x2xf32>",
+            ],
+        );
+    }
+}

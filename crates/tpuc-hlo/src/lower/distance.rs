@@ -141,3 +141,36 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten._cdist_forward.default"], cdist);
     r.add(&["aten._pdist_forward.default"], pdist);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::{Arg, DType};
+
+    #[test]
+    fn euclidean_distances_are_square_roots_of_summed_squares() {
+        let mut g = TestGraph::default();
+        let a = g.input("a", DType::F32, &[3, 4]);
+        let b = g.input("b", DType::F32, &[5, 4]);
+        let d = g.node1(
+            "aten._cdist_forward.default",
+            vec![
+                ("x1", t(&a)),
+                ("x2", t(&b)),
+                ("p", Arg::Float(2.0)),
+                ("compute_mode", Arg::None),
+            ],
+            DType::F32,
+            &[3, 5],
+        );
+        assert_checks(
+            &g.text(&[&d]),
+            &[
+                "stablehlo.reduce",
+                "stablehlo.sqrt",
+                ": tensor<3x5xf32>",
+                "return",
+            ],
+        );
+    }
+}

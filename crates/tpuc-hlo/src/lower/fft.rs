@@ -530,3 +530,30 @@ pub fn register(r: &mut Registry) {
     r.add_complex(&["aten.fft_fftshift.default"], |cx, n| shift(cx, n, false));
     r.add_complex(&["aten.fft_ifftshift.default"], |cx, n| shift(cx, n, true));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::{Arg, DType};
+
+    #[test]
+    fn a_real_transform_keeps_the_non_negative_half() {
+        let mut g = TestGraph::default();
+        let x = g.input("x", DType::F32, &[2, 8]);
+        let y = g.node1(
+            "aten._fft_r2c.default",
+            vec![
+                ("self", t(&x)),
+                ("dim", Arg::Ints(vec![1])),
+                ("normalization", Arg::Int(0)),
+                ("onesided", Arg::Bool(true)),
+            ],
+            DType::C64,
+            &[2, 5],
+        );
+        assert_checks(
+            &g.text(&[&y]),
+            &["stablehlo.fft %0 kind=RFFT length=[8] : tensor<2x5xcomplex<f32>>"],
+        );
+    }
+}

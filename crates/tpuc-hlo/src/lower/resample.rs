@@ -335,3 +335,30 @@ pub fn register(r: &mut Registry) {
     );
     r.add(&["aten.grid_sampler_2d.default"], grid_sampler_2d);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_checks, t, TestGraph};
+    use tpuc_fx::{Arg, DType};
+
+    #[test]
+    fn nearest_upsampling_picks_source_pixels() {
+        let mut g = TestGraph::default();
+        let x = g.input("x", DType::F32, &[1, 1, 2, 3]);
+        let y = g.node1(
+            "aten.upsample_nearest2d.vec",
+            vec![
+                ("input", t(&x)),
+                ("output_size", Arg::Ints(vec![4, 6])),
+                ("scale_factors", Arg::None),
+            ],
+            DType::F32,
+            &[1, 1, 4, 6],
+        );
+        let text = g.text(&[&y]);
+        assert_checks(
+            &text,
+            &["stablehlo.gather", ": tensor<1x1x4x6xf32>", "return"],
+        );
+    }
+}
