@@ -129,24 +129,13 @@ impl HostBytes for WeightData {
     }
 }
 
-/// Whether `path` holds a program (`.pt2` zip or `.fx`) rather than a compiled module.
-fn is_program(path: &Path) -> Result<bool> {
-    use std::io::Read;
-    let mut head = [0u8; 8];
-    let mut file =
-        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let n = file
-        .read(&mut head)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(head[..n].starts_with(b"PK") || head[..n].starts_with(tpuc_fx::fxfile::MAGIC.as_slice()))
-}
-
 impl Runner {
     /// Prepares `model` (a `.pt2` / `.fx` program, or a compiled module with `weights`, the
     /// archive it was compiled from).
     pub fn new(model: &Path, weights: Option<&Path>, options: &RunOptions) -> Result<Runner> {
         let mut timings = PrepareTimings::default();
-        let source = match (is_program(model)?, weights) {
+        let is_program = tpuc_fx::program_format(model)?.is_some();
+        let source = match (is_program, weights) {
             (true, None) => Source::File(model),
             (true, Some(_)) => bail!(
                 "--weights is for compiled modules; {} carries its own weights",
@@ -164,13 +153,6 @@ impl Runner {
         };
         if options.devices < 1 {
             bail!("--devices must be at least 1");
-        }
-        if options.devices > 1 && matches!(source, Source::Module { .. }) {
-            bail!(
-                "--devices {} needs a .pt2 or .fx model: tpuc adds the sharding annotations when \
-                 it compiles",
-                options.devices
-            );
         }
         let start = Instant::now();
         let target = Target::open(options.plugin.as_deref(), options.devices, &[])?;

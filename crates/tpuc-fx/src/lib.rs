@@ -18,8 +18,18 @@ pub use pt2::{check_weight_size, program_from_json, read_pt2, SUPPORTED_SCHEMA_M
 
 use std::path::Path;
 
-/// Reads a program from a `.pt2` archive or a `.fx` file, chosen by the file's content.
-pub fn read_program(path: &Path) -> Result<Program> {
+/// The kinds of file a program is read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgramFormat {
+    /// A torch.export archive (a zip).
+    Pt2,
+    /// tpuc's `.fx` interchange.
+    Fx,
+}
+
+/// What `path` holds, by its first bytes: a program format, or `None` for anything else (a
+/// compiled module, say).
+pub fn program_format(path: &Path) -> Result<Option<ProgramFormat>> {
     use std::io::Read;
     let io = |source| FxError::Io {
         path: path.to_path_buf(),
@@ -31,14 +41,23 @@ pub fn read_program(path: &Path) -> Result<Program> {
         .take(fxfile::MAGIC.len() as u64)
         .read_to_end(&mut head)
         .map_err(io)?;
-    if head == fxfile::MAGIC {
-        fxfile::read_fx(path)
+    Ok(if head == fxfile::MAGIC {
+        Some(ProgramFormat::Fx)
     } else if head.starts_with(b"PK") {
-        read_pt2(path)
+        Some(ProgramFormat::Pt2)
     } else {
-        Err(FxError::Archive {
+        None
+    })
+}
+
+/// Reads a program from a `.pt2` archive or a `.fx` file, chosen by the file's content.
+pub fn read_program(path: &Path) -> Result<Program> {
+    match program_format(path)? {
+        Some(ProgramFormat::Fx) => fxfile::read_fx(path),
+        Some(ProgramFormat::Pt2) => read_pt2(path),
+        None => Err(FxError::Archive {
             path: path.to_path_buf(),
             message: "neither a torch.export .pt2 archive (zip) nor a tpuc .fx file".into(),
-        })
+        }),
     }
 }

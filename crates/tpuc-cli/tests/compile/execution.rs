@@ -165,6 +165,15 @@ fn bad_models() -> Result<(), Failed> {
         Runner::new(&case, None, &missing_plugin),
         &["/nonexistent/libpjrt_none.so"],
     )?;
+    // A compiled module cannot be partitioned: tpuc annotates shardings when it compiles.
+    let two = RunOptions {
+        devices: 2,
+        ..RunOptions::default()
+    };
+    expect_err(
+        Runner::new(&module, Some(&case), &two),
+        &["2 devices need a .pt2 or .fx model"],
+    )?;
     // A module the plugin cannot compile: the error names the file and the plugin's reason.
     std::fs::write(&module, "module { func.func @main( }")?;
     expect_err(
