@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Exports a 24-layer Llama-style model (core ATen) for the compile benchmark.
 
-Usage: .venv/bin/python tools/gen_bench_model.py OUT.pt2 [layers]
+Usage: .venv/bin/python tools/gen_bench_model.py OUT.pt2 [layers [batch]]
 The archive is not committed: it is large and a script makes it again in seconds.
 """
 import os
@@ -31,9 +31,10 @@ class Llama(nn.Module):
 def main():
     out = sys.argv[1]
     layers = int(sys.argv[2]) if len(sys.argv) > 2 else 24
+    batch = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     torch.manual_seed(0)
     model = Llama(layers).eval()
-    x = torch.randn(1, 16, 64)
+    x = torch.randn(batch, 16, 64)
     with torch.no_grad():
         expected = model(x)
         ep = torch.export.export(model, (x,)).run_decompositions()

@@ -311,6 +311,8 @@ def cases():
         seeded(4, 6),
     )
     yield "spectral", Spectral(), (seeded(2, 16),)
+    # A batch of 8, which meshes of up to 8 devices split (testdata/lowering/sharded).
+    yield "llama_block_batch8", LlamaBlock(), (seeded(8, 8, 32),)
 
 
 class ViewMutation(nn.Module):

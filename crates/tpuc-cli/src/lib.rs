@@ -2,6 +2,7 @@
 //! (both through `tpuc_driver`'s one pipeline), `.npy` files, comparisons with references.
 
 pub mod compare;
+pub mod layout;
 pub mod npy;
 pub mod run;
 
@@ -30,10 +31,21 @@ pub fn compile_file_with_sizes(
         sizes: sizes.cloned(),
         ..Options::default()
     };
+    compile_file_with(input, &options, format)
+}
+
+/// Compiles a `.pt2` or `.fx` file as `options` say, for as many devices as their mesh has (no
+/// plugin is needed).
+pub fn compile_file_with(input: &Path, options: &Options, format: EmitFormat) -> Result<Emitted> {
+    let devices = options
+        .mesh
+        .as_ref()
+        .map_or(1, |(m, _)| m.devices() as usize);
+    let target = TargetInfo::new(tpuc_pjrt::discover::PluginKind::Other, devices);
     Ok(tpuc_driver::emit(
         Source::File(input),
-        &options,
-        &TargetInfo::offline(),
+        options,
+        &target,
         format,
     )?)
 }

@@ -68,6 +68,15 @@ enum Partitioner {
     Gspmd,
 }
 
+impl From<Partitioner> for ShardingDialect {
+    fn from(p: Partitioner) -> Self {
+        match p {
+            Partitioner::Shardy => ShardingDialect::Shardy,
+            Partitioner::Gspmd => ShardingDialect::Gspmd,
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum FxWeights {
     /// Inside the .fx file.
@@ -106,6 +115,17 @@ enum Command {
         /// the program was exported for.
         #[arg(long = "size", value_name = "SYMBOL=SIZE", value_delimiter = ',')]
         sizes: Vec<String>,
+        /// Partition over a device mesh of named axes, e.g. --mesh fsdp=2,tp=2 (with --plan).
+        #[arg(long, value_name = "AXIS=SIZE,...")]
+        mesh: Option<String>,
+        /// How weights and inputs are laid out over the mesh: dp, fsdp, tp, a comma-separated
+        /// combination (each works over the mesh axis of its name), or a JSON plan file
+        /// (docs/sharding.md).
+        #[arg(long, value_name = "PLAN")]
+        plan: Option<String>,
+        /// Which of XLA's SPMD partitioners reads the shardings (with --mesh).
+        #[arg(long, value_enum, default_value_t = Partitioner::Shardy)]
+        partitioner: Partitioner,
     },
     /// Convert a .pt2 archive to tpuc's .fx interchange (or re-write a .fx file).
     Convert {
@@ -166,9 +186,19 @@ enum Command {
         /// [default: $TPUC_PJRT_PLUGIN, else cpu]
         #[arg(long)]
         plugin: Option<String>,
-        /// Run data-parallel on this many devices (inputs split along their first dimension).
+        /// Run data-parallel on this many devices (inputs split along their first dimension);
+        /// the same as --mesh dp=N --plan dp.
         #[arg(long, default_value_t = 1)]
         devices: usize,
+        /// Partition over a device mesh of named axes, e.g. --mesh fsdp=2,tp=2 (with --plan).
+        #[arg(long, value_name = "AXIS=SIZE,...")]
+        mesh: Option<String>,
+        /// How weights and inputs are laid out over the mesh: dp, fsdp, tp, a comma-separated
+        /// combination (each works over the mesh axis of its name), or a JSON plan file
+        /// (docs/sharding.md).
+        #[arg(long, value_name = "PLAN")]
+        plan: Option<String>,
+
         /// Which of XLA's SPMD partitioners lays the program out over several devices.
         #[arg(long, value_enum, default_value_t = Partitioner::Shardy)]
         partitioner: Partitioner,
@@ -193,6 +223,11 @@ enum Command {
         /// [default: $TPUC_CACHE_DIR, else $XDG_CACHE_HOME/tpuc or ~/.cache/tpuc]
         #[arg(long, value_name = "DIR")]
         cache_dir: Option<String>,
+        /// Run the model this many more times after the first and report the median and
+        /// fastest of those runs (the steady state: inputs uploaded and outputs read back
+        /// each time).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        repeat: usize,
         /// Relative tolerance of --expect.
         #[arg(long, default_value_t = 1e-5)]
         rtol: f64,
@@ -218,6 +253,9 @@ fn run() -> Result<()> {
             stats,
             specialize,
             sizes,
+            mesh,
+            plan,
+            partitioner,
         } => {
             let opts = LowerOptions {
                 weights: match weights {
@@ -236,7 +274,14 @@ fn run() -> Result<()> {
             let sizes = (specialize || !sizes.is_empty())
                 .then(|| tpuc_cli::parse_sizes(&sizes))
                 .transpose()?;
-            let c = tpuc_cli::compile_file_with_sizes(&input, sizes.as_ref(), &opts, format)?;
+            let options = tpuc_driver::Options {
+                lower: opts,
+                sizes,
+                mesh: tpuc_cli::layout::parse(mesh.as_deref(), plan.as_deref())?,
+                dialect: partitioner.into(),
+                ..tpuc_driver::Options::default()
+            };
+            let c = tpuc_cli::compile_file_with(&input, &options, format)?;
             let written = match emit {
                 Emit::Ir => tpuc_hlo::ir::print(&c.ir).into_bytes(),
                 Emit::Text | Emit::Bytecode => c.module.clone(),
@@ -314,11 +359,14 @@ fn run() -> Result<()> {
             weights,
             plugin,
             devices,
+            mesh,
+            plan,
             partitioner,
             no_hoist,
             matmul_precision,
             seed,
             expect,
+            repeat,
             rtol,
             atol,
             cache_dir,
@@ -336,17 +384,19 @@ fn run() -> Result<()> {
                 },
                 cache_dir,
                 hoist_weights: !no_hoist,
-                dialect: match partitioner {
-                    Partitioner::Shardy => ShardingDialect::Shardy,
-                    Partitioner::Gspmd => ShardingDialect::Gspmd,
-                },
+                dialect: partitioner.into(),
+                mesh: tpuc_cli::layout::parse(mesh.as_deref(), plan.as_deref())?,
             };
+            if options.mesh.is_some() && devices != 1 {
+                bail!("--devices N is the same as --mesh dp=N --plan dp: give one or the other");
+            }
             let request = RunRequest {
                 model,
                 weights,
                 inputs,
                 out,
                 expect,
+                repeat,
                 rtol,
                 atol,
             };
@@ -387,6 +437,7 @@ struct RunRequest {
     inputs: Vec<PathBuf>,
     out: PathBuf,
     expect: Option<PathBuf>,
+    repeat: usize,
     rtol: f64,
     atol: f64,
 }
@@ -410,9 +461,26 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
         ..options.clone()
     };
     let runner = Runner::new(&request.model, request.weights.as_deref(), &options)?;
+    let again = (request.repeat > 0).then(|| inputs.clone());
     let start = Instant::now();
     let outputs = runner.run(inputs)?;
     let elapsed = start.elapsed();
+    let mut steady = String::new();
+    if let Some(inputs) = again {
+        let mut times = Vec::with_capacity(request.repeat);
+        for _ in 0..request.repeat {
+            let start = Instant::now();
+            runner.run(inputs.clone())?;
+            times.push(start.elapsed());
+        }
+        times.sort();
+        steady = format!(
+            " (then {} more: median {:.3} ms, fastest {:.3} ms)",
+            times.len(),
+            ms(times[times.len() / 2]),
+            ms(times[0])
+        );
+    }
     std::fs::create_dir_all(&request.out)
         .with_context(|| format!("cannot create {}", request.out.display()))?;
     let t = &runner.timings;
@@ -422,7 +490,7 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
         Some(CacheOutcome::Stored) | None => String::new(),
     };
     eprintln!(
-        "{} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms{cached}, weights {:.1} ms, run {:.2} ms",
+        "{} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms{cached}, weights {:.1} ms, run {:.2} ms{steady}",
         request.model.display(),
         runner.devices(),
         ms(t.lower),

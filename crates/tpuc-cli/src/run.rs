@@ -6,19 +6,21 @@
 //! memory-mapped data where the plugin allows (zero-copy on the CPU plugin), and what the
 //! program derives from them alone is computed once, by the prepared executable.
 //!
-//! With several devices the program runs data-parallel through XLA's SPMD partitioner: each user
-//! input is split along its first dimension, weights are replicated, results are replicated.
+//! On several devices the program is partitioned by XLA's SPMD partitioner over a mesh, as a plan
+//! lays its arguments out (data parallel over all devices unless a mesh and plan are given):
+//! each device receives only its part of each weight and input; results are whole on every
+//! device.
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpuc_driver::{
-    ArgRole, CacheOutcome, Compiled, Hoist, InputSpec, LowerOptions, Options, ShardingDialect,
-    Source, Target, WeightsMode,
+    ArgRole, CacheOutcome, Compiled, Hoist, InputSpec, LowerOptions, Mesh, Options, Plan,
+    ShardingDialect, Source, Target, WeightsMode,
 };
 use tpuc_fx::WeightBytes;
-use tpuc_pjrt::{Buffer, DType, HostBytes, HostTensor};
+use tpuc_pjrt::{Buffer, DType, HostBytes, HostTensor, ShardLayout};
 
 /// How to run a model.
 #[derive(Clone, Debug)]
@@ -35,6 +37,8 @@ pub struct RunOptions {
     pub hoist_weights: bool,
     /// The dialect of the shardings on several devices.
     pub dialect: ShardingDialect,
+    /// A device mesh and the plan laying the model out over it (instead of `devices`).
+    pub mesh: Option<(Mesh, Plan)>,
     /// The cache of compiled executables: `None` for $TPUC_CACHE_DIR or the default, `off`
     /// for none (see `tpuc_pjrt::CompileCache::configured`).
     pub cache_dir: Option<String>,
@@ -54,6 +58,7 @@ impl Default for RunOptions {
             lower: LowerOptions::default(),
             hoist_weights: true,
             dialect: ShardingDialect::default(),
+            mesh: None,
             cache_dir: None,
             sizes: BTreeMap::new(),
             input_dims: None,
@@ -81,43 +86,15 @@ pub struct PrepareTimings {
 pub struct Runner {
     target: Target,
     compiled: Arc<Compiled>,
-    /// `weights[device][i]`, for the weight at argument `weight_args[i]`.
-    weights: Vec<Vec<Buffer>>,
-    /// `derived[device][i]`: what the prepared executable computed from the weights.
-    derived: Vec<Vec<Buffer>>,
-    /// Per device, the seed of the random ops, when the model has any.
-    seeds: Vec<Buffer>,
-    /// Where each argument of the executable comes from, by its role in the signature.
-    slots: Vec<Slot>,
+    /// Per argument of the executable, its buffers on each device when they are the same on
+    /// every run (weights, the seed, values derived from the weights); `None` for user inputs,
+    /// uploaded per run.
+    fixed: Vec<Option<Vec<Buffer>>>,
+    /// Per argument, how it is laid out over the devices.
+    layouts: Vec<ShardLayout>,
+    /// The positions of the user inputs among the arguments, in order.
+    inputs: Vec<usize>,
     pub timings: PrepareTimings,
-}
-
-/// An argument's buffer: the i-th weight, user input or derived value, or the seed.
-#[derive(Clone, Copy, Debug)]
-enum Slot {
-    Weight(usize),
-    Input(usize),
-    Seed,
-    Derived(usize),
-}
-
-fn slots(roles: &[ArgRole]) -> Vec<Slot> {
-    let (mut weights, mut inputs) = (0, 0);
-    roles
-        .iter()
-        .map(|role| match role {
-            ArgRole::Weight(_) => {
-                weights += 1;
-                Slot::Weight(weights - 1)
-            }
-            ArgRole::UserInput(_) => {
-                inputs += 1;
-                Slot::Input(inputs - 1)
-            }
-            ArgRole::RngSeed => Slot::Seed,
-            ArgRole::Derived(i) => Slot::Derived(*i),
-        })
-        .collect()
 }
 
 /// Weight bytes of the archive, shared with device buffers.
@@ -151,11 +128,15 @@ impl Runner {
                 model.display()
             ),
         };
-        if options.devices < 1 {
+        let devices = match &options.mesh {
+            Some((mesh, _)) => mesh.devices() as usize,
+            None => options.devices,
+        };
+        if devices < 1 {
             bail!("--devices must be at least 1");
         }
         let start = Instant::now();
-        let target = Target::open(options.plugin.as_deref(), options.devices, &[])?;
+        let target = Target::open(options.plugin.as_deref(), devices, &[])?;
         timings.client = start.elapsed();
 
         let compile_options = Options {
@@ -169,6 +150,7 @@ impl Runner {
                 Hoist::Off
             },
             dialect: options.dialect,
+            mesh: options.mesh.clone(),
             sizes: Some(options.sizes.clone()),
             input_dims: options.input_dims.clone(),
             cache_dir: options.cache_dir.clone(),
@@ -180,61 +162,80 @@ impl Runner {
         timings.cache = compiled.cache.outcomes.first().cloned();
 
         let start = Instant::now();
+        let roles = &compiled.signature.args;
+        let layouts = (0..roles.len())
+            .map(|i| compiled.arg_layout(i))
+            .collect::<tpuc_driver::Result<Vec<_>>>()?;
+        let inputs = (0..roles.len())
+            .filter(|&i| matches!(roles[i], ArgRole::UserInput(_)))
+            .collect();
         let mut runner = Runner {
+            fixed: (0..roles.len()).map(|_| None).collect(),
             target,
-            slots: slots(&compiled.signature.args),
             compiled,
-            weights: Vec::new(),
-            derived: Vec::new(),
-            seeds: Vec::new(),
+            layouts,
+            inputs,
             timings,
         };
         runner.upload_weights()?;
-        runner.upload_seeds(options.seed)?;
+        runner.upload_seed(options.seed)?;
         runner.prepare()?;
         runner.timings.weights = start.elapsed();
         Ok(runner)
     }
 
+    /// Each device receives its part of each weight.
     fn upload_weights(&mut self) -> Result<()> {
-        let c = &self.compiled;
-        for device in self.target.devices() {
-            let mut on_device = Vec::new();
-            for (role, ty) in c.signature.args.iter().zip(&c.arg_types) {
-                let ArgRole::Weight(name) = role else {
-                    continue;
-                };
-                let weight = c
-                    .program
-                    .weights
-                    .get(name.as_str())
-                    .ok_or_else(|| anyhow!("the archive has no data for weight {name}"))?;
-                let data: Arc<dyn HostBytes> = Arc::new(WeightData(weight.bytes.clone()));
-                let buffer = self
-                    .target
-                    .client()
-                    .buffer_sharing(ty.elem, &ty.shape, data, device)
-                    .with_context(|| format!("uploading weight {name}"))?;
-                on_device.push(buffer);
-            }
-            self.weights.push(on_device);
+        let c = self.compiled.clone();
+        for (position, (role, ty)) in c.signature.args.iter().zip(&c.arg_types).enumerate() {
+            let ArgRole::Weight(name) = role else {
+                continue;
+            };
+            let weight = c
+                .program
+                .weights
+                .get(name.as_str())
+                .ok_or_else(|| anyhow!("the archive has no data for weight {name}"))?;
+            let data: Arc<dyn HostBytes> = Arc::new(WeightData(weight.bytes.clone()));
+            let buffers = self
+                .target
+                .client()
+                .upload_sharded(
+                    ty.elem,
+                    &ty.shape,
+                    data,
+                    &self.layouts[position],
+                    self.target.devices(),
+                )
+                .with_context(|| format!("uploading weight {name}"))?;
+            self.fixed[position] = Some(buffers);
         }
         Ok(())
     }
 
-    fn upload_seeds(&mut self, seed: u64) -> Result<()> {
-        if !self.compiled.signature.takes_seed() {
+    fn upload_seed(&mut self, seed: u64) -> Result<()> {
+        let Some(position) = self
+            .compiled
+            .signature
+            .args
+            .iter()
+            .position(|r| *r == ArgRole::RngSeed)
+        else {
             return Ok(());
-        }
+        };
         let seed = HostTensor::from_bytes(
             DType::U64,
             &[2],
             &[seed.to_le_bytes(), 0u64.to_le_bytes()].concat(),
         )?;
-        for device in self.target.devices() {
-            self.seeds
-                .push(self.target.client().buffer_from_host(&seed, device)?);
-        }
+        let buffers = self.target.client().upload_sharded(
+            DType::U64,
+            &[2],
+            Arc::new(seed),
+            &self.layouts[position],
+            self.target.devices(),
+        )?;
+        self.fixed[position] = Some(buffers);
         Ok(())
     }
 
@@ -248,31 +249,42 @@ impl Runner {
                 prepared
                     .reads
                     .iter()
-                    .map(|&position| self.own_arg(d, position, &[]))
+                    .map(|&position| {
+                        self.fixed[position]
+                            .as_ref()
+                            .map(|buffers| &buffers[d])
+                            .ok_or_else(|| {
+                                anyhow!("internal error: argument {position} is not fixed")
+                            })
+                    })
                     .collect::<Result<_>>()
             })
             .collect::<Result<_>>()?;
-        self.derived = prepared
+        let values = prepared
             .executable
             .execute(&args)
             .context("computing the values derived from the weights")?;
+        // values[device][i], regrouped as each value's buffers on the devices.
+        let mut per_value: Vec<Vec<Buffer>> = Vec::new();
+        for on_device in values {
+            for (i, buffer) in on_device.into_iter().enumerate() {
+                if per_value.len() <= i {
+                    per_value.resize_with(i + 1, Vec::new);
+                }
+                per_value[i].push(buffer);
+            }
+        }
+        for (position, role) in self.compiled.signature.args.iter().enumerate() {
+            if let ArgRole::Derived(i) = role {
+                let buffers = per_value
+                    .get_mut(*i)
+                    .map(std::mem::take)
+                    .filter(|b| !b.is_empty())
+                    .ok_or_else(|| anyhow!("internal error: no derived value {i}"))?;
+                self.fixed[position] = Some(buffers);
+            }
+        }
         Ok(())
-    }
-
-    /// The buffer for argument `position` on device `d` (`inputs`: that device's user inputs).
-    fn own_arg<'a>(
-        &'a self,
-        d: usize,
-        position: usize,
-        inputs: &'a [Buffer],
-    ) -> Result<&'a Buffer> {
-        let buffer = match self.slots[position] {
-            Slot::Weight(i) => self.weights[d].get(i),
-            Slot::Input(i) => inputs.get(i),
-            Slot::Seed => self.seeds.get(d),
-            Slot::Derived(i) => self.derived.get(d).and_then(|values| values.get(i)),
-        };
-        buffer.ok_or_else(|| anyhow!("internal error: no buffer for argument {position}"))
     }
 
     /// The user inputs the model expects, in order.
@@ -291,6 +303,19 @@ impl Runner {
     /// Whether part of the program was computed once from the weights.
     pub fn is_prepared(&self) -> bool {
         self.compiled.prepared.is_some()
+    }
+
+    /// The bytes of weights each device holds.
+    pub fn weight_bytes_per_device(&self) -> Result<Vec<usize>> {
+        let mut bytes = vec![0; self.devices()];
+        for (buffers, role) in self.fixed.iter().zip(&self.compiled.signature.args) {
+            if let (Some(buffers), ArgRole::Weight(_)) = (buffers, role) {
+                for (d, b) in buffers.iter().enumerate() {
+                    bytes[d] += b.on_device_size()?;
+                }
+            }
+        }
+        Ok(bytes)
     }
 
     /// Checks `inputs` against the model's signature (count, dtype, shape), converting float32
@@ -331,37 +356,42 @@ impl Runner {
 
     /// Runs the model; returns its user outputs.
     pub fn run(&self, inputs: Vec<HostTensor>) -> Result<Vec<HostTensor>> {
-        let inputs: Vec<Arc<HostTensor>> = self
-            .check_inputs(inputs)?
-            .into_iter()
-            .map(Arc::new)
-            .collect();
+        let inputs = self.check_inputs(inputs)?;
         let devices = self.target.devices();
-        // Per device, its part of each input (all of it on one device).
-        let mut input_buffers: Vec<Vec<Buffer>> = Vec::with_capacity(devices.len());
-        for (d, device) in devices.iter().enumerate() {
-            let mut on_device = Vec::with_capacity(inputs.len());
-            for tensor in &inputs {
-                // Device buffers alias the host tensors (zero-copy where the plugin allows).
-                let part = shard(tensor, d, devices.len())?;
-                let (element_type, dims) = (part.element_type(), part.dims().to_vec());
-                let data: Arc<dyn HostBytes> = part;
-                on_device.push(
-                    self.client()
-                        .buffer_sharing(element_type, &dims, data, device)?,
-                );
-            }
-            input_buffers.push(on_device);
+        // Each device receives its part of each input; device buffers alias the host tensors
+        // (zero-copy where the plugin allows).
+        let mut uploaded: Vec<Option<Vec<Buffer>>> = (0..self.fixed.len()).map(|_| None).collect();
+        for (tensor, &position) in inputs.into_iter().zip(&self.inputs) {
+            let (element_type, dims) = (tensor.element_type(), tensor.dims().to_vec());
+            let data: Arc<dyn HostBytes> = Arc::new(tensor);
+            uploaded[position] = Some(self.client().upload_sharded(
+                element_type,
+                &dims,
+                data,
+                &self.layouts[position],
+                devices,
+            )?);
         }
         let args: Vec<Vec<&Buffer>> = (0..devices.len())
             .map(|d| {
-                (0..self.compiled.signature.args.len())
-                    .map(|position| self.own_arg(d, position, &input_buffers[d]))
+                self.fixed
+                    .iter()
+                    .zip(&uploaded)
+                    .enumerate()
+                    .map(|(position, (fixed, input))| {
+                        fixed
+                            .as_ref()
+                            .or(input.as_ref())
+                            .map(|buffers| &buffers[d])
+                            .ok_or_else(|| {
+                                anyhow!("internal error: no buffer for argument {position}")
+                            })
+                    })
                     .collect::<Result<_>>()
             })
             .collect::<Result<_>>()?;
         let mut outputs = self.compiled.executable.execute(&args)?;
-        // Results are replicated: the first device's are the whole outputs.
+        // Results are whole on every device: the first device's are the outputs.
         let first = outputs.swap_remove(0);
         self.compiled
             .signature
@@ -385,20 +415,4 @@ fn describe(spec: &InputSpec) -> String {
         Some(sizes) => format!("{} {sizes} ({:?} here)", spec.dtype, spec.dims),
         None => format!("{} {:?}", spec.dtype, spec.dims),
     }
-}
-
-/// The `index`-th of `parts` equal slices of `tensor` along its first dimension.
-fn shard(tensor: &Arc<HostTensor>, index: usize, parts: usize) -> Result<Arc<HostTensor>> {
-    if parts == 1 || tensor.dims().is_empty() {
-        return Ok(tensor.clone());
-    }
-    let mut dims = tensor.dims().to_vec();
-    dims[0] /= parts as i64;
-    let len = tensor.bytes().len() / parts;
-    let bytes = &tensor.bytes()[index * len..(index + 1) * len];
-    Ok(Arc::new(HostTensor::from_bytes(
-        tensor.element_type(),
-        &dims,
-        bytes,
-    )?))
 }

@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tpuc_emit::EmitFormat;
 use tpuc_fx::Program;
-use tpuc_hlo::ir::{Module, ShardingDialect, TensorType};
+use tpuc_hlo::ir::{Mesh, Module, ShardingDialect, TensorType};
 use tpuc_hlo::passes::{HoistRequest, PipelineOptions, ShardingRequest};
+use tpuc_hlo::plan::Plan;
 use tpuc_hlo::{ArgRole, LowerOptions, Signature};
 use tpuc_pjrt::{
     compile_with_cache, CacheOutcome, CompileCache, CompileOptions, DType, Executable, Partitioner,
+    ShardLayout,
 };
 
 use crate::error::{Error, Result};
@@ -39,6 +41,9 @@ pub struct Options {
     pub hoist: Hoist,
     /// The dialect of the shardings when the target has several devices.
     pub dialect: ShardingDialect,
+    /// The device mesh and the plan laying the program out over it, when the target has several
+    /// devices; `None` there is data parallelism over all of them (`Plan::data_parallel`).
+    pub mesh: Option<(Mesh, Plan)>,
     /// The sizes of a program's symbolic dimensions (torch.export dynamic shapes), by symbol;
     /// the others come from `input_dims`, else the sizes the program was exported with. `None`
     /// refuses a program with symbolic sizes, naming them.
@@ -77,6 +82,8 @@ pub struct Timings {
 pub struct Emitted {
     /// The module to run (MLIR text or bytecode), and its IR.
     pub module: Vec<u8>,
+    /// The mesh the module is partitioned over (its arguments' shardings are in `ir`).
+    pub mesh: Option<Mesh>,
     pub ir: Module,
     /// The module computing what is hoisted, and its IR.
     pub prepared: Option<(Vec<u8>, Module)>,
@@ -140,32 +147,20 @@ pub fn emit(
     let mut signature = lowered.signature;
     let arg_types = lowered.module.main.arg_types();
     let inputs = input_specs(&signature, &arg_types, &declared);
-    let sharding = if target.devices > 1 {
-        if compiled_module {
-            return Err(Error::Invalid(format!(
-                "{} devices need a .pt2 or .fx model: tpuc adds the sharding annotations when it \
-                 compiles",
-                target.devices
-            )));
+    let (layout, sharding) = match layout(options, target, compiled_module)? {
+        Some((mesh, plan)) => {
+            let fail = |e: String| Error::Invalid(format!("{name}: {e}"));
+            tpuc_hlo::plan::check_heads(&plan, &mesh, &program.graph).map_err(fail)?;
+            let args =
+                tpuc_hlo::plan::resolve(&plan, &mesh, &signature, &arg_types).map_err(fail)?;
+            let request = ShardingRequest {
+                mesh: mesh.clone(),
+                dialect: options.dialect,
+                args,
+            };
+            (Some(mesh), Some(request))
         }
-        for input in &inputs {
-            match input.dims.first() {
-                Some(&d) if d % target.devices as i64 != 0 => {
-                    return Err(Error::Invalid(format!(
-                        "input {} has first dimension {d}, which {} devices cannot split evenly",
-                        input.name, target.devices
-                    )))
-                }
-                _ => {}
-            }
-        }
-        Some(ShardingRequest {
-            devices: target.devices as i64,
-            dialect: options.dialect,
-            batched: signature.user_input_flags(),
-        })
-    } else {
-        None
+        None => (None, None),
     };
     let hoist = match (&options.hoist, compiled_module) {
         (Hoist::Off, _) | (_, true) => None,
@@ -209,6 +204,7 @@ pub fn emit(
     timings.emit = start.elapsed();
     Ok(Emitted {
         module,
+        mesh: layout,
         ir: piped.main,
         prepared,
         signature,
@@ -216,6 +212,37 @@ pub fn emit(
         program,
         timings,
     })
+}
+
+/// The mesh and plan `options` ask for on `target`: data parallelism over all its devices unless
+/// a mesh is given; none on one device.
+fn layout(
+    options: &Options,
+    target: &TargetInfo,
+    compiled_module: bool,
+) -> Result<Option<(Mesh, Plan)>> {
+    let devices = target.devices as i64;
+    let (mesh, plan) = match &options.mesh {
+        Some((mesh, plan)) => (mesh.clone(), plan.clone()),
+        None if devices > 1 => (Mesh::line("dp", devices), Plan::data_parallel()),
+        None => return Ok(None),
+    };
+    if mesh.devices() != devices {
+        return Err(Error::Invalid(format!(
+            "the mesh {mesh} has {} devices, but the target has {devices}",
+            mesh.devices()
+        )));
+    }
+    if devices == 1 {
+        return Ok(None);
+    }
+    if compiled_module {
+        return Err(Error::Invalid(format!(
+            "{devices} devices need a .pt2 or .fx model: tpuc adds the sharding annotations when \
+             it compiles"
+        )));
+    }
+    Ok(Some((mesh, plan)))
 }
 
 fn input_specs(
@@ -292,6 +319,8 @@ pub struct Compiled {
     pub program: Program,
     /// The module's IR after the passes (`tpuc_hlo::ir::print` shows it).
     pub ir: Module,
+    /// The mesh the program is partitioned over, when it is.
+    pub mesh: Option<Mesh>,
     pub timings: Timings,
     pub cache: CacheReport,
 }
@@ -312,13 +341,23 @@ impl Target {
         let start = Instant::now();
         let compile_options = match self.info().devices {
             1 => CompileOptions::single_device(),
-            n => CompileOptions::spmd(
-                n,
-                match options.dialect {
-                    ShardingDialect::Shardy => Partitioner::Shardy,
-                    ShardingDialect::Gspmd => Partitioner::Gspmd,
-                },
-            ),
+            n => {
+                let mut spmd = CompileOptions::spmd(
+                    n,
+                    match options.dialect {
+                        ShardingDialect::Shardy => Partitioner::Shardy,
+                        ShardingDialect::Gspmd => Partitioner::Gspmd,
+                    },
+                );
+                // Partition i runs on the target's device i, the mesh's device i.
+                let ids = self
+                    .devices()
+                    .iter()
+                    .map(|d| d.id().map(i64::from))
+                    .collect::<tpuc_pjrt::Result<Vec<i64>>>()?;
+                spmd.device_assignment = Some(ids);
+                spmd
+            }
         };
         let disk = CompileCache::configured(options.cache_dir.as_deref())?;
         let mut cache = CacheReport {
@@ -357,6 +396,7 @@ impl Target {
             prepared,
             arg_types: emitted.ir.main.arg_types(),
             result_types: emitted.ir.main.result_types(),
+            mesh: emitted.mesh,
             ir: emitted.ir,
             signature: emitted.signature,
             inputs: emitted.inputs,
@@ -367,5 +407,31 @@ impl Target {
         });
         self.executables.insert(key, compiled.clone());
         Ok((compiled, false))
+    }
+}
+
+impl Compiled {
+    /// How argument `index` is laid out over the target's devices (whole on one device).
+    pub fn arg_layout(&self, index: usize) -> Result<ShardLayout> {
+        let rank = self.arg_types[index].rank();
+        let Some(mesh) = &self.mesh else {
+            return Ok(ShardLayout::replicated(vec![1], rank));
+        };
+        let sizes: Vec<i64> = mesh.axes.iter().map(|a| a.size).collect();
+        let sharding = self.ir.main.arg_attrs()[index].sharding.as_ref();
+        let dims = match sharding {
+            None => vec![Vec::new(); rank],
+            Some(s) => s
+                .dims
+                .iter()
+                .map(|axes| {
+                    axes.iter()
+                        .map(|a| mesh.axis(a).map(|(i, _)| i))
+                        .collect::<Option<Vec<usize>>>()
+                })
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| Error::Invalid("a sharding names an axis the mesh lacks".into()))?,
+        };
+        Ok(ShardLayout::new(sizes, dims)?)
     }
 }

@@ -29,6 +29,7 @@ pub use source::Source;
 pub use target::{Target, TargetInfo};
 
 pub use tpuc_emit::EmitFormat;
-pub use tpuc_hlo::ir::{KernelLayout, Precision, ShardingDialect};
+pub use tpuc_hlo::ir::{KernelLayout, Mesh, Precision, ShardingDialect};
+pub use tpuc_hlo::plan::{Plan, ReadyPlan, Rule};
 pub use tpuc_hlo::{ArgRole, LowerOptions, ResultRole, Signature, WeightsMode};
 pub use tpuc_pjrt::{CacheOutcome, DType};

@@ -30,6 +30,7 @@ mod event;
 mod executable;
 mod host;
 mod plugin;
+mod sharded;
 mod stderr_filter;
 
 pub use buffer::Buffer;
@@ -41,4 +42,5 @@ pub use error::{Error, ErrorCode, Result};
 pub use executable::Executable;
 pub use host::{HostBytes, HostTensor, Scalar};
 pub use plugin::{AttributeValue, Plugin};
+pub use sharded::ShardLayout;
 pub use tpuc_dtype::DType;

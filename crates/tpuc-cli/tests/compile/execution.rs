@@ -155,7 +155,10 @@ fn bad_models() -> Result<(), Failed> {
     };
     expect_err(
         Runner::new(&case, None, &three),
-        &["first dimension 2", "3 devices"],
+        &[
+            "input x has a batch of 2",
+            "(3 devices) cannot split evenly",
+        ],
     )?;
     let missing_plugin = RunOptions {
         plugin: Some("/nonexistent/libpjrt_none.so".into()),

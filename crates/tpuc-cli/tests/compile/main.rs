@@ -6,6 +6,7 @@
 mod dynamic;
 mod execution;
 mod pipeline;
+mod sharded;
 
 use std::path::{Path, PathBuf};
 
@@ -28,19 +29,23 @@ fn compile_text(path: &Path) -> Result<String, Failed> {
 
 fn golden(case: PathBuf) -> Result<(), Failed> {
     let actual = compile_text(&case)?;
-    let expected_path = case.with_extension("mlir");
+    compare_golden(&case.with_extension("mlir"), &actual)
+}
+
+/// `actual` is the module at `expected_path`, byte for byte (with TPUC_BLESS set, it becomes it).
+pub fn compare_golden(expected_path: &Path, actual: &str) -> Result<(), Failed> {
     if std::env::var_os("TPUC_BLESS").is_some() {
-        std::fs::write(&expected_path, &actual)?;
+        std::fs::write(expected_path, actual)?;
         return Ok(());
     }
-    let expected = std::fs::read_to_string(&expected_path).map_err(|e| {
+    let expected = std::fs::read_to_string(expected_path).map_err(|e| {
         format!(
             "{}: {e} (run with TPUC_BLESS=1 to create it)",
             expected_path.display()
         )
     })?;
     if actual != expected {
-        let diff = similar::TextDiff::from_lines(&expected, &actual)
+        let diff = similar::TextDiff::from_lines(expected.as_str(), actual)
             .unified_diff()
             .header("expected", "actual")
             .to_string();
@@ -334,6 +339,7 @@ fn main() {
     trials.extend(execution::trials(&cases));
     trials.extend(dynamic::trials());
     trials.extend(pipeline::trials());
+    trials.extend(sharded::trials());
     let conclusion = libtest_mimic::run(&args, trials);
     drop(cache);
     conclusion.exit();

@@ -293,8 +293,27 @@ fn cli_emits_the_ir() -> Result<(), Failed> {
     Ok(())
 }
 
+/// `tpuc run --repeat N` runs N more times and reports the steady state.
+fn cli_repeats_runs() -> Result<(), Failed> {
+    let dir = tempfile::tempdir()?;
+    let case = lowering_dir().join("mlp.pt2");
+    let out = crate::execution::tpuc()
+        .args(["run", "--repeat", "3", "--out"])
+        .arg(dir.path())
+        .arg("--input")
+        .arg(case.with_extension("inputs.npz"))
+        .arg(&case)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() || !stderr.contains("(then 3 more: median ") {
+        return Err(stderr.into_owned().into());
+    }
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
+        Trial::test("pipeline::cli_repeats_runs", cli_repeats_runs),
         Trial::test("pipeline::cli_emits_the_ir", cli_emits_the_ir),
         Trial::test("pipeline::in_process_reuse", in_process_reuse),
         Trial::test(

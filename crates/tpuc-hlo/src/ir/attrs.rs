@@ -177,6 +177,53 @@ impl Mesh {
     }
 }
 
+/// `dp=2,tp=2`: axes in order, each `name=size`.
+impl FromStr for Mesh {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Mesh, String> {
+        let mut axes: Vec<MeshAxis> = Vec::new();
+        for part in s.split(',').map(str::trim) {
+            let parsed = part.split_once('=').and_then(|(name, size)| {
+                let name = name.trim();
+                let valid =
+                    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                Some((valid.then_some(name)?, size.trim().parse::<i64>().ok()?))
+            });
+            let Some((name, size)) = parsed else {
+                return Err(format!(
+                    "mesh axis {part:?}: expected NAME=SIZE (a name of letters, digits and _), \
+                     e.g. dp=2,tp=2"
+                ));
+            };
+            if size < 1 {
+                return Err(format!(
+                    "mesh axis {name} has size {size}; sizes are at least 1"
+                ));
+            }
+            if axes.iter().any(|a| a.name == name) {
+                return Err(format!("mesh axis {name} is given twice"));
+            }
+            axes.push(MeshAxis {
+                name: name.into(),
+                size,
+            });
+        }
+        Ok(Mesh { axes })
+    }
+}
+
+impl fmt::Display for Mesh {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let axes: Vec<String> = self
+            .axes
+            .iter()
+            .map(|a| format!("{}={}", a.name, a.size))
+            .collect();
+        f.write_str(&axes.join(","))
+    }
+}
+
 /// How a tensor is laid out over the module's mesh: per dimension, the mesh axes it is split
 /// over (major first; none: whole on every device). Axes no dimension names replicate it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -231,6 +278,22 @@ pub struct ArgAttrs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn meshes_parse_and_refuse_what_is_not_one() {
+        let m: Mesh = "fsdp=2, tp=4".parse().unwrap();
+        assert_eq!((m.devices(), m.to_string()), (8, "fsdp=2,tp=4".to_string()));
+        for (bad, why) in [
+            ("dp", "expected NAME=SIZE"),
+            ("dp=x", "expected NAME=SIZE"),
+            ("d p=2", "expected NAME=SIZE"),
+            ("dp=0", "at least 1"),
+            ("dp=2,dp=2", "given twice"),
+        ] {
+            let e = bad.parse::<Mesh>().unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn precision_is_parsed_by_name() {

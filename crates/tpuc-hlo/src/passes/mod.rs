@@ -7,7 +7,7 @@ pub mod fold;
 pub mod hoist;
 pub mod sharding;
 
-use crate::ir::{verify, Module, VerifyError};
+use crate::ir::{verify, Module, Sharding, VerifyError};
 
 pub use hoist::HoistRequest;
 pub use sharding::ShardingRequest;
@@ -17,7 +17,7 @@ pub use sharding::ShardingRequest;
 pub struct PipelineOptions {
     /// Split off what the stable arguments alone determine (see [`hoist`]).
     pub hoist: Option<HoistRequest>,
-    /// Lay the module out over devices (see [`sharding`]).
+    /// Lay the module out over devices (see [`sharding`] and `crate::plan`).
     pub sharding: Option<ShardingRequest>,
     /// Run the verifier before the first pass and after each (on in debug builds and tests).
     pub verify: bool,
@@ -72,15 +72,27 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
     };
     check(&main, "hoisting")?;
     if let Some(request) = &options.sharding {
-        main = sharding::data_parallel(main, request);
+        main = sharding::annotate(main, request);
         check(&main, "sharding")?;
         if let Some(p) = &mut prepared {
-            // Weights are whole on every device, and so is what is computed from them.
-            let whole = ShardingRequest {
-                batched: Vec::new(),
+            // The prepared module reads the weights as `main` does; what it computes from them
+            // is whole on every device.
+            let read = ShardingRequest {
+                args: p
+                    .reads
+                    .iter()
+                    .zip(p.module.main.arg_types())
+                    .map(|(&i, ty)| {
+                        request
+                            .args
+                            .get(i)
+                            .cloned()
+                            .unwrap_or_else(|| Sharding::replicated(ty.rank()))
+                    })
+                    .collect(),
                 ..request.clone()
             };
-            p.module = sharding::data_parallel(std::mem::take(&mut p.module), &whole);
+            p.module = sharding::annotate(std::mem::take(&mut p.module), &read);
             check(&p.module, "sharding the prepared module")?;
         }
     }

@@ -1,0 +1,379 @@
+//! Programs laid out over device meshes: golden annotations per plan (each case an options file
+//! beside its expected module in testdata/lowering/sharded), the same results as torch on 2, 4
+//! and 8 CPU devices, the weights' memory per device under fsdp, the collectives each plan
+//! brings into XLA's optimized program, and plans that do not fit refused by name.
+use std::path::{Path, PathBuf};
+
+use libtest_mimic::{Failed, Trial};
+use tpuc_cli::run::{RunOptions, Runner};
+use tpuc_driver::{EmitFormat, Mesh, Options, Plan, ShardingDialect};
+
+use crate::execution::{check_outputs, expect_err, inputs_of, tpuc};
+use crate::lowering_dir;
+
+fn sharded_dir() -> PathBuf {
+    lowering_dir().join("sharded")
+}
+
+/// A golden case: `<name>.options` holds `input = ...`, `mesh = ...`, `plan = ...` (a ready plan
+/// or a plan file beside it) and optionally `partitioner = gspmd`.
+struct Case {
+    name: String,
+    input: PathBuf,
+    mesh: Mesh,
+    plan: Plan,
+    dialect: ShardingDialect,
+}
+
+fn read_case(path: &Path) -> Result<Case, Failed> {
+    let text = std::fs::read_to_string(path)?;
+    let mut fields = std::collections::HashMap::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (key, value) = line
+            .split_once(" = ")
+            .ok_or_else(|| format!("{}: `{line}` is not `key = value`", path.display()))?;
+        fields.insert(key.to_string(), value.to_string());
+    }
+    let field = |key: &str| {
+        fields
+            .get(key)
+            .cloned()
+            .ok_or_else(|| format!("{}: no `{key} = ...`", path.display()))
+    };
+    let dir = path.parent().expect("a case lives in a directory");
+    let plan = field("plan")?;
+    let plan = if plan.ends_with(".json") {
+        dir.join(plan).display().to_string()
+    } else {
+        plan
+    };
+    let (mesh, plan) = tpuc_cli::layout::parse(Some(&field("mesh")?), Some(&plan))
+        .map_err(|e| format!("{e:#}"))?
+        .expect("a mesh and a plan were given");
+    let dialect = match fields.get("partitioner").map(String::as_str) {
+        None | Some("shardy") => ShardingDialect::Shardy,
+        Some("gspmd") => ShardingDialect::Gspmd,
+        Some(other) => return Err(format!("unknown partitioner {other}").into()),
+    };
+    let name = path.file_name().unwrap().to_string_lossy();
+    Ok(Case {
+        name: name.trim_end_matches(".options").to_string(),
+        input: dir.join(field("input")?),
+        mesh,
+        plan,
+        dialect,
+    })
+}
+
+fn golden(path: PathBuf) -> Result<(), Failed> {
+    let case = read_case(&path)?;
+    let options = Options {
+        mesh: Some((case.mesh, case.plan)),
+        dialect: case.dialect,
+        ..Options::default()
+    };
+    let emitted = tpuc_cli::compile_file_with(&case.input, &options, EmitFormat::Text)
+        .map_err(|e| format!("{e:#}"))?;
+    let actual = String::from_utf8(emitted.module)?;
+    crate::compare_golden(&sharded_dir().join(format!("{}.mlir", case.name)), &actual)
+}
+
+fn run_options(mesh: Mesh, plan: Plan, dialect: ShardingDialect) -> RunOptions {
+    RunOptions {
+        mesh: Some((mesh, plan)),
+        dialect,
+        cache_dir: Some("off".into()),
+        ..RunOptions::default()
+    }
+}
+
+/// The case's module runs over its mesh and gives torch's results.
+fn numerics(path: PathBuf) -> Result<(), Failed> {
+    let case = read_case(&path)?;
+    let runner = Runner::new(
+        &case.input,
+        None,
+        &run_options(case.mesh, case.plan, case.dialect),
+    )
+    .map_err(|e| format!("{e:#}"))?;
+    let outputs = runner
+        .run(inputs_of(&case.input)?)
+        .map_err(|e| format!("{e:#}"))?;
+    check_outputs(&outputs, &case.input)
+}
+
+/// Every plan on 4 and 8 devices, for models whose batch and sizes allow it.
+fn plans_on_more_devices() -> Result<(), Failed> {
+    let llama = lowering_dir().join("llama_block.pt2");
+    let mlp = lowering_dir().join("mlp.pt2");
+    let cases = [
+        (&mlp, "dp=4", "dp"),
+        (&mlp, "fsdp=4", "fsdp"),
+        (&mlp, "tp=4", "tp"),
+        (&mlp, "dp=2,fsdp=2,tp=2", "dp,fsdp,tp"),
+        (&llama, "tp=4", "tp"),
+        (&llama, "fsdp=2,tp=4", "fsdp,tp"),
+        (&llama, "dp=2,tp=2", "dp,tp"),
+    ];
+    for (model, mesh, plan) in cases {
+        let options = run_options(
+            mesh.parse().map_err(|e: String| e)?,
+            plan.parse().map_err(|e: String| e)?,
+            ShardingDialect::Shardy,
+        );
+        let runner = Runner::new(model, None, &options).map_err(|e| format!("{e:#}"))?;
+        let outputs = runner
+            .run(inputs_of(model)?)
+            .map_err(|e| format!("{e:#}"))?;
+        check_outputs(&outputs, model).map_err(|e| format!("{mesh} {plan}: {e:?}"))?;
+    }
+    Ok(())
+}
+
+/// Under fsdp each device holds about 1/N of the weights (within 10%).
+fn fsdp_divides_the_weights() -> Result<(), Failed> {
+    let llama = lowering_dir().join("llama_block_batch8.pt2");
+    let whole: usize = {
+        let runner =
+            Runner::new(&llama, None, &RunOptions::default()).map_err(|e| format!("{e:#}"))?;
+        runner.weight_bytes_per_device()?[0]
+    };
+    for n in [2, 4, 8] {
+        let mesh: Mesh = format!("fsdp={n}").parse()?;
+        let options = run_options(mesh, "fsdp".parse()?, ShardingDialect::Shardy);
+        let runner = Runner::new(&llama, None, &options).map_err(|e| format!("{e:#}"))?;
+        let per_device = runner.weight_bytes_per_device()?;
+        let ideal = whole as f64 / n as f64;
+        for (d, &bytes) in per_device.iter().enumerate() {
+            if (bytes as f64 - ideal).abs() > 0.1 * ideal {
+                return Err(format!(
+                    "fsdp={n}: device {d} holds {bytes} bytes of weights, not about {ideal} \
+                     ({whole} in all)"
+                )
+                .into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The collectives of XLA's optimized program for `plan` over `mesh`, counted by kind, from the
+/// HLO text XLA dumps (`--xla_dump_to`), as `tpuc run` compiles it.
+fn collectives(model: &Path, mesh: &str, plan: &str) -> Result<[usize; 3], Failed> {
+    let dir = tempfile::tempdir()?;
+    let flags = format!(
+        "{} --xla_dump_to={} --xla_dump_hlo_as_text",
+        std::env::var("XLA_FLAGS").unwrap_or_default(),
+        dir.path().display()
+    );
+    let out = tpuc()
+        .args([
+            "run",
+            "--cache-dir",
+            "off",
+            "--no-hoist",
+            "--mesh",
+            mesh,
+            "--plan",
+            plan,
+        ])
+        .arg(model)
+        .arg("--input")
+        .arg(model.with_extension("inputs.npz"))
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .env("XLA_FLAGS", flags)
+        .output()?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned().into());
+    }
+    let mut counts = [0; 3];
+    for entry in std::fs::read_dir(dir.path())? {
+        let path = entry?.path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with("after_optimizations.txt") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)?;
+        for line in text.lines().filter(|l| l.contains(" = ")) {
+            for (i, op) in [" all-reduce(", " all-gather(", " reduce-scatter("]
+                .iter()
+                .enumerate()
+            {
+                counts[i] +=
+                    usize::from(line.contains(op) || line.contains(&op.replace('(', "-start(")));
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// tp: one all-reduce after the attention's output projection and one after the MLP's down
+/// projection, and nothing gathered; fsdp: parameters gathered, nothing reduced (a forward pass).
+fn plans_bring_their_collectives() -> Result<(), Failed> {
+    let llama = lowering_dir().join("llama_block.pt2");
+    let [reduce, gather, scatter] = collectives(&llama, "tp=2", "tp")?;
+    if (reduce, gather, scatter) != (2, 0, 0) {
+        return Err(format!(
+            "tp: {reduce} all-reduce, {gather} all-gather, {scatter} reduce-scatter; expected 2, 0, 0"
+        )
+        .into());
+    }
+    let [reduce, gather, _] = collectives(&llama, "fsdp=2", "fsdp")?;
+    if reduce != 0 || gather == 0 {
+        return Err(format!("fsdp: {reduce} all-reduce, {gather} all-gather").into());
+    }
+    Ok(())
+}
+
+fn plans_that_do_not_fit_are_refused() -> Result<(), Failed> {
+    let llama = lowering_dir().join("llama_block.pt2");
+    let options = |mesh: &str, plan: &str| -> Result<RunOptions, Failed> {
+        Ok(run_options(
+            mesh.parse()?,
+            plan.parse()?,
+            ShardingDialect::Shardy,
+        ))
+    };
+    expect_err(
+        Runner::new(&llama, None, &options("dp=2", "tp")?),
+        &["the plan tp works over a mesh axis named tp, but the mesh has dp"],
+    )?;
+    expect_err(
+        Runner::new(&llama, None, &options("dp=4", "dp")?),
+        &["input x has a batch of 2, which the dp axis (4 devices) cannot split evenly"],
+    )?;
+    expect_err(
+        Runner::new(&llama, None, &options("tp=8", "tp")?),
+        &["has 4 query heads, which the tp axis of 8 does not divide"],
+    )?;
+    // A target whose devices are not the mesh's.
+    let target = tpuc_driver::Target::open(Some("cpu"), 2, &[])?;
+    let four = Options {
+        mesh: Some(("fsdp=4".parse()?, "fsdp".parse()?)),
+        ..Options::default()
+    };
+    match target.compile(tpuc_driver::Source::File(&llama), &four) {
+        Err(e)
+            if e.to_string()
+                .contains("the mesh fsdp=4 has 4 devices, but the target has 2") => {}
+        Err(e) => return Err(format!("unexpected error: {e}").into()),
+        Ok(_) => return Err("a mesh of 4 devices compiled for 2".into()),
+    }
+    // Plan files: a spec of too many dimensions, an uneven split, an unknown axis, malformed.
+    let dir = tempfile::tempdir()?;
+    let mlp = lowering_dir().join("mlp.pt2");
+    for (json, why) in [
+        (
+            r#"{"rules": {"fc1.bias": ["tp", null]}}"#,
+            "gives 2 dimensions, but weight fc1.bias has 1",
+        ),
+        (
+            r#"{"rules": {"fc2.weight": ["tp", null]}}"#,
+            "splits dimension 0 of weight fc2.weight ([8, 32]) into 3 parts",
+        ),
+        (
+            r#"{"rules": {"fc1.weight": ["pp", null]}}"#,
+            "over \"pp\", which the mesh does not have",
+        ),
+        (
+            r#"{"rules": {"fc1.weight": "tp"}}"#,
+            "a spec is a list with one entry per dimension",
+        ),
+        (r#"{"layers": {}}"#, "unknown or malformed entry \"layers\""),
+        ("[1, 2", "not a JSON plan"),
+    ] {
+        let plan = dir.path().join("plan.json");
+        std::fs::write(&plan, json)?;
+        let out = tpuc()
+            .args(["compile", "--mesh", "tp=3", "--plan"])
+            .arg(&plan)
+            .arg(&mlp)
+            .output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || !stderr.contains(why) {
+            return Err(format!("{json}: expected `{why}`, got: {stderr}").into());
+        }
+    }
+    // The flags themselves.
+    for (args, why) in [
+        (vec!["--mesh", "tp=2"], "--mesh needs --plan"),
+        (vec!["--plan", "tp"], "--plan needs --mesh"),
+        (vec!["--mesh", "tp", "--plan", "tp"], "expected NAME=SIZE"),
+        (
+            vec!["--mesh", "tp=2", "--plan", "zero"],
+            "unknown plan \"zero\"",
+        ),
+    ] {
+        let out = tpuc().arg("compile").args(&args).arg(&mlp).output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || !stderr.contains(why) {
+            return Err(format!("{args:?}: expected `{why}`, got: {stderr}").into());
+        }
+    }
+    let out = tpuc()
+        .args([
+            "run",
+            "--devices",
+            "2",
+            "--mesh",
+            "dp=2",
+            "--plan",
+            "dp",
+            "--out",
+        ])
+        .arg(dir.path())
+        .arg(&mlp)
+        .output()?;
+    if out.status.success()
+        || !String::from_utf8_lossy(&out.stderr).contains("give one or the other")
+    {
+        return Err("--devices with --mesh is refused".into());
+    }
+    Ok(())
+}
+
+pub fn trials() -> Vec<Trial> {
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(sharded_dir())
+        .expect("testdata/lowering/sharded exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".options"))
+        .collect();
+    cases.sort();
+    let mut trials = Vec::new();
+    for case in cases {
+        let name = case
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .trim_end_matches(".options")
+            .to_string();
+        let run = case.clone();
+        trials.push(Trial::test(format!("sharded::golden::{name}"), move || {
+            golden(case)
+        }));
+        trials.push(Trial::test(
+            format!("sharded::numerics::{name}"),
+            move || numerics(run),
+        ));
+    }
+    trials.extend([
+        Trial::test("sharded::plans_on_more_devices", plans_on_more_devices),
+        Trial::test(
+            "sharded::fsdp_divides_the_weights",
+            fsdp_divides_the_weights,
+        ),
+        Trial::test(
+            "sharded::plans_bring_their_collectives",
+            plans_bring_their_collectives,
+        ),
+        Trial::test(
+            "sharded::plans_that_do_not_fit_are_refused",
+            plans_that_do_not_fit_are_refused,
+        ),
+    ]);
+    trials
+}

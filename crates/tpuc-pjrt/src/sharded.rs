@@ -1,0 +1,266 @@
+//! Arrays laid out over several devices: which part of a tensor each device holds
+//! ([`ShardLayout`]), and uploading each device only its part. A part that is one contiguous
+//! run of the host memory is shared with the device (zero-copy where the plugin allows); any
+//! other part is gathered into aligned memory of its own first.
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::host::{element_count, HostBytes, HostTensor};
+use crate::{Buffer, Client, DType, Device};
+
+/// How a tensor is split over a mesh of devices: the mesh's axis sizes (devices numbered
+/// row-major, the last axis fastest) and, per tensor dimension, the axes it is split over,
+/// major first. A dimension split over no axis is whole; axes no dimension names replicate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardLayout {
+    mesh: Vec<i64>,
+    dims: Vec<Vec<usize>>,
+}
+
+impl ShardLayout {
+    pub fn new(mesh: Vec<i64>, dims: Vec<Vec<usize>>) -> Result<ShardLayout> {
+        let mut used = vec![false; mesh.len()];
+        for &axis in dims.iter().flatten() {
+            if axis >= mesh.len() || std::mem::replace(&mut used[axis], true) {
+                return Err(Error::Invalid(format!(
+                    "a layout over a mesh of {} axes names axis {axis} twice or beyond them",
+                    mesh.len()
+                )));
+            }
+        }
+        if mesh.iter().any(|&s| s < 1) {
+            return Err(Error::Invalid(format!(
+                "mesh sizes must be positive: {mesh:?}"
+            )));
+        }
+        Ok(ShardLayout { mesh, dims })
+    }
+
+    /// Whole on every device of `mesh`, for a tensor of `rank` dimensions.
+    pub fn replicated(mesh: Vec<i64>, rank: usize) -> ShardLayout {
+        ShardLayout {
+            mesh,
+            dims: vec![Vec::new(); rank],
+        }
+    }
+
+    pub fn devices(&self) -> usize {
+        self.mesh.iter().product::<i64>() as usize
+    }
+
+    pub fn is_replicated(&self) -> bool {
+        self.dims.iter().all(Vec::is_empty)
+    }
+
+    /// The shape of each device's part of a tensor of shape `global`.
+    pub fn part_shape(&self, global: &[i64]) -> Result<Vec<i64>> {
+        Ok(self
+            .part(0, global)?
+            .into_iter()
+            .map(|(_, len)| len)
+            .collect())
+    }
+
+    /// Per dimension, (first index, length) of the part the device at `position` (in mesh
+    /// order) holds of a tensor of shape `global`.
+    pub fn part(&self, position: usize, global: &[i64]) -> Result<Vec<(i64, i64)>> {
+        if global.len() != self.dims.len() {
+            return Err(Error::Invalid(format!(
+                "a layout of {} dimensions for a tensor of shape {global:?}",
+                self.dims.len()
+            )));
+        }
+        // The device's coordinate along each mesh axis.
+        let mut coords = vec![0i64; self.mesh.len()];
+        let mut rest = position as i64;
+        for (axis, &size) in self.mesh.iter().enumerate().rev() {
+            coords[axis] = rest % size;
+            rest /= size;
+        }
+        global
+            .iter()
+            .zip(&self.dims)
+            .enumerate()
+            .map(|(d, (&size, axes))| {
+                let (mut index, mut parts) = (0, 1);
+                for &axis in axes {
+                    index = index * self.mesh[axis] + coords[axis];
+                    parts *= self.mesh[axis];
+                }
+                if size % parts != 0 {
+                    return Err(Error::Invalid(format!(
+                        "dimension {d} of a tensor of shape {global:?} does not split into \
+                         {parts} equal parts"
+                    )));
+                }
+                let len = size / parts;
+                Ok((index * len, len))
+            })
+            .collect()
+    }
+}
+
+/// `len` bytes of `parent` from `offset`: a part of a tensor that is one contiguous run.
+struct Slice {
+    parent: Arc<dyn HostBytes>,
+    offset: usize,
+    len: usize,
+}
+
+impl HostBytes for Slice {
+    fn bytes(&self) -> &[u8] {
+        &self.parent.bytes()[self.offset..self.offset + self.len]
+    }
+}
+
+/// Row-major strides, in elements.
+fn strides(shape: &[i64]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1] as usize;
+    }
+    s
+}
+
+/// The bytes of the part `part` of a tensor of shape `global` held in `data`.
+fn part_bytes(
+    data: &Arc<dyn HostBytes>,
+    dtype: DType,
+    global: &[i64],
+    part: &[(i64, i64)],
+) -> Result<Arc<dyn HostBytes>> {
+    let elem = dtype.byte_size();
+    let whole = part.iter().zip(global).all(|(&(_, len), &g)| len == g);
+    if whole {
+        return Ok(data.clone());
+    }
+    let stride = strides(global);
+    // Contiguous when every dimension before the first split one has size 1 and every one
+    // after it is whole.
+    let first = part
+        .iter()
+        .zip(global)
+        .position(|(&(_, len), &g)| len != g)
+        .expect("a part that is not whole has a split dimension");
+    let contiguous = global[..first].iter().all(|&g| g == 1)
+        && part[first + 1..]
+            .iter()
+            .zip(&global[first + 1..])
+            .all(|(&(_, len), &g)| len == g);
+    let part_dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
+    if contiguous {
+        let offset = part[first].0 as usize * stride[first] * elem;
+        let len = element_count(&part_dims)? * elem;
+        return Ok(Arc::new(Slice {
+            parent: data.clone(),
+            offset,
+            len,
+        }));
+    }
+    let mut gathered = HostTensor::zeros(dtype, &part_dims)?;
+    let source = data.bytes();
+    let out = gathered.bytes_mut();
+    // The innermost dimension's run is copied at once; the others are walked row-major.
+    let rank = part.len();
+    let run = part[rank - 1].1 as usize * elem;
+    let outer = &part_dims[..rank - 1];
+    let count = element_count(outer)?;
+    let mut index = vec![0i64; rank - 1];
+    for k in 0..count {
+        let mut from = part[rank - 1].0 as usize * stride[rank - 1];
+        for d in 0..rank - 1 {
+            from += (part[d].0 + index[d]) as usize * stride[d];
+        }
+        let from = from * elem;
+        out[k * run..(k + 1) * run].copy_from_slice(&source[from..from + run]);
+        for d in (0..rank - 1).rev() {
+            index[d] += 1;
+            if index[d] < outer[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    Ok(Arc::new(gathered))
+}
+
+impl Client {
+    /// One buffer per device of `devices` (in mesh order) holding that device's part of the
+    /// tensor of shape `global` in `data`, as `layout` says. Each device receives only its part.
+    pub fn upload_sharded(
+        &self,
+        dtype: DType,
+        global: &[i64],
+        data: Arc<dyn HostBytes>,
+        layout: &ShardLayout,
+        devices: &[Device],
+    ) -> Result<Vec<Buffer>> {
+        if devices.len() != layout.devices() {
+            return Err(Error::Invalid(format!(
+                "a layout over {} devices for {} devices",
+                layout.devices(),
+                devices.len()
+            )));
+        }
+        devices
+            .iter()
+            .enumerate()
+            .map(|(position, device)| {
+                let part = layout.part(position, global)?;
+                let dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
+                let bytes = part_bytes(&data, dtype, global, &part)?;
+                self.buffer_sharing(dtype, &dims, bytes, device)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 0, 1, 2, ... as u8s, shaped `dims`.
+    fn counting(dims: &[i64]) -> Arc<dyn HostBytes> {
+        let n = dims.iter().product::<i64>() as usize;
+        Arc::new((0..n).map(|i| i as u8).collect::<Vec<u8>>())
+    }
+
+    fn part(layout: &ShardLayout, position: usize, dims: &[i64]) -> Vec<u8> {
+        let p = layout.part(position, dims).unwrap();
+        part_bytes(&counting(dims), DType::U8, dims, &p)
+            .unwrap()
+            .bytes()
+            .to_vec()
+    }
+
+    #[test]
+    fn each_device_holds_its_part() {
+        // A 2x2 mesh; a [4, 2] tensor split by rows over axis 0, whole over axis 1.
+        let rows = ShardLayout::new(vec![2, 2], vec![vec![0], vec![]]).unwrap();
+        assert_eq!(rows.part(0, &[4, 2]).unwrap(), [(0, 2), (0, 2)]);
+        assert_eq!(rows.part(1, &[4, 2]).unwrap(), [(0, 2), (0, 2)]);
+        assert_eq!(rows.part(2, &[4, 2]).unwrap(), [(2, 2), (0, 2)]);
+        assert_eq!(part(&rows, 3, &[4, 2]), [4, 5, 6, 7]);
+        // Columns over axis 1: not contiguous, gathered.
+        let cols = ShardLayout::new(vec![2, 2], vec![vec![], vec![1]]).unwrap();
+        assert_eq!(part(&cols, 1, &[2, 4]), [2, 3, 6, 7]);
+        assert_eq!(part(&cols, 2, &[2, 4]), [0, 1, 4, 5]);
+        // Both axes on one dimension, major first: device (1, 0) holds the third quarter.
+        let both = ShardLayout::new(vec![2, 2], vec![vec![0, 1]]).unwrap();
+        assert_eq!(part(&both, 2, &[8]), [4, 5]);
+        // Three dimensions, the middle one split.
+        let mid = ShardLayout::new(vec![2], vec![vec![], vec![0], vec![]]).unwrap();
+        assert_eq!(part(&mid, 1, &[2, 4, 2]), [4, 5, 6, 7, 12, 13, 14, 15]);
+        assert_eq!(mid.part_shape(&[2, 4, 2]).unwrap(), [2, 2, 2]);
+    }
+
+    #[test]
+    fn layouts_that_do_not_fit_are_errors() {
+        assert!(ShardLayout::new(vec![2], vec![vec![0], vec![0]]).is_err());
+        assert!(ShardLayout::new(vec![2], vec![vec![1]]).is_err());
+        let rows = ShardLayout::new(vec![4], vec![vec![0]]).unwrap();
+        let e = rows.part(0, &[6]).unwrap_err().to_string();
+        assert!(e.contains("does not split into 4 equal parts"), "{e}");
+        assert!(rows.part(0, &[4, 4]).is_err());
+    }
+}
