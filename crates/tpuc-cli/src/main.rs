@@ -490,13 +490,14 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
         Some(CacheOutcome::Stored) | None => String::new(),
     };
     eprintln!(
-        "{} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms{cached}, weights {:.1} ms, run {:.2} ms{steady}",
+        "{} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms{cached}, weights {:.1} ms ({} per device), run {:.2} ms{steady}",
         request.model.display(),
         runner.devices(),
         ms(t.lower),
         ms(t.client),
         ms(t.compile),
         ms(t.weights),
+        size(runner.weight_bytes_per_device()?.into_iter().max().unwrap_or(0)),
         ms(elapsed)
     );
     let mut failed = 0;
@@ -548,6 +549,22 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Bytes as B, KiB, MiB or GiB.
+fn size(bytes: usize) -> String {
+    let units = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", units[unit])
+    }
 }
 
 fn ms(d: std::time::Duration) -> f64 {
