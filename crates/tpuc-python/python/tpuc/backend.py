@@ -193,8 +193,11 @@ class GraphCompiler:
         for i, p in enumerate(placeholders):
             if isinstance(p.meta.get("val"), torch.Tensor):
                 inputs.append(i)
-            elif p.users:
+            elif any(user.op != "output" for user in p.users):
                 raise _tpuc.TpucError(f"{name}: input {p.name} is a {type(p.meta.get('val')).__name__}, not a tensor")
+        # Opaque inputs (a DeviceMesh's script object, say) the graph only returns pass through:
+        # the call returns the argument it was given.
+        position = {p: i for i, p in enumerate(placeholders)}
         unused = [p for i, p in enumerate(placeholders) if i not in inputs]
         output_node = next(n for n in gm.graph.nodes if n.op == "output")
         returned = output_node.args[0]
@@ -205,12 +208,15 @@ class GraphCompiler:
             if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor):
                 outputs.append(("tensor", len(tensor_outputs)))
                 tensor_outputs.append(i)
+            elif isinstance(value, torch.fx.Node) and value.op == "placeholder":
+                outputs.append(("arg", position[value]))
             elif isinstance(value, torch.fx.Node):
                 raise _tpuc.TpucError(f"{name}: output {i} ({value.name}) is not a tensor")
             else:
                 outputs.append(("value", value))
         if unused:
-            gm = _without(gm, unused)
+            gm = _without(gm, unused, tensor_outputs)
+            tensor_outputs = list(range(len(tensor_outputs)))
         program = serialize(gm, tensor_outputs)
         # The graph's constants (lifted to trailing inputs) never change either.
         stable = None if weights is None else [i in weights or i >= own_inputs for i in inputs]
@@ -260,9 +266,14 @@ def _copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph)
 
 
-def _without(gm: torch.fx.GraphModule, unused: list[torch.fx.Node]) -> torch.fx.GraphModule:
-    """A copy of `gm` without the unused placeholders `unused`."""
+def _without(gm: torch.fx.GraphModule, unused: list[torch.fx.Node], tensor_outputs: list[int]) -> torch.fx.GraphModule:
+    """A copy of `gm` returning only its outputs at `tensor_outputs`, without the placeholders
+    `unused` (which then have no users: the outputs left out may have returned them)."""
     gm = _copy_module(gm)
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    returned = output.args[0]
+    returned = list(returned) if isinstance(returned, (tuple, list)) else [returned]
+    output.args = (tuple(returned[i] for i in tensor_outputs),)
     names = {p.name for p in unused}
     for node in list(gm.graph.nodes):
         if node.op == "placeholder" and node.name in names:

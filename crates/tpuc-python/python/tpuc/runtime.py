@@ -197,6 +197,7 @@ class CompiledGraph:
 
     inputs:   positions of the original arguments (then the constants) the compiled graph takes.
     outputs:  the original output structure: ("tensor", i) for the compiled graph's i-th output,
+              ("arg", i) for the graph's i-th argument returned as it is (an opaque object),
               ("value", v) for a constant (None, an int) returned as it is.
     single:   the original graph returned one value rather than a tuple.
     """
@@ -241,5 +242,5 @@ class CompiledGraph:
         else:
             results = [torch.empty(shape, dtype=dtype) for dtype, shape in self.specs]
             self.compiled.run(buffers, [(r.data_ptr(), r.numel() * r.element_size()) for r in results])
-        values = [results[x] if kind == "tensor" else x for kind, x in self.outputs]
+        values = [results[x] if kind == "tensor" else args[x] if kind == "arg" else x for kind, x in self.outputs]
         return values[0] if self.single else values
