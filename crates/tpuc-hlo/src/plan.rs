@@ -53,19 +53,23 @@ pub struct Rule {
     pub spec: Sharding,
 }
 
-/// Rules first (the first that matches a weight decides it), then ready plans.
+/// Rules first (the first that matches a weight decides it), then ready plans. `inputs` lays
+/// out user inputs by position (the torch.compile backend, whose graphs take a model's
+/// parameters as inputs, decides each one's layout itself); an input without one follows the
+/// ready plans.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Plan {
     pub rules: Vec<Rule>,
     pub ready: Vec<ReadyPlan>,
+    pub inputs: Vec<Option<Sharding>>,
 }
 
 impl Plan {
     /// Data parallelism: the plan `--devices N` stands for.
     pub fn data_parallel() -> Plan {
         Plan {
-            rules: Vec::new(),
             ready: vec![ReadyPlan::Dp],
+            ..Plan::default()
         }
     }
 }
@@ -89,8 +93,8 @@ impl FromStr for Plan {
             ready.push(plan);
         }
         Ok(Plan {
-            rules: Vec::new(),
             ready,
+            ..Plan::default()
         })
     }
 }
@@ -217,9 +221,21 @@ pub fn resolve(
         .map(|p| p.axis().to_string())
         .collect();
     let mut shardings = Vec::with_capacity(arg_types.len());
+    let mut user_inputs = 0;
     for (role, ty) in signature.args.iter().zip(arg_types) {
         let rank = ty.rank();
+        let explicit = match role {
+            ArgRole::UserInput(_) => {
+                user_inputs += 1;
+                plan.inputs.get(user_inputs - 1).cloned().flatten()
+            }
+            _ => None,
+        };
         let sharding = match role {
+            ArgRole::UserInput(name) if explicit.is_some() => {
+                let spec = explicit.expect("checked");
+                fit(&spec, mesh, &ty.shape, &format!("input {name}"))?
+            }
             ArgRole::UserInput(name) if rank > 0 && !batch_axes.is_empty() => {
                 let parts: i64 = batch_axes.iter().map(|a| size(a)).product();
                 if ty.shape[0] % parts != 0 {
@@ -248,38 +264,12 @@ pub fn resolve(
 /// The layout of the weight `name` of `shape` under `plan`.
 fn weight(plan: &Plan, mesh: &Mesh, name: &str, shape: &[i64]) -> Result<Sharding, PlanError> {
     if let Some(rule) = plan.rules.iter().find(|r| matches(&r.pattern, name)) {
-        let spec = &rule.spec;
-        if spec.dims.len() > shape.len() {
-            return Err(format!(
-                "the rule {} gives {} dimensions, but weight {name} has {} ({shape:?})",
-                rule.pattern,
-                spec.dims.len(),
-                shape.len()
-            ));
-        }
-        let mut s = Sharding::replicated(shape.len());
-        for (dim, axes) in spec.dims.iter().enumerate() {
-            let mut parts = 1;
-            for axis in axes {
-                let Some((_, a)) = mesh.axis(axis) else {
-                    return Err(format!(
-                        "the rule {} splits weight {name} over {axis:?}, which the mesh does not \
-                         have",
-                        rule.pattern
-                    ));
-                };
-                parts *= a.size;
-            }
-            if shape[dim] % parts != 0 {
-                return Err(format!(
-                    "the rule {} splits dimension {dim} of weight {name} ({shape:?}) into {parts} \
-                     parts, which does not divide it",
-                    rule.pattern
-                ));
-            }
-            s.dims[dim] = axes.clone();
-        }
-        return Ok(s);
+        return fit(
+            &rule.spec,
+            mesh,
+            shape,
+            &format!("the rule {} for weight {name}", rule.pattern),
+        );
     }
     let mut s = Sharding::replicated(shape.len());
     if plan.ready.contains(&ReadyPlan::Tp) {
@@ -300,6 +290,38 @@ fn weight(plan: &Plan, mesh: &Mesh, name: &str, shape: &[i64]) -> Result<Shardin
         {
             s.dims[dim].push(ReadyPlan::Fsdp.axis().to_string());
         }
+    }
+    Ok(s)
+}
+
+/// `spec` for a tensor of `shape` (trailing dimensions it does not name whole), when it fits
+/// `mesh`: no more entries than dimensions, axes the mesh has, parts that divide each dimension.
+fn fit(spec: &Sharding, mesh: &Mesh, shape: &[i64], what: &str) -> Result<Sharding, PlanError> {
+    if spec.dims.len() > shape.len() {
+        return Err(format!(
+            "{what}: the spec gives {} dimensions, but the tensor has {} ({shape:?})",
+            spec.dims.len(),
+            shape.len()
+        ));
+    }
+    let mut s = Sharding::replicated(shape.len());
+    for (dim, axes) in spec.dims.iter().enumerate() {
+        let mut parts = 1;
+        for axis in axes {
+            let Some((_, a)) = mesh.axis(axis) else {
+                return Err(format!(
+                    "{what}: the spec splits over {axis:?}, which the mesh does not have"
+                ));
+            };
+            parts *= a.size;
+        }
+        if shape[dim] % parts != 0 {
+            return Err(format!(
+                "{what}: the spec splits dimension {dim} ({shape:?}) into {parts} parts, which \
+                 does not divide it"
+            ));
+        }
+        s.dims[dim] = axes.clone();
     }
     Ok(s)
 }
@@ -464,13 +486,16 @@ mod tests {
                 pattern: "fc.*".into(),
                 spec: Sharding { dims },
             }],
-            ready: Vec::new(),
+            ..Plan::default()
         };
         let m = mesh(&[("dp", 4)]);
         let too_many = rule(vec![vec![], vec![], vec![]]);
         let e = resolve(&too_many, &m, &signature, &types).unwrap_err();
         assert!(
-            e.contains("gives 3 dimensions, but weight fc.weight has 2"),
+            e.contains(
+                "the rule fc.* for weight fc.weight: the spec gives 3 dimensions, but the tensor \
+                 has 2"
+            ),
             "{e}"
         );
         let uneven = rule(vec![vec!["dp".into()]]);

@@ -8,9 +8,13 @@ use pyo3::prelude::*;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tpuc_driver::{
-    ArgRole, Compiled, Hoist, LowerOptions, Options, Precision, Source, Target, WeightsMode,
+    ArgRole, Compiled, Hoist, LowerOptions, Mesh, Options, Plan, Precision, Source, Target,
+    WeightsMode,
 };
-use tpuc_pjrt::{Buffer, DType, Executable, HostBytes};
+use tpuc_hlo::ir::{Sharding, TensorType};
+use tpuc_hlo::plan::Rule;
+use tpuc_hlo::{ResultRole, Signature};
+use tpuc_pjrt::{Buffer, DType, Executable, HostBytes, ShardLayout};
 
 pyo3::create_exception!(
     _tpuc,
@@ -85,10 +89,101 @@ fn source_line(stack_trace: &str) -> Option<String> {
     tpuc_fx::source::user_frame(stack_trace).map(|s| format!("{}:{}", s.file, s.line))
 }
 
-/// A client of one PJRT plugin: the target graphs compile for and run on (one device).
+/// A partition spec from Python: per dimension, the mesh axes that split it.
+type Spec = Vec<Vec<String>>;
+
+fn parse_mesh(mesh: &str) -> PyResult<Mesh> {
+    mesh.parse()
+        .map_err(|e: String| error(format!("mesh {mesh:?}: {e}")))
+}
+
+/// The axes of a mesh given as text (`fsdp=2,tp=2`), checked: `[("fsdp", 2), ("tp", 2)]`.
+#[pyfunction]
+fn mesh_axes(mesh: &str) -> PyResult<Vec<(String, i64)>> {
+    Ok(parse_mesh(mesh)?
+        .axes
+        .into_iter()
+        .map(|a| (a.name, a.size))
+        .collect())
+}
+
+/// The specs a plan gives a model's weights (`(name, shape)`, by their fully qualified names)
+/// and inputs (`(name, shape)`) over `mesh` (`fsdp=2,tp=2`): the ready plans `ready` (`dp`,
+/// `fsdp`, `tp`, combined with commas) after the rules (`(pattern, spec)`, the first match
+/// deciding a weight). The specs come back in the same order, weights then inputs.
+#[pyfunction]
+#[pyo3(signature = (mesh, ready, rules, weights, inputs))]
+fn resolve_plan(
+    mesh: &str,
+    ready: Option<&str>,
+    rules: Vec<(String, Spec)>,
+    weights: Vec<(String, Vec<i64>)>,
+    inputs: Vec<(String, Vec<i64>)>,
+) -> PyResult<Vec<Spec>> {
+    let mesh = parse_mesh(mesh)?;
+    let mut plan = match ready {
+        Some(ready) => ready.parse::<Plan>().map_err(error)?,
+        None => Plan::default(),
+    };
+    plan.rules = rules
+        .into_iter()
+        .map(|(pattern, dims)| Rule {
+            pattern,
+            spec: Sharding { dims },
+        })
+        .collect();
+    let mut args = Vec::new();
+    let mut types = Vec::new();
+    for (name, shape) in &weights {
+        args.push(ArgRole::Weight(name.clone()));
+        types.push(TensorType::new(shape.clone(), DType::F32));
+    }
+    for (name, shape) in &inputs {
+        args.push(ArgRole::UserInput(name.clone()));
+        types.push(TensorType::new(shape.clone(), DType::F32));
+    }
+    let signature = Signature {
+        args,
+        results: Vec::<ResultRole>::new(),
+        prepared: None,
+    };
+    let shardings = tpuc_hlo::plan::resolve(&plan, &mesh, &signature, &types).map_err(error)?;
+    Ok(shardings.into_iter().map(|s| s.dims).collect())
+}
+
+/// A client of one PJRT plugin: the target graphs compile for and run on, one device or a mesh
+/// of them.
 #[pyclass(frozen, module = "tpuc._tpuc")]
 struct Runtime {
     target: Target,
+    /// The mesh the devices form, when there are several.
+    mesh: Option<Mesh>,
+}
+
+impl Runtime {
+    /// How a tensor laid out as `spec` (whole when None) spreads over the devices.
+    fn layout(&self, spec: Option<Spec>, rank: usize) -> PyResult<ShardLayout> {
+        let Some(mesh) = &self.mesh else {
+            return Ok(ShardLayout::replicated(vec![1], rank));
+        };
+        let sizes: Vec<i64> = mesh.axes.iter().map(|a| a.size).collect();
+        let dims = match spec {
+            None => vec![Vec::new(); rank],
+            Some(spec) => spec
+                .iter()
+                .map(|axes| {
+                    axes.iter()
+                        .map(|a| {
+                            mesh.axis(a)
+                                .map(|(i, _)| i)
+                                .ok_or_else(|| error(format!("the mesh {mesh} has no axis {a:?}")))
+                        })
+                        .collect::<PyResult<Vec<usize>>>()
+                })
+                .collect::<PyResult<Vec<_>>>()?,
+        };
+        ShardLayout::new(sizes, dims).map_err(error)
+    }
 }
 
 /// Memory owned by a Python object (a torch tensor) that a device buffer aliases; holding the
@@ -118,17 +213,30 @@ fn dtype(name: &str) -> PyResult<DType> {
 #[pymethods]
 impl Runtime {
     /// A client of `plugin` (a name: cpu, tpu, cuda; or a path; default $TPUC_PJRT_PLUGIN or
-    /// cpu). A named plugin is looked for in `search_paths` first: the running interpreter's
-    /// `sys.path`, which says where its packages are whatever the working directory or
-    /// environment.
+    /// cpu), over one device or the devices of `mesh` (`fsdp=2,tp=2`). A named plugin is looked
+    /// for in `search_paths` first: the running interpreter's `sys.path`, which says where its
+    /// packages are whatever the working directory or environment.
     #[new]
-    #[pyo3(signature = (plugin=None, search_paths=Vec::new()))]
-    fn new(py: Python<'_>, plugin: Option<String>, search_paths: Vec<String>) -> PyResult<Self> {
+    #[pyo3(signature = (plugin=None, search_paths=Vec::new(), mesh=None))]
+    fn new(
+        py: Python<'_>,
+        plugin: Option<String>,
+        search_paths: Vec<String>,
+        mesh: Option<&str>,
+    ) -> PyResult<Self> {
         let search_paths: Vec<PathBuf> = search_paths.into_iter().map(Into::into).collect();
-        py.detach(|| {
-            let target = Target::open(plugin.as_deref(), 1, &search_paths).map_err(driver_error)?;
-            Ok(Runtime { target })
-        })
+        let mesh = mesh.map(parse_mesh).transpose()?;
+        let devices = mesh.as_ref().map_or(1, |m| m.devices() as usize);
+        let target = py.detach(|| {
+            Target::open(plugin.as_deref(), devices, &search_paths).map_err(driver_error)
+        })?;
+        Ok(Runtime { target, mesh })
+    }
+
+    /// How many devices graphs run on.
+    #[getter]
+    fn devices(&self) -> usize {
+        self.target.devices().len()
     }
 
     #[getter]
@@ -148,7 +256,9 @@ impl Runtime {
     /// and is worth computing once is then split off into a second executable. `cache_dir`: the
     /// cache of compiled executables on disk; `None` for $TPUC_CACHE_DIR or the default,
     /// `"off"` for none.
-    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None))]
+    /// On a mesh, `specs` lays out each program input (None: whole on every device).
+    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None))]
+    #[allow(clippy::too_many_arguments)]
     fn compile(
         &self,
         py: Python<'_>,
@@ -157,8 +267,21 @@ impl Runtime {
         matmul_precision: &str,
         stable: Option<Vec<bool>>,
         cache_dir: Option<String>,
+        specs: Option<Vec<Option<Spec>>>,
     ) -> PyResult<CompiledGraph> {
         let precision: Precision = matmul_precision.parse().map_err(error)?;
+        let mesh = self.mesh.clone().map(|mesh| {
+            let inputs = specs
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| s.map(|dims| Sharding { dims }))
+                .collect();
+            let plan = Plan {
+                inputs,
+                ..Plan::default()
+            };
+            (mesh, plan)
+        });
         let options = Options {
             lower: LowerOptions {
                 weights: WeightsMode::Args,
@@ -166,6 +289,7 @@ impl Runtime {
             },
             hoist: stable.map_or(Hoist::Off, Hoist::Inputs),
             cache_dir,
+            mesh,
             ..Options::default()
         };
         py.detach(|| {
@@ -181,8 +305,11 @@ impl Runtime {
         })
     }
 
-    /// A device buffer holding a tensor's data: `address`/`nbytes` of a contiguous CPU tensor
-    /// kept alive by `owner`. The CPU plugin aliases 64-byte aligned memory instead of copying.
+    /// A tensor's data on the devices: `address`/`nbytes` of a contiguous CPU tensor kept alive
+    /// by `owner`, each device holding its part as `spec` lays it out (whole when None). The CPU
+    /// plugin aliases 64-byte aligned memory instead of copying.
+    #[pyo3(signature = (address, nbytes, dtype_name, shape, owner, spec=None))]
+    #[allow(clippy::too_many_arguments)]
     fn buffer(
         &self,
         py: Python<'_>,
@@ -191,6 +318,7 @@ impl Runtime {
         dtype_name: &str,
         shape: Vec<i64>,
         owner: Py<PyAny>,
+        spec: Option<Spec>,
     ) -> PyResult<DeviceBuffer> {
         let element_type = dtype(dtype_name)?;
         let memory: Arc<dyn HostBytes> = Arc::new(PythonMemory {
@@ -198,22 +326,26 @@ impl Runtime {
             len: nbytes,
             _owner: owner,
         });
-        let device = &self.target.devices()[0];
-        let buffer = py
+        let layout = self.layout(spec, shape.len())?;
+        let buffers = py
             .detach(|| {
-                self.target
-                    .client()
-                    .buffer_sharing(element_type, &shape, memory, device)
+                self.target.client().upload_sharded(
+                    element_type,
+                    &shape,
+                    memory,
+                    &layout,
+                    self.target.devices(),
+                )
             })
             .map_err(error)?;
-        Ok(DeviceBuffer { buffer })
+        Ok(DeviceBuffer { buffers })
     }
 }
 
-/// A tensor on a device.
+/// A tensor on the devices: one buffer per device (its part of the tensor), in mesh order.
 #[pyclass(frozen, weakref, module = "tpuc._tpuc")]
 struct DeviceBuffer {
-    buffer: Buffer,
+    buffers: Vec<Buffer>,
 }
 
 mod dlpack;
@@ -227,7 +359,8 @@ struct CompiledGraph {
 }
 
 impl CompiledGraph {
-    /// Executes the graph on `args`: its own arguments, then the prepared values, if any.
+    /// Executes the graph on `args`: its own arguments, then the prepared values, if any; the
+    /// first device's results (results are whole on every device).
     fn execute(&self, py: Python<'_>, args: &[PyRef<'_, DeviceBuffer>]) -> PyResult<Vec<Buffer>> {
         let expected = self.compiled.signature.args.len();
         if args.len() != expected {
@@ -236,18 +369,34 @@ impl CompiledGraph {
                 args.len()
             )));
         }
-        execute_on(py, &self.compiled.executable, args).map_err(error)
+        execute_on(py, &self.compiled.executable, args)
+            .map(|mut per_device| per_device.swap_remove(0))
+            .map_err(error)
     }
 }
 
-/// Runs `exe` on one device with `args`, the GIL released.
+/// Runs `exe` with `args` on every device that holds a part of them, the GIL released; the
+/// results per device.
 fn execute_on(
     py: Python<'_>,
     exe: &Executable,
     args: &[PyRef<'_, DeviceBuffer>],
-) -> tpuc_pjrt::Result<Vec<Buffer>> {
-    let buffers: Vec<&Buffer> = args.iter().map(|a| &a.buffer).collect();
-    py.detach(|| exe.execute_on_one_device(&buffers))
+) -> tpuc_pjrt::Result<Vec<Vec<Buffer>>> {
+    let devices = args.first().map_or(1, |a| a.buffers.len());
+    if args.iter().any(|a| a.buffers.len() != devices) {
+        return Err(tpuc_pjrt::Error::Invalid(
+            "the arguments are spread over different numbers of devices".into(),
+        ));
+    }
+    let per_device: Vec<Vec<&Buffer>> = (0..devices)
+        .map(|d| args.iter().map(|a| &a.buffers[d]).collect())
+        .collect();
+    py.detach(|| {
+        if devices == 1 {
+            return exe.execute_on_one_device(&per_device[0]).map(|r| vec![r]);
+        }
+        exe.execute(&per_device)
+    })
 }
 
 #[pymethods]
@@ -306,15 +455,36 @@ impl CompiledGraph {
                 args.len()
             )));
         }
-        let values = execute_on(py, &prepared.executable, &args).map_err(|e| {
+        let per_device = execute_on(py, &prepared.executable, &args).map_err(|e| {
             error(format!(
                 "computing the values derived from the weights: {e}"
             ))
         })?;
+        // per_device[d][i] regrouped as value i on every device.
+        let mut values: Vec<Vec<Buffer>> = Vec::new();
+        for on_device in per_device {
+            for (i, buffer) in on_device.into_iter().enumerate() {
+                if values.len() <= i {
+                    values.resize_with(i + 1, Vec::new);
+                }
+                values[i].push(buffer);
+            }
+        }
         Ok(values
             .into_iter()
-            .map(|buffer| DeviceBuffer { buffer })
+            .map(|buffers| DeviceBuffer { buffers })
             .collect())
+    }
+
+    /// Per own argument, its partition spec over the mesh (None when the graph runs on one
+    /// device): how the caller must lay each argument out (`Runtime.buffer(..., spec)`).
+    #[getter]
+    fn arg_specs(&self) -> Vec<Option<Spec>> {
+        let own = self.compiled.signature.own_args();
+        self.compiled.ir.main.arg_attrs()[..own]
+            .iter()
+            .map(|a| a.sharding.as_ref().map(|s| s.dims.clone()))
+            .collect()
     }
 
     /// (dtype name, shape) of each output.
@@ -439,6 +609,8 @@ fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(matmul_precisions, m)?)?;
     m.add_function(wrap_pyfunction!(source_line, m)?)?;
+    m.add_function(wrap_pyfunction!(resolve_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(mesh_axes, m)?)?;
     m.add_class::<Runtime>()?;
     m.add_class::<DeviceBuffer>()?;
     m.add_class::<CompiledGraph>()?;

@@ -269,11 +269,11 @@ fn plans_that_do_not_fit_are_refused() -> Result<(), Failed> {
     for (json, why) in [
         (
             r#"{"rules": {"fc1.bias": ["tp", null]}}"#,
-            "gives 2 dimensions, but weight fc1.bias has 1",
+            "the rule fc1.bias for weight fc1.bias: the spec gives 2 dimensions, but the tensor has 1",
         ),
         (
             r#"{"rules": {"fc2.weight": ["tp", null]}}"#,
-            "splits dimension 0 of weight fc2.weight ([8, 32]) into 3 parts",
+            "the rule fc2.weight for weight fc2.weight: the spec splits dimension 0 ([8, 32]) into 3 parts",
         ),
         (
             r#"{"rules": {"fc1.weight": ["pp", null]}}"#,

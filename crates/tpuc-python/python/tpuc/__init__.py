@@ -5,9 +5,15 @@ Use it as a torch.compile backend; no import is needed, the backend is registere
 
     compiled = torch.compile(model, backend="tpuc", options={"plugin": "cpu"})
 
-See ``tpuc.backend.Options`` for the options.
+See ``tpuc.backend.Options`` for the options. Over a mesh of devices::
+
+    compiled = torch.compile(model, backend="tpuc", options={"mesh": "fsdp=2,tp=2", "plan": "fsdp,tp"})
+
+or lay parts out yourself with ``tpuc.Mesh``, ``tpuc.mark_sharding`` and ``tpuc.shard``
+(docs/sharding.md).
 """
 from ._tpuc import TpucError, supported_ops
 from .backend import Options, tpuc_backend
+from .sharding import Mesh, mark_sharding, shard
 
-__all__ = ["Options", "TpucError", "supported_ops", "tpuc_backend"]
+__all__ = ["Mesh", "Options", "TpucError", "mark_sharding", "shard", "supported_ops", "tpuc_backend"]

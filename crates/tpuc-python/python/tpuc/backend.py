@@ -25,6 +25,7 @@ from .decompositions import EXTRA, NOT_DECOMPOSED
 from .graph import is_structural, op_name, serialize, source_line, unsupported_ops
 from .options import Options
 from .runtime import CompiledGraph, session
+from .sharding import input_specs
 
 _GRAPH_IDS = itertools.count()
 
@@ -32,7 +33,8 @@ _GRAPH_IDS = itertools.count()
 def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_ignored):
     """torch.compile(model, backend="tpuc", options={...}); see tpuc.Options."""
     opts = Options.parse(options)
-    compiler = GraphCompiler(opts)
+    specs = input_specs(gm, example_inputs, opts.mesh, opts.plan) if opts.mesh is not None else None
+    compiler = GraphCompiler(opts, specs)
     return aot_autograd(
         fw_compiler=compiler.forward,
         bw_compiler=compiler.backward,
@@ -89,19 +91,37 @@ class LoweredOps:
 class GraphCompiler:
     """Compiles the graphs aot_autograd hands over (forward, backward, inference)."""
 
-    def __init__(self, opts: Options):
+    def __init__(self, opts: Options, specs: list | None = None):
         self.opts = opts
-        self.session = session(opts.plugin)
+        self.session = session(opts.plugin, opts.mesh)
         self.supported = LoweredOps()
+        # The layout of each input of the Dynamo graph over the mesh (None on one device).
+        self.specs = specs
 
     def forward(self, gm, example_inputs):
-        return self.compile(gm, "forward", self.weight_inputs())
+        return self.compile(gm, "forward", self.weight_inputs(), self.primal_specs(gm))
 
     def backward(self, gm, example_inputs):
+        # Saved activations and tangents arrive whole, as the forward returned them.
         return self.compile(gm, "backward")
 
     def inference(self, gm, example_inputs):
-        return self.compile(gm, "inference", self.weight_inputs())
+        return self.compile(gm, "inference", self.weight_inputs(), self.primal_specs(gm))
+
+    def primal_specs(self, gm: torch.fx.GraphModule) -> list | None:
+        """The layouts of a forward graph's inputs: those of the Dynamo graph's inputs, which
+        aot_autograd hands on in order (None where a placeholder does not fit its layout)."""
+        if self.specs is None:
+            return None
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(self.specs):
+            return None
+
+        def fits(node, spec):
+            value = node.meta.get("val")
+            return spec is not None and isinstance(value, torch.Tensor) and len(spec) <= value.dim()
+
+        return [spec if fits(p, spec) else None for p, spec in zip(placeholders, self.specs)]
 
     def weight_inputs(self) -> frozenset[int] | None:
         """Positions of the inputs of the graph aot_autograd is compiling that are parameters or
@@ -113,20 +133,23 @@ class GraphCompiler:
         indices = getattr(metadata, "static_input_indices", None)
         return None if indices is None else frozenset(indices)
 
-    def compile(self, gm: torch.fx.GraphModule, kind: str, weights: frozenset[int] | None = None):
+    def compile(self, gm: torch.fx.GraphModule, kind: str, weights: frozenset[int] | None = None,
+                specs: list | None = None):
         """`weights`: positions of the inputs that are the model's parameters and buffers, whose
-        derived values (see `Options.hoist_weights`) are computed once per version."""
+        derived values (see `Options.hoist_weights`) are computed once per version; `specs`: the
+        inputs' layouts over the mesh."""
         name = f"graph_{next(_GRAPH_IDS):03d}_{kind}"
         if _has_symbolic_sizes(gm):
-            return make_boxed_func(SpecializingGraph(gm, self, name, weights))
-        return self.compile_static(gm, name, weights)
+            return make_boxed_func(SpecializingGraph(gm, self, name, weights, specs))
+        return self.compile_static(gm, name, weights, specs)
 
-    def compile_static(self, gm: torch.fx.GraphModule, name: str, weights: frozenset[int] | None = None):
+    def compile_static(self, gm: torch.fx.GraphModule, name: str, weights: frozenset[int] | None = None,
+                       specs: list | None = None):
         """A boxed function running the static graph `gm`."""
         missing = unsupported_ops(gm, self.supported)
         if not missing:
             try:
-                return _boxed(self.compile_whole(gm, name, weights))
+                return _boxed(self.compile_whole(gm, name, weights, specs))
             except _tpuc.TpucError as error:
                 # An op tpuc lowers, but not with these arguments: run that node eagerly.
                 node_name = getattr(error, "node", None)
@@ -184,8 +207,8 @@ class GraphCompiler:
         return fused
 
     def compile_whole(self, gm: torch.fx.GraphModule, name: str,
-                      weights: frozenset[int] | None = None) -> CompiledGraph:
-        """Compiles every op of the static graph `gm`; `weights` as for `compile`."""
+                      weights: frozenset[int] | None = None, specs: list | None = None) -> CompiledGraph:
+        """Compiles every op of the static graph `gm`; `weights` and `specs` as for `compile`."""
         own_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         gm, constants = _lift_constants(gm, name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -220,7 +243,9 @@ class GraphCompiler:
         program = serialize(gm, tensor_outputs)
         # The graph's constants (lifted to trailing inputs) never change either.
         stable = None if weights is None else [i in weights or i >= own_inputs for i in inputs]
-        compiled = self.session.compile(program, name, self.opts.matmul_precision, stable, self.opts.cache_dir)
+        laid_out = None if specs is None else [specs[i] if i < own_inputs else None for i in inputs]
+        compiled = self.session.compile(program, name, self.opts.matmul_precision, stable, self.opts.cache_dir,
+                                        laid_out)
         if self.opts.dump_dir:
             _dump(self.opts.dump_dir, name, gm, compiled)
         return CompiledGraph(compiled, self.session, inputs, outputs, single, constants)
@@ -305,11 +330,12 @@ class SpecializingGraph:
     """A graph with symbolic sizes, compiled once per distinct set of concrete input sizes."""
 
     def __init__(self, gm: torch.fx.GraphModule, compiler: GraphCompiler, name: str,
-                 weights: frozenset[int] | None = None):
+                 weights: frozenset[int] | None = None, specs: list | None = None):
         self.gm = gm
         self.compiler = compiler
         self.name = name
         self.weights = weights
+        self.specs = specs
         self.variants: dict[tuple, object] = {}
 
     def __call__(self, *args):
@@ -321,7 +347,8 @@ class SpecializingGraph:
             from torch.fx.experimental.proxy_tensor import make_fx
 
             static = make_fx(self.gm, tracing_mode="fake")(*args)
-            run = self.compiler.compile_static(static, f"{self.name}_v{len(self.variants)}", self.weights)
+            run = self.compiler.compile_static(static, f"{self.name}_v{len(self.variants)}", self.weights,
+                                               self.specs)
             self.variants[key] = run
         return run(list(args))
 

@@ -31,6 +31,13 @@ class Options:
                       A weight counts as changed after an in-place update (its version changes); a
                       change made through `.data` leaves the version as it is and is not seen here.
                       In training the weights change every step, and so are these values.
+    mesh:             run over a mesh of devices, "fsdp=2,tp=2" or a tpuc.Mesh (on the CPU plugin,
+                      that many devices share the host's cores); one device when None.
+    plan:             how inputs and parameters are laid out over the mesh where they are not
+                      marked (tpuc.mark_sharding, tpuc.shard): "dp", "fsdp", "tp" or a combination
+                      ("fsdp,tp"), each over the mesh axis of its name, or a dict of rules
+                      {"rules": {pattern: spec}, "ready": "dp"}; everything whole when None.
+                      See docs/sharding.md.
     cache_dir:        where compiled executables are kept between processes, so that a graph
                       compiled once is loaded instead of compiled again (default
                       $TPUC_CACHE_DIR, else $XDG_CACHE_HOME/tpuc or ~/.cache/tpuc; "off" for no
@@ -45,6 +52,8 @@ class Options:
     dump_dir: str | None = None
     matmul_precision: str = "highest"
     hoist_weights: bool = True
+    mesh: Any = None
+    plan: Any = None
     cache_dir: str | None = None
 
     @staticmethod
@@ -65,6 +74,13 @@ class Options:
         options = Options(**values)
         if options.decompositions not in ("core", "none"):
             raise ValueError(f"decompositions must be 'core' or 'none', not {options.decompositions!r}")
+        if options.mesh is not None:
+            from .sharding import mesh_text, plan_parts
+
+            options = dataclasses.replace(options, mesh=mesh_text(options.mesh))
+            plan_parts(options.plan)  # a plan of the wrong kind is refused here
+        elif options.plan is not None:
+            raise ValueError("the option plan needs a mesh, e.g. options={'mesh': 'fsdp=2,tp=2', 'plan': 'fsdp,tp'}")
         precisions = _tpuc.matmul_precisions()
         if options.matmul_precision not in precisions:
             raise ValueError(f"matmul_precision must be one of {precisions}, not {options.matmul_precision!r}")

@@ -19,7 +19,7 @@ from . import _tpuc
 # computations of weight-derived values, for tests and diagnostics.
 STATS = {"compiles": 0, "cache_hits": 0, "uploads": 0, "reused": 0, "prepared": 0}
 
-_RUNTIMES: dict[str, "Session"] = {}
+_RUNTIMES: dict[tuple, "Session"] = {}
 _RUNTIMES_LOCK = threading.Lock()
 
 # The torch dtypes tpuc handles, by the names tpuc's dtype model gives them.
@@ -31,9 +31,9 @@ class Session:
     shared by every graph compiled for that plugin in this process. The compiled executables are
     the driver's: it keeps them per client, keyed by the graph and the options."""
 
-    def __init__(self, plugin: str):
+    def __init__(self, plugin: str, mesh: str | None = None):
         # The interpreter's own sys.path says where its packages (the plugins among them) are.
-        self.runtime = _tpuc.Runtime(plugin, [p for p in sys.path if p])
+        self.runtime = _tpuc.Runtime(plugin, [p for p in sys.path if p], mesh)
         self.buffers = BufferCache(self.runtime)
         # The CPU plugin's device memory is host memory: outputs become tensors without a copy.
         self.host_memory = self.runtime.platform == "cpu"
@@ -53,12 +53,14 @@ class Session:
             return found
 
     def compile(self, program: bytes, name: str, matmul_precision: str,
-                stable: list[bool] | None = None, cache_dir: str | None = None) -> _tpuc.CompiledGraph:
+                stable: list[bool] | None = None, cache_dir: str | None = None,
+                specs: list | None = None) -> _tpuc.CompiledGraph:
         """The executable of `program` (its serialized form holds the ops, the input and output
         types, and the source locations), compiled once per distinct graph and options in this
         process. `stable` flags the inputs that stay the same between calls (see
-        `_tpuc.Runtime.compile`); `cache_dir` as `Options.cache_dir`."""
-        compiled = self.runtime.compile(program, name, matmul_precision, stable, cache_dir)
+        `_tpuc.Runtime.compile`); `cache_dir` as `Options.cache_dir`; `specs` lays each input out
+        over the session's mesh."""
+        compiled = self.runtime.compile(program, name, matmul_precision, stable, cache_dir, specs)
         if compiled.reused:
             return compiled
         STATS["compiles"] += 1
@@ -72,13 +74,14 @@ class Session:
         return compiled
 
 
-def session(plugin: str | None) -> Session:
-    """The process's session of `plugin` (one per plugin)."""
-    key = plugin or os.environ.get("TPUC_PJRT_PLUGIN") or "cpu"
+def session(plugin: str | None, mesh: str | None = None) -> Session:
+    """The process's session of `plugin` over one device or `mesh` (one per plugin and mesh)."""
+    name = plugin or os.environ.get("TPUC_PJRT_PLUGIN") or "cpu"
+    key = (name, mesh)
     with _RUNTIMES_LOCK:
         found = _RUNTIMES.get(key)
         if found is None:
-            found = _RUNTIMES[key] = Session(key)
+            found = _RUNTIMES[key] = Session(name, mesh)
         return found
 
 
@@ -107,10 +110,12 @@ class BufferCache:
             if entry is not None and entry[0] is ref:
                 del self.entries[tensor_id]
 
-    def buffer(self, tensor: torch.Tensor) -> _tpuc.DeviceBuffer:
+    def buffer(self, tensor: torch.Tensor, spec=None) -> _tpuc.DeviceBuffer:
+        """The tensor on the devices, each holding its part as `spec` lays it out (a tuple of
+        tuples of axes; whole when None)."""
         # Hot path (every argument of every call): a dict read, atomic under the GIL.
         entry = self.entries.get(id(tensor))
-        if entry is not None and entry[0]() is tensor:
+        if entry is not None and entry[0]() is tensor and entry[4] == spec:
             try:
                 unchanged = entry[1] == tensor._version and entry[2] == tensor.data_ptr()
             except RuntimeError:  # inference-mode tensors have no version counter
@@ -118,7 +123,7 @@ class BufferCache:
             if unchanged:
                 STATS["reused"] += 1
                 return entry[3]
-        return self._upload(tensor)
+        return self._upload(tensor, spec)
 
     def seed(self) -> _tpuc.DeviceBuffer:
         """A fresh seed for a graph's random ops, drawn from torch's default generator, so
@@ -126,7 +131,7 @@ class BufferCache:
         seed = torch.randint(-(2**63), 2**63 - 1, (2,), dtype=torch.int64)
         return self.runtime.buffer(seed.data_ptr(), 16, "uint64", [2], seed.untyped_storage())
 
-    def _upload(self, tensor: torch.Tensor) -> _tpuc.DeviceBuffer:
+    def _upload(self, tensor: torch.Tensor, spec=None) -> _tpuc.DeviceBuffer:
         if tensor.device.type != "cpu":
             raise _tpuc.TpucError(
                 f"tpuc takes CPU tensors (the plugin places them on its device); got one on {tensor.device}"
@@ -145,6 +150,7 @@ class BufferCache:
             dtype_name(source.dtype),
             list(source.shape),
             source.untyped_storage(),  # keeps the memory alive, not the tensor
+            None if spec is None else [list(axes) for axes in spec],
         )
         # A tensor's version changes with every in-place update, including resizes; its data
         # pointer with set_(). Either makes the cached buffer stale.
@@ -152,7 +158,7 @@ class BufferCache:
             tensor_id = id(tensor)
             ref = weakref.ref(tensor, lambda r, i=tensor_id: self._forget(i, r))
             with self.lock:
-                self.entries[tensor_id] = (ref, version, tensor.data_ptr(), buffer)
+                self.entries[tensor_id] = (ref, version, tensor.data_ptr(), buffer, spec)
         return buffer
 
 
@@ -192,6 +198,13 @@ class PreparedValues:
             del self.entries[key]
 
 
+def _spec_key(spec):
+    """A partition spec as a hashable value: a tuple of tuples of axes, or None when whole."""
+    if spec is None or all(not axes for axes in spec):
+        return None
+    return tuple(tuple(axes) for axes in spec)
+
+
 class CompiledGraph:
     """A compiled graph as a function of the graph's original inputs and outputs.
 
@@ -219,6 +232,11 @@ class CompiledGraph:
         own, derived = roles[:compiled.num_args], roles[compiled.num_args:]
         self.own_order = [i if kind == "input" else len(inputs) for kind, i in own]
         self.derived_order = [i for _, i in derived]
+        # How each input is laid out over the session's mesh (all None on one device).
+        arg_specs = compiled.arg_specs
+        by_input = {i: arg_specs[j] for j, (kind, i) in enumerate(own) if kind == "input"}
+        self.input_specs = [_spec_key(by_input.get(k)) for k in range(len(inputs))]
+        self.laid_out = any(spec is not None for spec in self.input_specs)
         self.zero_copy = session.host_memory and all(0 not in shape for _, shape in self.specs)
         self.prepared_args = compiled.prepared_args
         self.prepared = session.prepared_values(compiled) if self.prepared_args is not None else None
@@ -230,7 +248,10 @@ class CompiledGraph:
         if self.constants:
             args = list(args) + self.constants
         buffer = self.cache.buffer
-        pool = [buffer(args[i]) for i in self.inputs]
+        if self.laid_out:
+            pool = [buffer(args[i], spec) for i, spec in zip(self.inputs, self.input_specs)]
+        else:
+            pool = [buffer(args[i]) for i in self.inputs]
         if self.random:
             pool.append(self.cache.seed())
         buffers = [pool[j] for j in self.own_order]

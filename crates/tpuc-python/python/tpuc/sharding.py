@@ -1,0 +1,160 @@
+"""Device meshes and partition specs for torch.compile(backend="tpuc"), in the manner of
+torch_xla's SPMD API and JAX: a `Mesh` of named axes, `mark_sharding(tensor, mesh, spec)` for a
+model's inputs and parameters, `shard(model, mesh, plan)` to lay a whole model out with a ready
+plan (`dp`, `fsdp`, `tp`, combined with commas) or rules. The layouts of what is not marked come
+from the `plan` option; everything stays correct whatever the layout (XLA partitions the
+program), only memory and communication change. See docs/sharding.md."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+import torch
+
+from . import _tpuc
+
+# The attribute mark_sharding sets on a tensor: (mesh text, spec as lists of axes).
+ATTRIBUTE = "_tpuc_sharding"
+
+
+class Mesh:
+    """Devices in a grid of named axes, numbered row-major:
+    `Mesh((2, 2), ("fsdp", "tp"))`, or `Mesh.parse("fsdp=2,tp=2")`."""
+
+    def __init__(self, mesh_shape: Sequence[int], axis_names: Sequence[str]):
+        if len(mesh_shape) != len(axis_names):
+            raise ValueError(f"a mesh of shape {tuple(mesh_shape)} needs {len(mesh_shape)} axis names, "
+                             f"got {tuple(axis_names)}")
+        self.shape = tuple(int(s) for s in mesh_shape)
+        self.axis_names = tuple(str(a) for a in axis_names)
+        _tpuc.mesh_axes(str(self))  # the compiler's checks of names and sizes
+
+    @staticmethod
+    def parse(text: str) -> "Mesh":
+        """A mesh from its text form, `fsdp=2,tp=2`, as `--mesh` takes it."""
+        axes = _tpuc.mesh_axes(text)
+        return Mesh([size for _, size in axes], [name for name, _ in axes])
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __str__(self) -> str:
+        return ",".join(f"{a}={s}" for a, s in zip(self.axis_names, self.shape))
+
+    def __repr__(self) -> str:
+        return f"Mesh({self.shape}, {self.axis_names})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Mesh) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+def mesh_text(mesh: Mesh | str) -> str:
+    """The text form of a mesh given as a `Mesh` or as text."""
+    return str(mesh) if isinstance(mesh, Mesh) else str(Mesh.parse(mesh))
+
+
+def normalize_spec(spec: Iterable, mesh: Mesh | str | None = None) -> list[list[str]]:
+    """A partition spec (per dimension: None, an axis name, or a tuple of names, major first) as
+    lists of axes. Names must be axes of `mesh` when it is given."""
+    if isinstance(spec, str):
+        raise TypeError(f"a partition spec has one entry per dimension, e.g. ({spec!r}, None), not {spec!r}")
+    out = []
+    for entry in spec:
+        if entry is None:
+            out.append([])
+        elif isinstance(entry, str):
+            out.append([entry])
+        elif isinstance(entry, (tuple, list)) and all(isinstance(a, str) for a in entry):
+            out.append(list(entry))
+        else:
+            raise TypeError(f"a partition spec entry is None, an axis name or a tuple of names, not {entry!r}")
+    if mesh is not None:
+        axes = set(mesh.axis_names if isinstance(mesh, Mesh) else Mesh.parse(mesh).axis_names)
+        unknown = sorted({a for dims in out for a in dims} - axes)
+        if unknown:
+            raise ValueError(f"the mesh {mesh} has no axis {', '.join(map(repr, unknown))}")
+    return out
+
+
+def mark_sharding(tensor: torch.Tensor, mesh: Mesh | str, spec: Iterable) -> torch.Tensor:
+    """Lays `tensor` (a model's input or parameter) out over `mesh` as `spec` says, for graphs
+    torch.compile(backend="tpuc", options={"mesh": mesh}) compiles; returns the tensor."""
+    setattr(tensor, ATTRIBUTE, (mesh_text(mesh), normalize_spec(spec, mesh)))
+    return tensor
+
+
+def plan_parts(plan) -> tuple[str | None, list]:
+    """(ready plans, rules) of a plan: "fsdp,tp", or {"rules": {pattern: spec}, "ready": "dp"},
+    or {pattern: spec}."""
+    if plan is None:
+        return None, []
+    if isinstance(plan, str):
+        return plan, []
+    if isinstance(plan, Mapping):
+        if set(plan) <= {"rules", "ready"} and ("rules" in plan or "ready" in plan):
+            ready, rules = plan.get("ready"), plan.get("rules", {})
+        else:
+            ready, rules = None, plan
+        return ready, [(pattern, normalize_spec(spec)) for pattern, spec in rules.items()]
+    raise TypeError(f"a plan is a string (dp, fsdp, tp, combined with commas) or a dict of rules, not {plan!r}")
+
+
+def shard(model: torch.nn.Module, mesh: Mesh | str, plan) -> torch.nn.Module:
+    """Marks every parameter and buffer of `model` with the layout `plan` gives it over `mesh`
+    (see `plan_parts`); returns the model."""
+    ready, rules = plan_parts(plan)
+    named = list(model.named_parameters()) + list(model.named_buffers())
+    weights = [(name, list(t.shape)) for name, t in named]
+    specs = _tpuc.resolve_plan(mesh_text(mesh), ready, rules, weights, [])
+    for (_, tensor), spec in zip(named, specs):
+        setattr(tensor, ATTRIBUTE, (mesh_text(mesh), spec))
+    return model
+
+
+_SOURCE_KEY = re.compile(r"_(?:modules|parameters|buffers)\['([^']*)'\]")
+
+
+def qualified_name(source_name: str) -> str | None:
+    """The parameter's name (`blocks.0.attn.q.weight`) from Dynamo's source of a graph input
+    (`L['self']._modules['blocks']._modules['0']..._parameters['weight']`); None for inputs that
+    are not a module's parameters or buffers."""
+    if "_parameters[" not in source_name and "_buffers[" not in source_name:
+        return None
+    keys = _SOURCE_KEY.findall(source_name)
+    return ".".join(keys) if keys else None
+
+
+def input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence, mesh: str, plan) -> list:
+    """The spec of each input of the Dynamo graph `gm`: its own mark (mark_sharding, shard) if it
+    has one, else the plan's, weights by their names and the rest as inputs."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    ready, rules = plan_parts(plan)
+    weights, inputs, where = [], [], []
+    specs: list = [None] * len(placeholders)
+    for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        if not isinstance(value, torch.Tensor):
+            continue
+        marked = getattr(value, ATTRIBUTE, None)
+        if marked is not None:
+            marked_mesh, spec = marked
+            if marked_mesh != mesh:
+                raise ValueError(f"input {node.name} is marked for the mesh {marked_mesh}, but the graph "
+                                 f"compiles for {mesh}")
+            specs[i] = spec
+            continue
+        grapharg = node.meta.get("grapharg")
+        name = qualified_name(grapharg.source.name) if grapharg is not None else None
+        (weights if name else inputs).append((name or node.name, list(value.shape)))
+        where.append((name is not None, i))
+    resolved = _tpuc.resolve_plan(mesh, ready, rules, weights, inputs)
+    by_weight, by_input = iter(resolved[: len(weights)]), iter(resolved[len(weights):])
+    for is_weight, i in where:
+        specs[i] = next(by_weight) if is_weight else next(by_input)
+    return specs

@@ -1,0 +1,101 @@
+"""torch.compile(backend="tpuc") over device meshes: the zoo's inference and a training step
+under each plan against eager, layouts marked by hand (tpuc.Mesh, mark_sharding, shard) and
+seen in the compiled module, and what does not fit refused by name."""
+import copy
+
+import pytest
+import torch
+
+import tpuc
+from models import zoo
+
+MODELS = {name: (model, inputs) for name, model, inputs in zoo()}
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+INFERENCE = [
+    ("llama", "dp=2", "dp"),
+    ("llama", "fsdp=2,tp=2", "fsdp,tp"),
+    ("qwen", "tp=2", "tp"),
+    ("qwen", "fsdp=2", "fsdp"),
+    ("mingpt", "fsdp=2,tp=2", "fsdp,tp"),
+    # Convolution kernels relaid out once (hoisted), on every device, from sharded weights.
+    ("resnet18", "fsdp=2", "fsdp"),
+]
+
+
+@pytest.mark.parametrize("name,mesh,plan", INFERENCE, ids=[f"{n}-{m}" for n, m, _ in INFERENCE])
+def test_inference_over_a_mesh_matches_eager(name, mesh, plan):
+    model, inputs = MODELS[name]
+    compiled = torch.compile(model, backend="tpuc", options={"mesh": mesh, "plan": plan, "strict": True})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*inputs), model(*inputs), **TOL)
+
+
+def train_step(model, run, inputs):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loss = run(*inputs).square().mean()
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    optimizer.step()
+    return loss.detach(), grads, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def signal(grad):
+    """The elements whose gradient carries signal: Adam scales every gradient to a step of about
+    lr, so one that is rounding noise (a key bias, which softmax ignores) takes a full-sized step
+    of noise in either run."""
+    return grad.abs() > 1e-6
+
+
+@pytest.mark.parametrize("name,mesh,plan", [("llama", "fsdp=2,tp=2", "fsdp,tp"), ("mingpt", "dp=2", "dp")])
+def test_a_training_step_over_a_mesh_matches_eager(name, mesh, plan):
+    """Loss, every gradient, and the parameters after an AdamW step. Gradients agree to ~1e-8;
+    AdamW divides each by the root of its square, so parameters move by up to ~3e-5 differently
+    (on one device too: ~2e-5), and those whose gradient is noise by a whole step."""
+    base, inputs = MODELS[name]
+    eager_model = copy.deepcopy(base).train()
+    loss_e, grads_e, params_e = train_step(eager_model, eager_model, inputs)
+    model = copy.deepcopy(base).train()
+    compiled = torch.compile(model, backend="tpuc", options={"mesh": mesh, "plan": plan, "strict": True})
+    loss, grads, params = train_step(model, compiled, inputs)
+    torch.testing.assert_close(loss, loss_e, **TOL)
+    for n in grads_e:
+        torch.testing.assert_close(grads[n], grads_e[n], **TOL, msg=lambda m: f"gradient of {n}: {m}")
+        keep = signal(grads_e[n])
+        torch.testing.assert_close(params[n][keep], params_e[n][keep], rtol=1e-4, atol=1e-4,
+                                   msg=lambda m: f"{n}: {m}")
+
+
+def test_marked_layouts_reach_the_compiled_module(tmp_path):
+    model, inputs = copy.deepcopy(MODELS["llama"][0]), MODELS["llama"][1]
+    mesh = tpuc.Mesh((2, 2), ("fsdp", "tp"))
+    tpuc.shard(model, mesh, "tp")
+    assert model.blocks[0].attn.q.weight._tpuc_sharding == ("fsdp=2,tp=2", [["tp"], []])
+    # A rule by pattern before the ready plan, and an input marked by hand.
+    tpuc.shard(model, mesh, {"rules": {"*.attn_norm.weight": ["fsdp"]}, "ready": "tp"})
+    tokens = tpuc.mark_sharding(inputs[0].clone(), mesh, ("fsdp", None))
+    compiled = torch.compile(model, backend="tpuc", options={"mesh": mesh, "dump_dir": str(tmp_path)})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(tokens), model(inputs[0]), **TOL)
+    (text,) = [p.read_text() for p in tmp_path.glob("*.mlir") if not p.name.endswith("prepared.mlir")]
+    assert 'sdy.mesh = #sdy.mesh<["fsdp"=2, "tp"=2]>' in text or '#sdy.mesh<["fsdp"=2, "tp"=2]>' in text
+    for layout in ('[{"tp"}, {}]', '[{"fsdp"}]', '[{"fsdp"}, {}]', '[{}, {"tp"}]'):
+        assert f"#sdy.sharding<@mesh, {layout}>" in text, layout
+
+
+def test_what_does_not_fit_is_refused_by_name():
+    model, inputs = MODELS["llama"]
+    with pytest.raises(ValueError, match="the option plan needs a mesh"):
+        tpuc.Options.parse({"plan": "tp"})
+    with pytest.raises(Exception, match="expected NAME=SIZE"):
+        tpuc.Mesh.parse("fsdp")
+    with pytest.raises(ValueError, match="has no axis 'pp'"):
+        tpuc.mark_sharding(torch.zeros(4), "dp=2", ("pp",))
+    with pytest.raises(TypeError, match="one entry per dimension"):
+        tpuc.mark_sharding(torch.zeros(4), "dp=2", "dp")
+    with pytest.raises(Exception, match="works over a mesh axis named tp, but the mesh has dp"):
+        torch.compile(model, backend="tpuc", options={"mesh": "dp=2", "plan": "tp"})(*inputs)
+    torch._dynamo.reset()
+    odd = tpuc.mark_sharding(torch.randn(3, 4), "dp=2", ("dp", None))
+    with pytest.raises(Exception, match=r"splits dimension 0 \(\[3, 4\]\) into 2 parts"):
+        torch.compile(lambda x: x * 2, backend="tpuc", options={"mesh": "dp=2"})(odd)
