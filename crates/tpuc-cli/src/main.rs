@@ -263,6 +263,7 @@ fn run() -> Result<()> {
                     Weights::Inline => WeightsMode::Inline,
                 },
                 precision: matmul_precision,
+                ..LowerOptions::default()
             };
             let format = match emit {
                 Emit::Text | Emit::Ir => EmitFormat::Text,
@@ -381,6 +382,7 @@ fn run() -> Result<()> {
                 lower: LowerOptions {
                     weights: WeightsMode::Args,
                     precision: matmul_precision,
+                    ..LowerOptions::default()
                 },
                 cache_dir,
                 hoist_weights: !no_hoist,

@@ -128,15 +128,14 @@ pub fn emit(
 
     let start = Instant::now();
     let compiled_module = matches!(source, Source::Module { .. });
-    let lower_options = if compiled_module {
+    let layout = layout(options, target, compiled_module)?;
+    let mut lower_options = options.lower.clone();
+    // Sharding constraints in the graph refer to the mesh the program compiles for.
+    lower_options.mesh = layout.as_ref().map(|(mesh, _)| mesh.clone());
+    if compiled_module {
         // The module was compiled with weights as arguments; its signature is the archive's.
-        LowerOptions {
-            weights: tpuc_hlo::WeightsMode::Args,
-            ..options.lower.clone()
-        }
-    } else {
-        options.lower.clone()
-    };
+        lower_options.weights = tpuc_hlo::WeightsMode::Args;
+    }
     let lowered = tpuc_hlo::lower(&program, &lower_options).map_err(|source| Error::Lower {
         what: name.clone(),
         source: Box::new(source),
@@ -147,7 +146,7 @@ pub fn emit(
     let mut signature = lowered.signature;
     let arg_types = lowered.module.main.arg_types();
     let inputs = input_specs(&signature, &arg_types, &declared);
-    let (layout, sharding) = match layout(options, target, compiled_module)? {
+    let (layout, sharding) = match layout {
         Some((mesh, plan)) => {
             let fail = |e: String| Error::Invalid(format!("{name}: {e}"));
             tpuc_hlo::plan::check_heads(&plan, &mesh, &program.graph).map_err(fail)?;

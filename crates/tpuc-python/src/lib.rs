@@ -286,6 +286,7 @@ impl Runtime {
             lower: LowerOptions {
                 weights: WeightsMode::Args,
                 precision,
+                ..LowerOptions::default()
             },
             hoist: stable.map_or(Hoist::Off, Hoist::Inputs),
             cache_dir,

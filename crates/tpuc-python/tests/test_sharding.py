@@ -83,6 +83,67 @@ def test_marked_layouts_reach_the_compiled_module(tmp_path):
         assert f"#sdy.sharding<@mesh, {layout}>" in text, layout
 
 
+class Constrained(torch.nn.Module):
+    """An MLP whose hidden activation is laid out over (dp, tp) by the model itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(8, 16)
+        self.down = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        hidden = tpuc.sharding_constraint(torch.relu(self.up(x)), "dp=2,tp=2", ("dp", "tp"))
+        return self.down(hidden)
+
+
+def test_a_constraint_inside_a_model_lays_out_the_value_and_its_gradient(tmp_path):
+    torch.manual_seed(0)
+    model, x = Constrained(), torch.randn(4, 8)
+    eager = copy.deepcopy(model)
+    eager(x).square().sum().backward()
+    # Eager and on one device it is the value itself.
+    torch.testing.assert_close(torch.compile(copy.deepcopy(model), backend="tpuc")(x), eager(x), **TOL)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="tpuc",
+                             options={"mesh": "dp=2,tp=2", "plan": "dp", "strict": True, "dump_dir": str(tmp_path)})
+    compiled(x).square().sum().backward()
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **TOL)
+    layout = '"sdy.sharding_constraint"'
+    dumps = {p.name: p.read_text() for p in tmp_path.glob("*.mlir")}
+    forward = [t for n, t in dumps.items() if "forward" in n]
+    backward = [t for n, t in dumps.items() if "backward" in n]
+    assert forward and all(layout in t and '[{"dp"}, {"tp"}]' in t for t in forward), dumps.keys()
+    assert backward and all(layout in t for t in backward), dumps.keys()
+
+
+def test_an_exported_constraint_runs_through_tpuc_run(tmp_path):
+    """torch.export keeps the custom op; `tpuc run` places the value over the mesh, and on one
+    device the constraint changes nothing."""
+    import os
+    import subprocess
+
+    import numpy as np
+    from test_zoo import tpuc_binary
+
+    torch.manual_seed(0)
+    model, x = Constrained(), torch.randn(4, 8)
+    archive = tmp_path / "constrained.pt2"
+    torch.export.save(torch.export.export(model, (x,)), str(archive))
+    np.savez(tmp_path / "inputs.npz", x.numpy())
+    np.savez(tmp_path / "expected.npz", model(x).detach().numpy())
+    for layout in ([], ["--mesh", "dp=2,tp=2", "--plan", "dp"]):
+        run = subprocess.run(
+            [tpuc_binary(), "run", str(archive), *layout, "--input", str(tmp_path / "inputs.npz"),
+             "--out", str(tmp_path / "out"), "--expect", str(tmp_path / "expected.npz")],
+            capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+    module = subprocess.run([tpuc_binary(), "compile", str(archive), "--mesh", "dp=2,tp=2", "--plan", "dp"],
+                            capture_output=True, text=True)
+    assert module.returncode == 0 and "sdy.sharding_constraint" in module.stdout, module.stderr
+
+
 def test_what_does_not_fit_is_refused_by_name():
     model, inputs = MODELS["llama"]
     with pytest.raises(ValueError, match="the option plan needs a mesh"):
@@ -99,3 +160,8 @@ def test_what_does_not_fit_is_refused_by_name():
     odd = tpuc.mark_sharding(torch.randn(3, 4), "dp=2", ("dp", None))
     with pytest.raises(Exception, match=r"splits dimension 0 \(\[3, 4\]\) into 2 parts"):
         torch.compile(lambda x: x * 2, backend="tpuc", options={"mesh": "dp=2"})(odd)
+    torch._dynamo.reset()
+    elsewhere = torch.compile(lambda x: tpuc.sharding_constraint(x, "tp=2", ("tp",)) * 2, backend="tpuc",
+                              options={"mesh": "dp=2", "strict": True})
+    with pytest.raises(Exception, match="the constraint is for the mesh tp=2, but the program compiles for dp=2"):
+        elsewhere(torch.randn(4))

@@ -23,6 +23,6 @@ pub use ops::*;
 pub use print::print;
 pub use types::{element_spelling, TensorType};
 pub use typing::infer;
-pub use verify::{verify, VerifyError};
+pub use verify::{check_sharding, verify, VerifyError};
 
 pub use tpuc_dtype::DType;

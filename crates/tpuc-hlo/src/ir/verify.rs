@@ -8,8 +8,9 @@
 //!   operands, so attribute values fit their operands (permutations, dimension numbers,
 //!   windows, comparison types, region arities);
 //! - each argument and result has one attribute set;
-//! - shardings appear only in a module with a mesh, name its axes, each axis at most once per
-//!   tensor, have one entry per dimension, and split only dimensions the axes divide evenly.
+//! - shardings of arguments and results appear only in a module with a mesh; every sharding
+//!   (constraints included, once the module has a mesh) names the mesh's axes, each at most once
+//!   per tensor, has one entry per dimension, and splits only dimensions the axes divide evenly.
 
 use super::attrs::{ArgAttrs, Mesh, Sharding};
 use super::func::Module;
@@ -89,13 +90,10 @@ pub fn verify(module: &Module) -> Result<(), VerifyError> {
                 ),
             );
         }
-        if let OpKind::ShardingConstraint(s) = op.kind() {
-            check_sharding(
-                module.sharding.as_ref().map(|m| &m.mesh),
-                s,
-                &actual[0].shape,
-            )
-            .map_err(|why| VerifyError {
+        // A constraint is checked against the mesh once the module has one (the sharding pass
+        // gives it); the emitter refuses one in a module that never gets a mesh.
+        if let (OpKind::ShardingConstraint(s), Some(m)) = (op.kind(), &module.sharding) {
+            check_sharding(Some(&m.mesh), s, &actual[0].shape).map_err(|why| VerifyError {
                 place: place(),
                 invariant: why,
                 after: None,
@@ -137,7 +135,7 @@ fn list(types: &[super::types::TensorType]) -> String {
 }
 
 /// Whether `sharding` lays out a tensor of `shape` over `mesh`.
-pub(crate) fn check_sharding(
+pub fn check_sharding(
     mesh: Option<&Mesh>,
     sharding: &Sharding,
     shape: &[i64],

@@ -24,6 +24,7 @@ mod reduction;
 mod registry;
 mod resample;
 mod semantics;
+mod sharding;
 mod sort;
 #[cfg(test)]
 mod testing;
@@ -63,6 +64,9 @@ pub struct LowerOptions {
     /// Precision of f32 matmuls and convolutions. HIGHEST matches torch on every backend
     /// (XLA's default lets GPUs use TF32).
     pub precision: Precision,
+    /// The mesh the program will be partitioned over, which sharding constraints in the graph
+    /// refer to; without one they change nothing.
+    pub mesh: Option<Mesh>,
 }
 
 impl Default for LowerOptions {
@@ -70,6 +74,7 @@ impl Default for LowerOptions {
         LowerOptions {
             weights: WeightsMode::Args,
             precision: Precision::Highest,
+            mesh: None,
         }
     }
 }

@@ -29,6 +29,7 @@ pub(super) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     super::random::register(&mut r);
     super::complex::register(&mut r);
     super::fft::register(&mut r);
+    super::sharding::register(&mut r);
     r
 });
 

@@ -9,11 +9,12 @@ See ``tpuc.backend.Options`` for the options. Over a mesh of devices::
 
     compiled = torch.compile(model, backend="tpuc", options={"mesh": "fsdp=2,tp=2", "plan": "fsdp,tp"})
 
-or lay parts out yourself with ``tpuc.Mesh``, ``tpuc.mark_sharding`` and ``tpuc.shard``
-(docs/sharding.md).
+or lay parts out yourself with ``tpuc.Mesh``, ``tpuc.mark_sharding``, ``tpuc.shard`` and, inside a
+model, ``tpuc.sharding_constraint`` (docs/sharding.md).
 """
 from ._tpuc import TpucError, supported_ops
 from .backend import Options, tpuc_backend
-from .sharding import Mesh, mark_sharding, shard
+from .sharding import Mesh, mark_sharding, shard, sharding_constraint
 
-__all__ = ["Mesh", "Options", "TpucError", "mark_sharding", "shard", "supported_ops", "tpuc_backend"]
+__all__ = ["Mesh", "Options", "TpucError", "mark_sharding", "shard", "sharding_constraint", "supported_ops",
+           "tpuc_backend"]

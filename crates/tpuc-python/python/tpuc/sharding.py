@@ -158,3 +158,38 @@ def input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence, mesh: str, p
     for is_weight, i in where:
         specs[i] = next(by_weight) if is_weight else next(by_input)
     return specs
+
+
+@torch.library.custom_op("tpuc::sharding_constraint", mutates_args=())
+def _sharding_constraint(x: torch.Tensor, mesh: str, spec: str) -> torch.Tensor:
+    # Eager torch has one copy of every tensor: the layout changes nothing.
+    return x.clone()
+
+
+@_sharding_constraint.register_fake
+def _(x: torch.Tensor, mesh: str, spec: str) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _constraint_setup(ctx, inputs, output):
+    ctx.mesh, ctx.spec = inputs[1], inputs[2]
+
+
+def _constraint_backward(ctx, grad):
+    # The gradient is laid out as the value was.
+    return torch.ops.tpuc.sharding_constraint(grad, ctx.mesh, ctx.spec), None, None
+
+
+_sharding_constraint.register_autograd(_constraint_backward, setup_context=_constraint_setup)
+
+
+def sharding_constraint(x: torch.Tensor, mesh: Mesh | str, spec: Iterable) -> torch.Tensor:
+    """`x` laid out over `mesh` as `spec` says, inside a model: graphs torch.compile(backend=
+    "tpuc") compiles over that mesh place the value there (and its gradient, in training);
+    elsewhere it is `x` itself. The op survives Dynamo and aot_autograd as
+    `tpuc::sharding_constraint(x, mesh, spec)`, the spec's text giving each dimension's axes
+    separated by commas, several axes of a dimension joined by `+`."""
+    # Plain Python Dynamo traces through; the compiler checks the mesh and the axes.
+    text = ",".join("+".join(axes) for axes in normalize_spec(spec))
+    mesh = str(mesh) if isinstance(mesh, Mesh) else mesh.replace(" ", "")
+    return torch.ops.tpuc.sharding_constraint(x, mesh, text)
