@@ -146,7 +146,10 @@ pub fn emit(
     let mut signature = lowered.signature;
     let arg_types = lowered.module.main.arg_types();
     let inputs = input_specs(&signature, &arg_types, &declared);
+    let per_device = lower_options.process_groups.is_some();
     let (layout, sharding) = match layout {
+        // One rank's program: every device runs it on its own inputs; no plan lays it out.
+        Some((mesh, _)) if per_device => (Some(mesh), None),
         Some((mesh, plan)) => {
             let fail = |e: String| Error::Invalid(format!("{name}: {e}"));
             tpuc_hlo::plan::check_heads(&plan, &mesh, &program.graph).map_err(fail)?;
@@ -163,6 +166,7 @@ pub fn emit(
     };
     let hoist = match (&options.hoist, compiled_module) {
         (Hoist::Off, _) | (_, true) => None,
+        _ if per_device => None,
         (Hoist::Weights, false) => Some(signature.stable_flags(None)),
         (Hoist::Inputs(flags), false) => Some(signature.stable_flags(Some(flags))),
     }
@@ -175,6 +179,7 @@ pub fn emit(
     let pipeline_options = PipelineOptions {
         hoist,
         sharding,
+        per_device: layout.clone().filter(|_| per_device),
         ..PipelineOptions::default()
     };
     let piped =
@@ -232,7 +237,8 @@ fn layout(
             mesh.devices()
         )));
     }
-    if devices == 1 {
+    // One rank's program runs per device even on one.
+    if devices == 1 && options.lower.process_groups.is_none() {
         return Ok(None);
     }
     if compiled_module {
@@ -393,8 +399,8 @@ impl Target {
         let compiled = Arc::new(Compiled {
             executable,
             prepared,
-            arg_types: emitted.ir.main.arg_types(),
-            result_types: emitted.ir.main.result_types(),
+            arg_types: emitted.ir.outer_arg_types(),
+            result_types: emitted.ir.outer_result_types(),
             mesh: emitted.mesh,
             ir: emitted.ir,
             signature: emitted.signature,

@@ -58,6 +58,7 @@ pub fn emit(module: &Module, format: EmitFormat) -> Result<Vec<u8>, EmitError> {
         ctx: &context,
         types: HashMap::new(),
         locs: HashMap::new(),
+        channels: 0,
     };
     let mlir = e.module(module)?;
     match format {
@@ -82,6 +83,8 @@ struct Emitter<'c> {
     ctx: &'c Context,
     types: HashMap<TensorType, Type<'c>>,
     locs: HashMap<*const Loc, Location<'c>>,
+    /// Channels given to collectives so far (each collective has its own).
+    channels: i64,
 }
 
 fn dims_list(v: &[i64]) -> String {
@@ -181,45 +184,27 @@ impl<'c> Emitter<'c> {
             module.body().append_operation(op);
         }
         let f = &m.main;
-        let arg_types = f
-            .args()
-            .iter()
-            .map(|&a| self.ty(f.ty(a)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let result_types = f
-            .results()
-            .iter()
-            .map(|&r| self.ty(f.ty(r)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let types = |e: &mut Self, list: Vec<TensorType>| {
+            list.iter().map(|t| e.ty(t)).collect::<Result<Vec<_>, _>>()
+        };
+        let arg_types = types(self, m.outer_arg_types())?;
+        let result_types = types(self, m.outer_result_types())?;
         let block = Block::new(&arg_types.iter().map(|&t| (t, unknown)).collect::<Vec<_>>());
         let region = Region::new();
         let block_ref = region.append_block(block);
-        let mut values: Vec<Option<MlirValue<'c, '_>>> = vec![None; f.value_count()];
-        for (i, &a) in f.args().iter().enumerate() {
-            values[a.index()] = Some(block_ref.argument(i).expect("argument exists").into());
-        }
-        for op in f.ops() {
-            let built = self.op(op, f, m.sharding.as_ref(), &values)?;
-            let op_ref = block_ref.append_operation(built);
-            for (i, &r) in op.results().iter().enumerate() {
-                values[r.index()] = Some(op_ref.result(i).expect("result exists").into());
-            }
-        }
-        let returned: Vec<MlirValue> = f
-            .results()
-            .iter()
-            .map(|r| values[r.index()].expect("defined"))
-            .collect();
-        block_ref.append_operation(
-            OperationBuilder::new("func.return", unknown)
-                .add_operands(&returned)
-                .build()
-                .map_err(|e| EmitError::Build {
-                    op: "func.return".into(),
-                    node: String::new(),
-                    message: e.to_string(),
-                })?,
-        );
+        let returned: Vec<MlirValue> = if m.manual {
+            let args: Vec<MlirValue> = (0..arg_types.len())
+                .map(|i| block_ref.argument(i).expect("argument exists").into())
+                .collect();
+            let manual = self.manual_computation(m, &args, &result_types)?;
+            let op_ref = block_ref.append_operation(manual);
+            (0..result_types.len())
+                .map(|i| op_ref.result(i).expect("result exists").into())
+                .collect()
+        } else {
+            self.body(m, block_ref)?
+        };
+        block_ref.append_operation(build("func.return", unknown, &returned)?);
         let fn_type = FunctionType::new(self.ctx, &arg_types, &result_types);
         let mut attrs = vec![
             (
@@ -265,13 +250,142 @@ impl<'c> Emitter<'c> {
         Ok(module)
     }
 
+    /// `m.main`'s ops appended to `block`, whose arguments are `main`'s; what `main` returns.
+    fn body<'b>(
+        &mut self,
+        m: &Module,
+        block: BlockRef<'c, 'b>,
+    ) -> Result<Vec<MlirValue<'c, 'b>>, EmitError> {
+        let f = &m.main;
+        let mut values: Vec<Option<MlirValue<'c, 'b>>> = vec![None; f.value_count()];
+        for (i, &a) in f.args().iter().enumerate() {
+            values[a.index()] = Some(block.argument(i).expect("argument exists").into());
+        }
+        for op in f.ops() {
+            let built = self.op(op, m, &values)?;
+            let op_ref = block.append_operation(built);
+            for (i, &r) in op.results().iter().enumerate() {
+                values[r.index()] = Some(op_ref.result(i).expect("result exists").into());
+            }
+        }
+        Ok(f.results()
+            .iter()
+            .map(|r| values[r.index()].expect("defined"))
+            .collect())
+    }
+
+    /// `sdy.manual_computation` over every axis of the module's mesh, on `args` (the whole
+    /// values), its region `main`'s body on each device's parts.
+    fn manual_computation(
+        &mut self,
+        m: &Module,
+        args: &[MlirValue<'c, '_>],
+        result_types: &[Type<'c>],
+    ) -> Result<melior::ir::Operation<'c>, EmitError> {
+        let unknown = Location::unknown(self.ctx);
+        let Some(MeshSharding {
+            mesh,
+            dialect: ShardingDialect::Shardy,
+        }) = &m.sharding
+        else {
+            return Err(EmitError::Invalid(
+                "a manual module needs a Shardy mesh".into(),
+            ));
+        };
+        let f = &m.main;
+        let local = f
+            .args()
+            .iter()
+            .map(|&a| Ok((self.ty(f.ty(a))?, unknown)))
+            .collect::<Result<Vec<_>, EmitError>>()?;
+        let region = Region::new();
+        let block = region.append_block(Block::new(&local));
+        let returned = self.body(m, block)?;
+        block.append_operation(build("sdy.return", unknown, &returned)?);
+        let per_value = |attrs: &[ArgAttrs]| -> Result<String, EmitError> {
+            let each = attrs
+                .iter()
+                .map(|a| match &a.sharding {
+                    Some(s) => Ok(format!("<@{MESH}, {}>", shardy_dims(s))),
+                    None => Err(EmitError::Invalid(
+                        "a manual module's arguments and results have shardings".into(),
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(format!("#sdy.sharding_per_value<[{}]>", each.join(", ")))
+        };
+        let axes: Vec<String> = mesh
+            .axes
+            .iter()
+            .map(|a| format!("\"{}\"", a.name))
+            .collect();
+        let attrs = [
+            ("in_shardings", per_value(f.arg_attrs())?),
+            ("out_shardings", per_value(f.result_attrs())?),
+            (
+                "manual_axes",
+                format!("#sdy<manual_axes{{{}}}>", axes.join(", ")),
+            ),
+        ]
+        .iter()
+        .map(|(k, v)| Ok((Identifier::new(self.ctx, k), self.attr(v, "main")?)))
+        .collect::<Result<Vec<_>, EmitError>>()?;
+        OperationBuilder::new("sdy.manual_computation", unknown)
+            .add_operands(args)
+            .add_results(result_types)
+            .add_attributes(&attrs)
+            .add_regions([region])
+            .build()
+            .map_err(|e| EmitError::Build {
+                op: "sdy.manual_computation".into(),
+                node: String::new(),
+                message: e.to_string(),
+            })
+    }
+
+    /// The attributes every collective carries: its groups of devices by global id, and a
+    /// channel of its own (as XLA's SPMD programs give cross-device collectives).
+    fn collective_attrs(
+        &mut self,
+        groups: &[Vec<i64>],
+        global_ids: bool,
+    ) -> Vec<(&'static str, String)> {
+        self.channels += 1;
+        let rows: Vec<String> = groups
+            .iter()
+            .map(|g| format!("[{}]", dims_list(g)))
+            .collect();
+        let size = groups.first().map_or(0, Vec::len);
+        let mut attrs = vec![
+            (
+                "replica_groups",
+                format!(
+                    "dense<[{}]> : tensor<{}x{size}xi64>",
+                    rows.join(", "),
+                    groups.len()
+                ),
+            ),
+            (
+                "channel_handle",
+                format!(
+                    "#stablehlo.channel_handle<handle = {}, type = 1>",
+                    self.channels
+                ),
+            ),
+        ];
+        if global_ids {
+            attrs.push(("use_global_device_ids", "unit".into()));
+        }
+        attrs
+    }
+
     fn op<'a>(
         &mut self,
         op: &Op,
-        f: &Func,
-        sharding: Option<&MeshSharding>,
+        m: &Module,
         values: &[Option<MlirValue<'c, 'a>>],
     ) -> Result<melior::ir::Operation<'c>, EmitError> {
+        let f = &m.main;
         let loc = self.loc(op.loc());
         let node = op.loc().node.as_str();
         let operands: Vec<MlirValue> = op
@@ -284,7 +398,7 @@ impl<'c> Emitter<'c> {
             .iter()
             .map(|&r| self.ty(f.ty(r)))
             .collect::<Result<Vec<_>, _>>()?;
-        let (name, attrs, regions) = self.describe(op, f, sharding)?;
+        let (name, attrs, regions) = self.describe(op, f, m.sharding.as_ref(), m.manual)?;
         let attrs = attrs
             .into_iter()
             .map(|(k, v)| Ok((Identifier::new(self.ctx, k), self.attr(&v, node)?)))
@@ -309,9 +423,16 @@ impl<'c> Emitter<'c> {
         op: &Op,
         f: &Func,
         sharding: Option<&MeshSharding>,
+        manual: bool,
     ) -> Result<(&'static str, Vec<(&'static str, String)>, Vec<Region<'c>>), EmitError> {
         let operand_elem = |i: usize| f.ty(op.operands()[i]).elem;
         let loc = op.loc();
+        if op.kind().is_collective() && !manual {
+            return Err(EmitError::Invalid(format!(
+                "a collective (at {}) in a module that does not run per device",
+                loc.node
+            )));
+        }
         Ok(match op.kind() {
             OpKind::Constant(lit) => (
                 "stablehlo.constant",
@@ -566,6 +687,50 @@ impl<'c> Emitter<'c> {
                 ],
                 vec![],
             ),
+            OpKind::AllReduce { op: reduce, groups } => {
+                let attrs = self.collective_attrs(groups, true);
+                let body = ReduceBody::Binary(*reduce);
+                (
+                    "stablehlo.all_reduce",
+                    attrs,
+                    vec![self.reduce_body(body, &[operand_elem(0)], loc)?],
+                )
+            }
+            OpKind::AllGather { dim, groups } => {
+                let mut attrs = self.collective_attrs(groups, true);
+                attrs.push(("all_gather_dim", format!("{dim} : i64")));
+                ("stablehlo.all_gather", attrs, vec![])
+            }
+            OpKind::ReduceScatter {
+                dim,
+                op: reduce,
+                groups,
+            } => {
+                let mut attrs = self.collective_attrs(groups, true);
+                attrs.push(("scatter_dimension", format!("{dim} : i64")));
+                let body = ReduceBody::Binary(*reduce);
+                (
+                    "stablehlo.reduce_scatter",
+                    attrs,
+                    vec![self.reduce_body(body, &[operand_elem(0)], loc)?],
+                )
+            }
+            OpKind::AllToAll {
+                split_dim,
+                concat_dim,
+                groups,
+            } => {
+                // all_to_all has no use_global_device_ids: with a channel, its groups name
+                // partitions, which are the devices' ids here (one replica).
+                let mut attrs = self.collective_attrs(groups, false);
+                let count = groups.first().map_or(0, Vec::len);
+                attrs.extend([
+                    ("split_dimension", format!("{split_dim} : i64")),
+                    ("concat_dimension", format!("{concat_dim} : i64")),
+                    ("split_count", format!("{count} : i64")),
+                ]);
+                ("stablehlo.all_to_all", attrs, vec![])
+            }
             OpKind::ShardingConstraint(s) => {
                 let Some(mesh) = sharding else {
                     return Err(EmitError::Invalid(format!(
@@ -864,6 +1029,11 @@ fn sharding_attr(mesh: &MeshSharding, sharding: &Sharding) -> (&'static str, Str
 
 /// `#sdy.sharding<@mesh, [{"dp"}, {}]>`.
 fn shardy_sharding(sharding: &Sharding) -> String {
+    format!("#sdy.sharding<@{MESH}, {}>", shardy_dims(sharding))
+}
+
+/// `[{"dp"}, {}]`: the axes of each dimension.
+fn shardy_dims(sharding: &Sharding) -> String {
     let dims: Vec<String> = sharding
         .dims
         .iter()
@@ -872,7 +1042,23 @@ fn shardy_sharding(sharding: &Sharding) -> String {
             format!("{{{}}}", names.join(", "))
         })
         .collect();
-    format!("#sdy.sharding<@{MESH}, [{}]>", dims.join(", "))
+    format!("[{}]", dims.join(", "))
+}
+
+/// An op of `name` taking `operands` and returning nothing (a terminator).
+fn build<'c>(
+    name: &str,
+    loc: Location<'c>,
+    operands: &[MlirValue<'c, '_>],
+) -> Result<melior::ir::Operation<'c>, EmitError> {
+    OperationBuilder::new(name, loc)
+        .add_operands(operands)
+        .build()
+        .map_err(|e| EmitError::Build {
+            op: name.into(),
+            node: String::new(),
+            message: e.to_string(),
+        })
 }
 
 /// GSPMD's text for `sharding` over `mesh`: `{replicated}`, or the tiles per dimension and the

@@ -9,6 +9,6 @@ pub mod plan;
 pub mod signature;
 
 pub use ir::{DType, Module, TensorType};
-pub use lower::{lower, LowerError, LowerOptions, Lowered, WeightsMode};
+pub use lower::{lower, LowerError, LowerOptions, Lowered, ProcessGroups, WeightsMode};
 pub use passes::{pipeline, PipelineOptions, Pipelined};
 pub use signature::{ArgRole, ResultRole, Signature};

@@ -257,7 +257,11 @@ impl Runtime {
     /// cache of compiled executables on disk; `None` for $TPUC_CACHE_DIR or the default,
     /// `"off"` for none.
     /// On a mesh, `specs` lays out each program input (None: whole on every device).
-    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None))]
+    /// `process_groups` makes the program one rank's of a torch.distributed program, run on
+    /// every device as the rank of its number, its collectives over the groups of device ids
+    /// each process group name stands for; inputs and outputs are then the devices' values
+    /// stacked along a new leading dimension.
+    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None, process_groups=None))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         &self,
@@ -268,6 +272,7 @@ impl Runtime {
         stable: Option<Vec<bool>>,
         cache_dir: Option<String>,
         specs: Option<Vec<Option<Spec>>>,
+        process_groups: Option<tpuc_hlo::ProcessGroups>,
     ) -> PyResult<CompiledGraph> {
         let precision: Precision = matmul_precision.parse().map_err(error)?;
         let mesh = self.mesh.clone().map(|mesh| {
@@ -286,6 +291,7 @@ impl Runtime {
             lower: LowerOptions {
                 weights: WeightsMode::Args,
                 precision,
+                process_groups,
                 ..LowerOptions::default()
             },
             hoist: stable.map_or(Hoist::Off, Hoist::Inputs),

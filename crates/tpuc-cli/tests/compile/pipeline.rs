@@ -250,6 +250,7 @@ fn sharding_constraints_compile() -> Result<(), Failed> {
                 mesh: Mesh::line("dp", 2),
                 dialect,
             }),
+            manual: false,
         };
         tpuc_hlo::ir::verify(&module)?;
         let text = tpuc_emit::emit_text(&module)?;
@@ -271,6 +272,74 @@ fn sharding_constraints_compile() -> Result<(), Failed> {
             )
             .map_err(|e| format!("{dialect:?}: {e}\n{text}"))?;
     }
+    Ok(())
+}
+
+/// Each collective, over groups of two of four devices, in a module run per device: spelled as
+/// the plugin reads it inside `sdy.manual_computation`; outside such a module, refused.
+fn collectives_compile_per_device() -> Result<(), Failed> {
+    use tpuc_hlo::ir::BinaryOp;
+    let pairs = vec![vec![0, 1], vec![2, 3]];
+    let mut b = Builder::new();
+    let x = b.arg(TensorType::new(vec![4, 2], DType::F32), ArgAttrs::default());
+    let kinds = [
+        OpKind::AllReduce {
+            op: BinaryOp::Max,
+            groups: pairs.clone(),
+        },
+        OpKind::AllGather {
+            dim: 1,
+            groups: pairs.clone(),
+        },
+        OpKind::ReduceScatter {
+            dim: 0,
+            op: BinaryOp::Add,
+            groups: pairs.clone(),
+        },
+        OpKind::AllToAll {
+            split_dim: 0,
+            concat_dim: 1,
+            groups: pairs,
+        },
+    ];
+    let results = kinds
+        .into_iter()
+        .map(|kind| b.op1(kind, &[x]))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rank_program = Module::new(b.finish(results, vec![]));
+    match tpuc_emit::emit_text(&rank_program) {
+        Err(e) if e.to_string().contains("does not run per device") => {}
+        other => return Err(format!("a collective outside a manual module: {other:?}").into()),
+    }
+    let module = tpuc_hlo::passes::sharding::per_device(rank_program, &Mesh::line("ranks", 4))?;
+    tpuc_hlo::ir::verify(&module)?;
+    let text = tpuc_emit::emit_text(&module)?;
+    for needle in [
+        "\"sdy.manual_computation\"",
+        "manual_axes = #sdy<manual_axes{\"ranks\"}>",
+        "replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>",
+        "channel_handle = #stablehlo.channel_handle<handle = 4, type = 1>",
+        "split_count = 2 : i64",
+    ] {
+        if !text.contains(needle) {
+            return Err(format!("no {needle} in\n{text}").into());
+        }
+    }
+    let path = tpuc_pjrt::discover::resolve(Some("cpu"))?;
+    let plugin = tpuc_pjrt::Plugin::load(&path)?;
+    let client = tpuc_pjrt::Client::new(
+        &plugin,
+        &tpuc_pjrt::ClientOptions {
+            cpu_device_count: Some(4),
+            ..Default::default()
+        },
+    )?;
+    client
+        .compile_mlir(
+            text.as_bytes(),
+            &tpuc_pjrt::CompileOptions::spmd(4, tpuc_pjrt::Partitioner::Shardy),
+        )
+        .map_err(|e| format!("{e}\n{text}"))?;
     Ok(())
 }
 
@@ -332,6 +401,10 @@ pub fn trials() -> Vec<Trial> {
         Trial::test(
             "emit::sharding_constraints_compile",
             sharding_constraints_compile,
+        ),
+        Trial::test(
+            "emit::collectives_compile_per_device",
+            collectives_compile_per_device,
         ),
     ]
 }

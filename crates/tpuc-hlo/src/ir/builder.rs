@@ -495,12 +495,27 @@ pub struct Rewriter<'f> {
 
 impl<'f> Rewriter<'f> {
     pub fn new(old: &'f Func) -> Rewriter<'f> {
-        let mut b = Builder::new();
-        let mut map = vec![None; old.value_count()];
+        Rewriter::with_args(old, |b, ty, attrs| Ok(b.arg(ty.clone(), attrs.clone())))
+            .expect("copying arguments cannot fail")
+    }
+
+    /// A rewriter whose function's arguments `arg` makes: given the builder and an old
+    /// argument's type and attributes, it adds arguments and returns the value (of the old
+    /// type) standing for the old one.
+    pub fn with_args<F>(old: &'f Func, mut arg: F) -> BuildResult<Rewriter<'f>>
+    where
+        F: FnMut(&mut Builder, &TensorType, &ArgAttrs) -> BuildResult<Value>,
+    {
+        let mut rewriter = Rewriter {
+            old,
+            b: Builder::new(),
+            map: vec![None; old.value_count()],
+        };
         for (&a, attrs) in old.args().iter().zip(old.arg_attrs()) {
-            map[a.index()] = Some(b.arg(old.ty(a).clone(), attrs.clone()));
+            let new = arg(&mut rewriter.b, old.ty(a), attrs)?;
+            rewriter.bind(a, new)?;
         }
-        Rewriter { old, b, map }
+        Ok(rewriter)
     }
 
     /// The function being rewritten.
@@ -555,6 +570,11 @@ impl<'f> Rewriter<'f> {
     pub fn finish(self) -> Func {
         let results = self.old.results().iter().map(|&r| self.value(r)).collect();
         self.b.finish(results, self.old.result_attrs().to_vec())
+    }
+
+    /// The new function, returning `results` (values of the new function) with `attrs`.
+    pub fn finish_returning(self, results: Vec<Value>, attrs: Vec<ArgAttrs>) -> Func {
+        self.b.finish(results, attrs)
     }
 }
 

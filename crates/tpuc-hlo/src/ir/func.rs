@@ -233,6 +233,10 @@ impl Func {
 pub struct Module {
     pub main: Func,
     pub sharding: Option<MeshSharding>,
+    /// `main`'s body runs on each device of the mesh on that device's part of the arguments:
+    /// `main`'s types are each device's, its shardings say how the parts make the whole, and its
+    /// ops may communicate (collectives). Shardy's manual computation over every mesh axis.
+    pub manual: bool,
 }
 
 impl Module {
@@ -240,6 +244,47 @@ impl Module {
         Module {
             main,
             sharding: None,
+            manual: false,
         }
+    }
+
+    /// The types of `main`'s arguments as its callers pass them: in a manual module each
+    /// device's part scaled by the mesh axes its sharding splits each dimension over, else
+    /// `main`'s own.
+    pub fn outer_arg_types(&self) -> Vec<TensorType> {
+        self.outer(self.main.args(), self.main.arg_attrs())
+    }
+
+    /// The types of `main`'s results as its callers receive them (see `outer_arg_types`).
+    pub fn outer_result_types(&self) -> Vec<TensorType> {
+        self.outer(self.main.results(), self.main.result_attrs())
+    }
+
+    fn outer(&self, values: &[Value], attrs: &[ArgAttrs]) -> Vec<TensorType> {
+        values
+            .iter()
+            .zip(attrs)
+            .map(|(&v, a)| {
+                let ty = self.main.ty(v);
+                match (&a.sharding, &self.sharding) {
+                    (Some(s), Some(m)) if self.manual => {
+                        let shape = ty
+                            .shape
+                            .iter()
+                            .zip(&s.dims)
+                            .map(|(&d, axes)| {
+                                let parts: i64 = axes
+                                    .iter()
+                                    .filter_map(|a| m.mesh.axis(a).map(|(_, a)| a.size))
+                                    .product();
+                                d * parts
+                            })
+                            .collect();
+                        ty.with_shape(shape)
+                    }
+                    _ => ty.clone(),
+                }
+            })
+            .collect()
     }
 }

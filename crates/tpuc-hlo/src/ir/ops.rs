@@ -386,6 +386,30 @@ pub enum OpKind {
     /// The operand, laid out over the module's mesh as `Sharding` says (Shardy's
     /// `sdy.sharding_constraint`, GSPMD's `Sharding` custom call).
     ShardingConstraint(Sharding),
+    /// Collectives, in a module whose body runs per device (`Module::manual`): each group of
+    /// devices (by device id, as `groups` lists them) combines its members' operands with `op`.
+    AllReduce {
+        op: BinaryOp,
+        groups: Vec<Vec<i64>>,
+    },
+    /// The group's operands concatenated along `dim`, on every member.
+    AllGather {
+        dim: i64,
+        groups: Vec<Vec<i64>>,
+    },
+    /// The group's operands combined with `op`, then split along `dim`: member i keeps part i.
+    ReduceScatter {
+        dim: i64,
+        op: BinaryOp,
+        groups: Vec<Vec<i64>>,
+    },
+    /// Each member splits its operand along `split_dim` into one part per member, sends part j
+    /// to member j, and concatenates what it receives along `concat_dim`.
+    AllToAll {
+        split_dim: i64,
+        concat_dim: i64,
+        groups: Vec<Vec<i64>>,
+    },
 }
 
 impl OpKind {
@@ -421,7 +445,23 @@ impl OpKind {
             OpKind::Complex => "stablehlo.complex",
             OpKind::Fft { .. } => "stablehlo.fft",
             OpKind::ShardingConstraint(_) => "sdy.sharding_constraint",
+            OpKind::AllReduce { .. } => "stablehlo.all_reduce",
+            OpKind::AllGather { .. } => "stablehlo.all_gather",
+            OpKind::ReduceScatter { .. } => "stablehlo.reduce_scatter",
+            OpKind::AllToAll { .. } => "stablehlo.all_to_all",
         }
+    }
+
+    /// Communicates between devices: only in a module whose body runs per device, and never
+    /// computed when compiling or once for several calls.
+    pub fn is_collective(&self) -> bool {
+        matches!(
+            self,
+            OpKind::AllReduce { .. }
+                | OpKind::AllGather { .. }
+                | OpKind::ReduceScatter { .. }
+                | OpKind::AllToAll { .. }
+        )
     }
 
     /// Cheap for the device to produce wherever it is used (XLA fuses it into its consumers):

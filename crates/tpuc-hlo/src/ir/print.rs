@@ -31,7 +31,9 @@ pub fn print(module: &Module) -> String {
             ShardingDialect::Shardy => "shardy",
             ShardingDialect::Gspmd => "gspmd",
         };
-        let _ = writeln!(out, "mesh [{}] ({dialect})", axes.join(", "));
+        // A manual module's types are each device's.
+        let per_device = if module.manual { ", per device" } else { "" };
+        let _ = writeln!(out, "mesh [{}] ({dialect}{per_device})", axes.join(", "));
     }
     print_func(&mut out, &module.main);
     out
@@ -203,6 +205,26 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
             vec![("kind", kind.mnemonic().into()), ("length", list(length))]
         }
         OpKind::ShardingConstraint(s) => vec![("sharding", sharding_text(s))],
+        OpKind::AllReduce { op, groups } => {
+            vec![("op", op.op_name().into()), ("groups", list(groups))]
+        }
+        OpKind::AllGather { dim, groups } => {
+            vec![("dim", dim.to_string()), ("groups", list(groups))]
+        }
+        OpKind::ReduceScatter { dim, op, groups } => vec![
+            ("dim", dim.to_string()),
+            ("op", op.op_name().into()),
+            ("groups", list(groups)),
+        ],
+        OpKind::AllToAll {
+            split_dim,
+            concat_dim,
+            groups,
+        } => vec![
+            ("split", split_dim.to_string()),
+            ("concat", concat_dim.to_string()),
+            ("groups", list(groups)),
+        ],
         OpKind::Unary(_)
         | OpKind::Binary(_)
         | OpKind::Select
@@ -242,6 +264,7 @@ mod tests {
                 mesh: Mesh::line("dp", 2),
                 dialect: ShardingDialect::Shardy,
             }),
+            manual: false,
         };
         assert_eq!(
             print(&module),

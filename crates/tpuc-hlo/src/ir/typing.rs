@@ -359,6 +359,54 @@ pub fn infer(kind: &OpKind, operands: &[&TensorType]) -> Rule {
             arity(1)?;
             fft(*kind, length, operands[0])
         }
+        OpKind::AllReduce { op, groups } => {
+            arity(1)?;
+            group_size(groups)?;
+            binary(*op, operands[0], operands[0])
+        }
+        OpKind::AllGather { dim, groups } => {
+            arity(1)?;
+            let n = group_size(groups)?;
+            let ty = operands[0];
+            let d = dimension(*dim, ty)?;
+            let mut shape = ty.shape.clone();
+            shape[d] *= n;
+            one(ty.with_shape(shape))
+        }
+        OpKind::ReduceScatter { dim, op, groups } => {
+            arity(1)?;
+            let n = group_size(groups)?;
+            binary(*op, operands[0], operands[0])?;
+            let ty = operands[0];
+            let d = dimension(*dim, ty)?;
+            if ty.shape[d] % n != 0 {
+                return Err(format!(
+                    "dimension {d} of {ty} does not split into {n} equal parts"
+                ));
+            }
+            let mut shape = ty.shape.clone();
+            shape[d] /= n;
+            one(ty.with_shape(shape))
+        }
+        OpKind::AllToAll {
+            split_dim,
+            concat_dim,
+            groups,
+        } => {
+            arity(1)?;
+            let n = group_size(groups)?;
+            let ty = operands[0];
+            let (split, concat) = (dimension(*split_dim, ty)?, dimension(*concat_dim, ty)?);
+            if ty.shape[split] % n != 0 {
+                return Err(format!(
+                    "dimension {split} of {ty} does not split into {n} equal parts"
+                ));
+            }
+            let mut shape = ty.shape.clone();
+            shape[split] /= n;
+            shape[concat] *= n;
+            one(ty.with_shape(shape))
+        }
         OpKind::ShardingConstraint(sharding) => {
             arity(1)?;
             if sharding.dims.len() != operands[0].rank() {
@@ -371,6 +419,34 @@ pub fn infer(kind: &OpKind, operands: &[&TensorType]) -> Rule {
             one(operands[0].clone())
         }
     }
+}
+
+/// The size of every group of a collective: groups of one size, of distinct non-negative ids.
+fn group_size(groups: &[Vec<i64>]) -> Result<i64, String> {
+    let Some(first) = groups.first() else {
+        return Err("a collective needs at least one group".into());
+    };
+    let mut seen = std::collections::HashSet::new();
+    for g in groups {
+        if g.len() != first.len() || g.is_empty() {
+            return Err(format!(
+                "groups {groups:?} are not all of one positive size"
+            ));
+        }
+        if g.iter().any(|&id| id < 0 || !seen.insert(id)) {
+            return Err(format!(
+                "groups {groups:?} repeat a device or name a negative one"
+            ));
+        }
+    }
+    Ok(first.len() as i64)
+}
+
+fn dimension(dim: i64, ty: &TensorType) -> Result<usize, String> {
+    if dim < 0 || dim as usize >= ty.rank() {
+        return Err(format!("dimension {dim} out of range for {ty}"));
+    }
+    Ok(dim as usize)
 }
 
 fn same(operands: &[&TensorType]) -> Result<TensorType, String> {

@@ -10,9 +10,13 @@
 //! - each argument and result has one attribute set;
 //! - shardings of arguments and results appear only in a module with a mesh; every sharding
 //!   (constraints included, once the module has a mesh) names the mesh's axes, each at most once
-//!   per tensor, has one entry per dimension, and splits only dimensions the axes divide evenly.
+//!   per tensor, has one entry per dimension, and splits only dimensions the axes divide evenly;
+//! - a manual module (its body runs per device) is written in Shardy, every argument and result
+//!   has a sharding (any per-device size makes a whole); once a module has a mesh, collectives
+//!   appear only if it is manual, their groups splitting the mesh's devices, each device in one
+//!   group.
 
-use super::attrs::{ArgAttrs, Mesh, Sharding};
+use super::attrs::{ArgAttrs, Mesh, Sharding, ShardingDialect};
 use super::func::Module;
 use super::ops::OpKind;
 use super::typing::infer;
@@ -99,6 +103,21 @@ pub fn verify(module: &Module) -> Result<(), VerifyError> {
                 after: None,
             })?;
         }
+        // Like constraints, collectives are checked once the module has its mesh (a rank's
+        // program is lowered first, then made per device); the emitter refuses them elsewhere.
+        if let (Some(groups), Some(m)) = (collective_groups(op.kind()), &module.sharding) {
+            if !module.manual {
+                return fail(
+                    place(),
+                    "collectives appear only in a module whose body runs per device (manual)",
+                );
+            }
+            check_groups(groups, m.mesh.devices()).map_err(|why| VerifyError {
+                place: place(),
+                invariant: why,
+                after: None,
+            })?;
+        }
         for r in op.results() {
             if std::mem::replace(&mut defined[r.index()], true) {
                 return fail(place(), format!("%{} is defined once", r.index()));
@@ -111,19 +130,35 @@ pub fn verify(module: &Module) -> Result<(), VerifyError> {
         }
     }
     let mesh = module.sharding.as_ref().map(|m| &m.mesh);
+    if module.manual {
+        match &module.sharding {
+            Some(m) if m.dialect == ShardingDialect::Shardy => {}
+            Some(_) => return fail("module", "a manual module is written in Shardy"),
+            None => return fail("module", "a manual module has a mesh"),
+        }
+    }
     let sides = [
         ("argument", f.args(), f.arg_attrs()),
         ("result", f.results(), f.result_attrs()),
     ];
     for (what, values, attrs) in sides {
         for (i, (&v, ArgAttrs { sharding })) in values.iter().zip(attrs).enumerate() {
-            if let Some(s) = sharding {
-                check_sharding(mesh, s, &f.ty(v).shape).map_err(|why| VerifyError {
-                    place: format!("{what} {i}"),
-                    invariant: why,
-                    after: None,
-                })?;
-            }
+            let place = || format!("{what} {i}");
+            let shape = &f.ty(v).shape;
+            let checked = match sharding {
+                // A manual module's types are each device's part: any size makes a whole.
+                Some(s) if module.manual => sharding_parts(mesh, s, shape.len()).map(|_| ()),
+                Some(s) => check_sharding(mesh, s, shape),
+                None if module.manual => {
+                    Err("each argument and result of a manual module has a sharding".into())
+                }
+                None => Ok(()),
+            };
+            checked.map_err(|why| VerifyError {
+                place: place(),
+                invariant: why,
+                after: None,
+            })?;
         }
     }
     Ok(())
@@ -140,37 +175,83 @@ pub fn check_sharding(
     sharding: &Sharding,
     shape: &[i64],
 ) -> Result<(), String> {
-    let Some(mesh) = mesh else {
-        return Err("a sharding needs a module with a mesh".into());
-    };
-    if sharding.dims.len() != shape.len() {
-        return Err(format!(
-            "a sharding of {} dimensions for a tensor of {}",
-            sharding.dims.len(),
-            shape.len()
-        ));
-    }
-    let mut used: Vec<&str> = Vec::new();
-    for (dim, axes) in sharding.dims.iter().enumerate() {
-        let mut parts = 1;
-        for axis in axes {
-            let Some((_, a)) = mesh.axis(axis) else {
-                return Err(format!("the mesh has no axis {axis:?}"));
-            };
-            if used.contains(&axis.as_str()) {
-                return Err(format!("axis {axis:?} splits a tensor once"));
-            }
-            used.push(axis);
-            parts *= a.size;
-        }
-        if shape[dim] % parts != 0 {
+    let parts = sharding_parts(mesh, sharding, shape.len())?;
+    for (dim, (&size, parts)) in shape.iter().zip(parts).enumerate() {
+        if size % parts != 0 {
             return Err(format!(
-                "dimension {dim} of size {} does not split into {parts} equal parts",
-                shape[dim]
+                "dimension {dim} of size {size} does not split into {parts} equal parts"
             ));
         }
     }
     Ok(())
+}
+
+/// How many parts `sharding` splits each dimension of a tensor of `rank` into, once it names
+/// only `mesh`'s axes, each at most once.
+fn sharding_parts(
+    mesh: Option<&Mesh>,
+    sharding: &Sharding,
+    rank: usize,
+) -> Result<Vec<i64>, String> {
+    let Some(mesh) = mesh else {
+        return Err("a sharding needs a module with a mesh".into());
+    };
+    if sharding.dims.len() != rank {
+        return Err(format!(
+            "a sharding of {} dimensions for a tensor of {rank}",
+            sharding.dims.len(),
+        ));
+    }
+    let mut used: Vec<&str> = Vec::new();
+    sharding
+        .dims
+        .iter()
+        .map(|axes| {
+            let mut parts = 1;
+            for axis in axes {
+                let Some((_, a)) = mesh.axis(axis) else {
+                    return Err(format!("the mesh has no axis {axis:?}"));
+                };
+                if used.contains(&axis.as_str()) {
+                    return Err(format!("axis {axis:?} splits a tensor once"));
+                }
+                used.push(axis);
+                parts *= a.size;
+            }
+            Ok(parts)
+        })
+        .collect()
+}
+
+/// Whether a collective's `groups` split the `devices` of the module's mesh: every device in
+/// exactly one group.
+fn check_groups(groups: &[Vec<i64>], devices: i64) -> Result<(), String> {
+    let mut seen = vec![false; devices as usize];
+    for &id in groups.iter().flatten() {
+        if id < 0 || id >= devices {
+            return Err(format!(
+                "groups {groups:?} name device {id}, but the mesh has {devices}"
+            ));
+        }
+        seen[id as usize] = true;
+    }
+    if let Some(missing) = seen.iter().position(|s| !s) {
+        return Err(format!(
+            "groups {groups:?} leave out device {missing}: each of the mesh's {devices} devices \
+             belongs to one group"
+        ));
+    }
+    Ok(())
+}
+
+fn collective_groups(kind: &OpKind) -> Option<&[Vec<i64>]> {
+    match kind {
+        OpKind::AllReduce { groups, .. }
+        | OpKind::AllGather { groups, .. }
+        | OpKind::ReduceScatter { groups, .. }
+        | OpKind::AllToAll { groups, .. } => Some(groups),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -261,6 +342,7 @@ mod tests {
                     mesh,
                     dialect: ShardingDialect::Shardy,
                 }),
+                manual: false,
             };
             verify(&module).map_err(|e| e.to_string())
         };
@@ -293,6 +375,51 @@ mod tests {
         ] {
             let e = sharded(mesh, sharding).unwrap_err();
             assert!(e.contains("argument 0") && e.contains(why), "{why}: {e}");
+        }
+    }
+
+    #[test]
+    fn collectives_run_only_per_device_over_groups_of_the_mesh() {
+        let module = |groups: Vec<Vec<i64>>, manual: bool, sharded: bool| {
+            let mut b = Builder::new();
+            let attrs = || ArgAttrs {
+                sharding: sharded.then(|| Sharding::replicated(1)),
+            };
+            let x = b.arg(TensorType::new(vec![4], DType::F32), attrs());
+            let y = b
+                .op1(
+                    OpKind::AllReduce {
+                        op: BinaryOp::Add,
+                        groups,
+                    },
+                    &[x],
+                )
+                .unwrap();
+            let module = Module {
+                main: b.finish(vec![y], vec![attrs()]),
+                sharding: Some(MeshSharding {
+                    mesh: Mesh::line("ranks", 4),
+                    dialect: ShardingDialect::Shardy,
+                }),
+                manual,
+            };
+            verify(&module).map_err(|e| e.to_string())
+        };
+        let pairs = vec![vec![0, 1], vec![2, 3]];
+        assert_eq!(module(pairs.clone(), true, true), Ok(()));
+        for (groups, manual, sharded, why) in [
+            (
+                pairs.clone(),
+                false,
+                true,
+                "only in a module whose body runs per device",
+            ),
+            (vec![vec![0, 1]], true, true, "leave out device 2"),
+            (vec![vec![0, 4], vec![1, 2]], true, true, "name device 4"),
+            (pairs, true, false, "has a sharding"),
+        ] {
+            let e = module(groups, manual, sharded).unwrap_err();
+            assert!(e.contains(why), "{why}: {e}");
         }
     }
 }

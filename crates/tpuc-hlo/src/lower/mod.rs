@@ -7,6 +7,7 @@
 //! The lowering produces the module as the graph says it; the passes (`crate::passes`) clean it
 //! up afterwards.
 
+mod collectives;
 mod complex;
 mod conv;
 mod ctx;
@@ -38,9 +39,13 @@ use tpuc_fx::{Arg, DType, Dim, GraphInput, InputKind, Node, OutputValue, Program
 use crate::ir::*;
 use crate::signature::{ArgRole, ResultRole, Signature};
 
+pub use collectives::ProcessGroups;
 pub use ctx::{err, meta_type, Ctx, OpError, OpResult, Operand};
 pub use promote::{promote_types, result_type, Participant};
-pub use registry::{core_aten_coverage, is_supported, supported_ops, Coverage, LowerFn, Registry};
+pub use registry::{
+    collective_ops, core_aten_coverage, is_collective, is_supported, supported_ops, Coverage,
+    LowerFn, Registry,
+};
 pub use semantics::{broadcast_shapes, norm_dim};
 // The op families share these (`use super::*`).
 use semantics::*;
@@ -67,6 +72,9 @@ pub struct LowerOptions {
     /// The mesh the program will be partitioned over, which sharding constraints in the graph
     /// refer to; without one they change nothing.
     pub mesh: Option<Mesh>,
+    /// The process groups of a program that runs one rank per device, by the names its
+    /// collectives give them; `None` refuses collectives.
+    pub process_groups: Option<ProcessGroups>,
 }
 
 impl Default for LowerOptions {
@@ -75,6 +83,7 @@ impl Default for LowerOptions {
             weights: WeightsMode::Args,
             precision: Precision::Highest,
             mesh: None,
+            process_groups: None,
         }
     }
 }
@@ -210,7 +219,10 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
     let mut unsupported: Vec<Unsupported> = g
         .nodes
         .iter()
-        .filter(|n| !is_supported(&n.target) && !computes_static_sizes(g, n))
+        // Collectives lower (or say why not: outside a rank program) node by node.
+        .filter(|n| {
+            !is_supported(&n.target) && !is_collective(&n.target) && !computes_static_sizes(g, n)
+        })
         .map(|n| Unsupported {
             target: n.target.clone(),
             node: n.name.clone(),

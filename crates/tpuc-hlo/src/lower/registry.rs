@@ -30,6 +30,7 @@ pub(super) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     super::complex::register(&mut r);
     super::fft::register(&mut r);
     super::sharding::register(&mut r);
+    super::collectives::register(&mut r);
     r
 });
 
@@ -39,6 +40,9 @@ pub struct Registry {
     /// Ops whose lowerings handle complex tensors. Every other lowering assumes real numbers,
     /// so a complex operand or result refuses the op rather than compute wrong numbers.
     pub(super) complex: HashSet<&'static str>,
+    /// Collectives: lowered only in a program run one rank per device (see `collectives.rs`),
+    /// so not among the ops a graph can be compiled with on its own.
+    pub(super) collectives: HashSet<&'static str>,
 }
 
 impl Registry {
@@ -61,13 +65,39 @@ impl Registry {
         self.add(names, f);
         self.complex.extend(names);
     }
+
+    /// Registers the lowering of a collective.
+    pub fn add_collective<F>(&mut self, names: &[&'static str], f: F)
+    where
+        F: Fn(&mut Ctx, &Node) -> OpResult<Vec<Option<Value>>> + Send + Sync + 'static,
+    {
+        self.add(names, f);
+        self.collectives.extend(names);
+    }
 }
 
-/// Every ATen overload tpuc lowers, sorted.
+/// Every ATen overload tpuc lowers in any graph, sorted (collectives are [`collective_ops`]).
 pub fn supported_ops() -> Vec<&'static str> {
-    let mut v: Vec<&str> = REGISTRY.lowerings.keys().copied().collect();
+    let mut v: Vec<&str> = REGISTRY
+        .lowerings
+        .keys()
+        .copied()
+        .filter(|op| !REGISTRY.collectives.contains(op))
+        .collect();
     v.sort_unstable();
     v
+}
+
+/// The collectives tpuc lowers in a program run one rank per device, sorted.
+pub fn collective_ops() -> Vec<&'static str> {
+    let mut v: Vec<&str> = REGISTRY.collectives.iter().copied().collect();
+    v.sort_unstable();
+    v
+}
+
+/// Whether `target` is a collective tpuc lowers in a program run one rank per device.
+pub fn is_collective(target: &str) -> bool {
+    REGISTRY.collectives.contains(target)
 }
 
 /// How tpuc handles a core ATen overload.
@@ -109,8 +139,10 @@ pub fn core_aten_coverage() -> Vec<(&'static str, Coverage)> {
         .collect()
 }
 
+/// Whether tpuc lowers `target` in any graph (collectives only in rank programs: see
+/// [`is_collective`]).
 pub fn is_supported(target: &str) -> bool {
-    lowering(target).is_some()
+    lowering(target).is_some() && !is_collective(target)
 }
 
 /// How a node's op relates to the lowering that computes it.

@@ -113,6 +113,30 @@ impl TestGraph {
             .main)
     }
 
+    /// The graph as one rank's program over `devices` devices (`ranks=N`), its collectives
+    /// naming `groups`, lowered and made per device (verified).
+    pub(super) fn lower_per_device(
+        self,
+        outputs: &[&str],
+        groups: super::ProcessGroups,
+        devices: i64,
+    ) -> Result<Module, super::LowerError> {
+        let program = self.program(outputs);
+        let options = super::LowerOptions {
+            process_groups: Some(groups),
+            ..super::LowerOptions::default()
+        };
+        let lowered = super::lower(&program, &options)?;
+        let options = PipelineOptions {
+            verify: true,
+            per_device: Some(crate::ir::Mesh::line("ranks", devices)),
+            ..PipelineOptions::default()
+        };
+        Ok(pipeline(lowered.module, &options)
+            .expect("the lowered module verifies")
+            .main)
+    }
+
     /// The printed IR of [`TestGraph::lower`].
     pub(super) fn text(self, outputs: &[&str]) -> String {
         print(&self.lower(outputs).expect("the graph lowers"))

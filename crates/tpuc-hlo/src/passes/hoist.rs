@@ -40,10 +40,7 @@ pub fn hoist(module: Module, request: &HoistRequest) -> (Module, Option<Prepared
     }
     let (prep, reads) = prep_function(&f, &origin, &hoisted);
     let main = main_function(f, &hoisted);
-    let main = super::dead_code::dead_code(Module {
-        main,
-        sharding: module.sharding,
-    });
+    let main = super::dead_code::dead_code(Module { main, ..module });
     let prepared = Prepared {
         module: Module::new(prep),
         reads,

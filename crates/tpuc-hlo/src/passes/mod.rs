@@ -7,7 +7,7 @@ pub mod fold;
 pub mod hoist;
 pub mod sharding;
 
-use crate::ir::{verify, Module, Sharding, VerifyError};
+use crate::ir::{verify, Mesh, Module, Sharding, VerifyError};
 
 pub use hoist::HoistRequest;
 pub use sharding::ShardingRequest;
@@ -19,6 +19,9 @@ pub struct PipelineOptions {
     pub hoist: Option<HoistRequest>,
     /// Lay the module out over devices (see [`sharding`] and `crate::plan`).
     pub sharding: Option<ShardingRequest>,
+    /// Run the module, one device's program, on every device of this mesh (see
+    /// [`sharding::per_device`]); not with `sharding` or `hoist`.
+    pub per_device: Option<Mesh>,
     /// Run the verifier before the first pass and after each (on in debug builds and tests).
     pub verify: bool,
 }
@@ -28,6 +31,7 @@ impl Default for PipelineOptions {
         PipelineOptions {
             hoist: None,
             sharding: None,
+            per_device: None,
             verify: cfg!(debug_assertions),
         }
     }
@@ -50,7 +54,8 @@ pub struct Prepared {
 }
 
 /// The passes, in order: constant folding, canonical forms of views, dead code, hoisting,
-/// sharding, then the plugin's legalisation of boolean constants. The verifier runs between
+/// sharding (or making the module per device), then the plugin's legalisation of boolean
+/// constants. The verifier runs between
 /// them when asked; an error names the pass after which the module broke.
 pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, VerifyError> {
     let check = |m: &Module, after: &str| -> Result<(), VerifyError> {
@@ -66,6 +71,27 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
     check(&module, "canonical forms")?;
     let module = dead_code::dead_code(module);
     check(&module, "dead code")?;
+    if let Some(mesh) = &options.per_device {
+        if options.sharding.is_some() || options.hoist.is_some() {
+            return Err(VerifyError {
+                place: "pipeline".into(),
+                invariant: "a per-device program is neither laid out by a plan nor hoisted".into(),
+                after: None,
+            });
+        }
+        let main = sharding::per_device(module, mesh).map_err(|e| VerifyError {
+            place: "per-device module".into(),
+            invariant: e.to_string(),
+            after: None,
+        })?;
+        check(&main, "making the module per device")?;
+        let main = bool_constants::bool_constants_as_bytes(main);
+        check(&main, "boolean constants")?;
+        return Ok(Pipelined {
+            main,
+            prepared: None,
+        });
+    }
     let (mut main, mut prepared) = match &options.hoist {
         Some(request) => hoist::hoist(module, request),
         None => (module, None),

@@ -1,8 +1,12 @@
 //! Sharding: lays a module out over a device mesh for XLA's SPMD partitioner, as a plan decided
 //! (`crate::plan`): every argument gets its sharding, results are whole on every device. tpuc
-//! never writes collectives here: XLA partitions the computation and communicates.
+//! never writes collectives here: XLA partitions the computation and communicates. A program
+//! that communicates itself (one rank's, with collectives) instead runs per device
+//! ([`per_device`]).
 
-use crate::ir::{ArgAttrs, Mesh, MeshSharding, Module, Sharding, ShardingDialect};
+use crate::ir::{
+    ArgAttrs, BuildResult, Mesh, MeshSharding, Module, OpKind, Rewriter, Sharding, ShardingDialect,
+};
 
 /// How to lay a module out over devices.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +51,63 @@ pub fn annotate(mut module: Module, request: &ShardingRequest) -> Module {
     module
 }
 
+/// `module`, one device's program (a rank's of a torch.distributed program, its collectives
+/// among the devices), made the body of a module run on every device of `mesh`, each on its own
+/// arguments: every argument gains a leading dimension of one, split over all the mesh's axes,
+/// so callers pass the devices' values stacked (device d's at index d, devices numbered
+/// row-major); every result is gathered the same way onto every device, so callers receive the
+/// devices' results stacked.
+pub fn per_device(module: Module, mesh: &Mesh) -> BuildResult<Module> {
+    let axes: Vec<String> = mesh.axes.iter().map(|a| a.name.clone()).collect();
+    let stacked = |rank: usize| {
+        let mut s = Sharding::replicated(rank + 1);
+        s.dims[0] = axes.clone();
+        ArgAttrs { sharding: Some(s) }
+    };
+    let old = &module.main;
+    let mut rw = Rewriter::with_args(old, |b, ty, _| {
+        let one = b.arg(
+            ty.with_shape(with_leading_one(&ty.shape)),
+            stacked(ty.rank()),
+        );
+        b.reshape(one, &ty.shape)
+    })?;
+    for op in old.ops() {
+        rw.copy(op)?;
+    }
+    // Each result gathered from every device, so that every device (the first, which the
+    // runtime reads results from, among them) holds them all.
+    let everyone = vec![(0..mesh.devices()).collect::<Vec<i64>>()];
+    let mut results = Vec::new();
+    let mut attrs = Vec::new();
+    for &r in old.results() {
+        let value = rw.value(r);
+        let shape = rw.builder().shape(value).to_vec();
+        let b = rw.builder();
+        let one = b.reshape(value, &with_leading_one(&shape))?;
+        let all = OpKind::AllGather {
+            dim: 0,
+            groups: everyone.clone(),
+        };
+        results.push(b.op1(all, &[one])?);
+        attrs.push(ArgAttrs {
+            sharding: Some(Sharding::replicated(shape.len() + 1)),
+        });
+    }
+    Ok(Module {
+        main: rw.finish_returning(results, attrs),
+        sharding: Some(MeshSharding {
+            mesh: mesh.clone(),
+            dialect: ShardingDialect::Shardy,
+        }),
+        manual: true,
+    })
+}
+
+fn with_leading_one(shape: &[i64]) -> Vec<i64> {
+    std::iter::once(1).chain(shape.iter().copied()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,5 +148,27 @@ mod tests {
         let m = annotate(Module::new(b.finish(vec![x], vec![])), &odd);
         let e = crate::ir::verify(&m).unwrap_err();
         assert!(e.to_string().contains("does not split into 3"), "{e}");
+    }
+
+    #[test]
+    fn a_per_device_module_takes_and_returns_the_devices_values_stacked() {
+        let mut b = Builder::new();
+        let x = b.arg(TensorType::new(vec![3], DType::F32), ArgAttrs::default());
+        let total = b.reduce_by(x, &[0], BinaryOp::Add).unwrap();
+        let m = per_device(
+            Module::new(b.finish(vec![total], vec![])),
+            &Mesh::line("ranks", 4),
+        )
+        .unwrap();
+        crate::ir::verify(&m).unwrap();
+        assert!(m.manual);
+        assert_eq!(m.main.arg_types()[0].shape, vec![1, 3]);
+        assert_eq!(m.outer_arg_types()[0].shape, vec![4, 3]);
+        // The scalar result: one per device, gathered onto every device.
+        assert_eq!(m.main.result_types()[0].shape, vec![4]);
+        assert_eq!(m.outer_result_types()[0].shape, vec![4]);
+        let text = crate::ir::print(&m);
+        assert!(text.contains("sharding [{ranks}, {}]"), "{text}");
+        assert!(text.contains("stablehlo.all_gather"), "{text}");
     }
 }

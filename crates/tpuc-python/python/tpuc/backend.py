@@ -97,6 +97,8 @@ class GraphCompiler:
         self.supported = LoweredOps()
         # The layout of each input of the Dynamo graph over the mesh (None on one device).
         self.specs = specs
+        # Set for one rank's graphs run on every device (tpuc.spmd): the process groups by name.
+        self.process_groups = None
 
     def forward(self, gm, example_inputs):
         return self.compile(gm, "forward", self.weight_inputs(), self.primal_specs(gm))
@@ -245,7 +247,11 @@ class GraphCompiler:
         stable = None if weights is None else [i in weights or i >= own_inputs for i in inputs]
         laid_out = None if specs is None else [specs[i] if i < own_inputs else None for i in inputs]
         compiled = self.session.compile(program, name, self.opts.matmul_precision, stable, self.opts.cache_dir,
-                                        laid_out)
+                                        laid_out, self.process_groups)
+        if self.process_groups is not None:
+            # Every device's copy of a constant, stacked as the program's inputs are.
+            devices = self.session.runtime.devices
+            constants = [c.expand(devices, *c.shape).contiguous() for c in constants]
         if self.opts.dump_dir:
             _dump(self.opts.dump_dir, name, gm, compiled)
         return CompiledGraph(compiled, self.session, inputs, outputs, single, constants)
