@@ -17,6 +17,7 @@ from collections import Counter
 
 import torch
 from torch._decomp import core_aten_decompositions
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
@@ -272,6 +273,10 @@ def _lift_constants(gm: torch.fx.GraphModule, name: str):
         value = operator.attrgetter(node.target)(gm)
         if not isinstance(value, torch.Tensor):
             raise _tpuc.TpucError(f"{name}: constant {node.target} is a {type(value).__name__}, not a tensor")
+        if is_traceable_wrapper_subclass(value):
+            # A wrapper (DTensor, say) holds no memory of its own to upload.
+            raise _tpuc.TpucError(f"{name}: constant {node.target} is a {type(value).__name__}, a tensor "
+                                  "subclass that holds no data of its own; return or pass its local tensor")
         if anchor is None:
             context = gm.graph.inserting_before(next(iter(gm.graph.nodes)))
         else:

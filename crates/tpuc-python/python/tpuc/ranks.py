@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from . import _tpuc
 from .options import Options
@@ -84,6 +85,11 @@ class RankProgram:
                         isinstance(a, torch.Tensor) and (a.shape, a.dtype) != (b.shape, b.dtype)):
                     raise ValueError(f"argument {i} of rank {rank} is {_describe(b)}, but rank 0's is "
                                      f"{_describe(a)}: every rank runs one program")
+        for rank, (leaves, _) in enumerate(flat):
+            for i, a in enumerate(leaves):
+                if is_traceable_wrapper_subclass(a):
+                    raise ValueError(f"argument {i} of rank {rank} is a {type(a).__name__}: pass each "
+                                     "rank's own local tensor (to_local() of a DTensor)")
         key = (spec, tuple(_describe(a) for a in leaves0))
         found = self.compiled.get(key)
         if found is None:
@@ -107,9 +113,11 @@ class RankProgram:
             out = self.fn(*pytree.tree_unflatten(list(flat_args), spec))
             out_leaves, tree = pytree.tree_flatten(out)
             out_spec.append(tree)
+            # A DTensor result is this rank's part of it, as `to_local` gives it.
+            out_leaves = [_local(leaf) for leaf in out_leaves]
             for i, leaf in enumerate(out_leaves):
                 if not isinstance(leaf, torch.Tensor):
-                    raise _tpuc.TpucError(f"tpuc.spmd: result {i} of {_name(self.fn)} is a "
+                    raise _tpuc.TpucError(f"tpuc.spmd: result {i} of {_name(self.fn)} is of type "
                                           f"{type(leaf).__name__}, not a tensor")
             return out_leaves
 
@@ -118,6 +126,12 @@ class RankProgram:
         compiler.process_groups = self.groups
         name = f"spmd_{next(_PROGRAM_IDS):03d}_{_name(self.fn)}"
         return compiler.compile_whole(gm, name), out_spec[0]
+
+
+def _local(value):
+    from torch.distributed.tensor import DTensor
+
+    return value.to_local() if isinstance(value, DTensor) else value
 
 
 def spmd(fn: Callable, mesh=None, *, world_size: int | None = None,

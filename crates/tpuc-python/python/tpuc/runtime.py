@@ -11,6 +11,7 @@ import weakref
 
 import torch
 from torch.utils.dlpack import from_dlpack
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from . import _tpuc
 
@@ -137,6 +138,11 @@ class BufferCache:
         if tensor.device.type != "cpu":
             raise _tpuc.TpucError(
                 f"tpuc takes CPU tensors (the plugin places them on its device); got one on {tensor.device}"
+            )
+        if is_traceable_wrapper_subclass(tensor):
+            raise _tpuc.TpucError(
+                f"tpuc takes plain tensors; got a {type(tensor).__name__}, which holds no data of its own "
+                "(pass its local tensor: to_local() for a DTensor)"
             )
         try:
             version = tensor._version
