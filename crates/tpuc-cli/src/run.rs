@@ -390,21 +390,21 @@ impl Runner {
                     .collect::<Result<_>>()
             })
             .collect::<Result<_>>()?;
-        let mut outputs = self.compiled.executable.execute(&args)?;
-        // Results are whole on every device: the first device's are the outputs.
-        let first = outputs.swap_remove(0);
+        let per_device = self.compiled.executable.execute(&args)?;
         self.compiled
             .signature
             .user_outputs()
             .into_iter()
             .map(|i| {
-                first
+                let ty = self
+                    .compiled
+                    .result_types
                     .get(i)
-                    .ok_or_else(|| {
-                        anyhow!("the module returned {} results, expected more", first.len())
-                    })?
-                    .to_host()
-                    .map_err(Into::into)
+                    .ok_or_else(|| anyhow!("internal error: the module has no result {i}"))?;
+                let mut host = HostTensor::zeros(ty.elem, &ty.shape)?;
+                self.compiled
+                    .result_to_host(&per_device, i, host.bytes_mut())?;
+                Ok(host)
             })
             .collect()
     }

@@ -13,8 +13,8 @@ use tpuc_hlo::passes::{HoistRequest, PipelineOptions, ShardingRequest};
 use tpuc_hlo::plan::Plan;
 use tpuc_hlo::{ArgRole, LowerOptions, Signature};
 use tpuc_pjrt::{
-    compile_with_cache, CacheOutcome, CompileCache, CompileOptions, DType, Executable, Partitioner,
-    ShardLayout,
+    compile_with_cache, download_sharded, Buffer, CacheOutcome, CompileCache, CompileOptions,
+    DType, Executable, Partitioner, ShardLayout,
 };
 
 use crate::error::{Error, Result};
@@ -155,10 +155,14 @@ pub fn emit(
             tpuc_hlo::plan::check_heads(&plan, &mesh, &program.graph).map_err(fail)?;
             let args =
                 tpuc_hlo::plan::resolve(&plan, &mesh, &signature, &arg_types).map_err(fail)?;
+            let result_types = lowered.module.main.result_types();
+            let results =
+                tpuc_hlo::plan::resolve_results(&plan, &mesh, &result_types).map_err(fail)?;
             let request = ShardingRequest {
                 mesh: mesh.clone(),
                 dialect: options.dialect,
                 args,
+                results,
             };
             (Some(mesh), Some(request))
         }
@@ -418,25 +422,73 @@ impl Target {
 impl Compiled {
     /// How argument `index` is laid out over the target's devices (whole on one device).
     pub fn arg_layout(&self, index: usize) -> Result<ShardLayout> {
-        let rank = self.arg_types[index].rank();
-        let Some(mesh) = &self.mesh else {
-            return Ok(ShardLayout::replicated(vec![1], rank));
-        };
-        let sizes: Vec<i64> = mesh.axes.iter().map(|a| a.size).collect();
         let sharding = self.ir.main.arg_attrs()[index].sharding.as_ref();
-        let dims = match sharding {
-            None => vec![Vec::new(); rank],
-            Some(s) => s
-                .dims
-                .iter()
-                .map(|axes| {
-                    axes.iter()
-                        .map(|a| mesh.axis(a).map(|(i, _)| i))
-                        .collect::<Option<Vec<usize>>>()
-                })
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| Error::Invalid("a sharding names an axis the mesh lacks".into()))?,
-        };
-        Ok(ShardLayout::new(sizes, dims)?)
+        shard_layout(
+            self.mesh.as_ref(),
+            sharding.map(|s| s.dims.as_slice()),
+            self.arg_types[index].rank(),
+        )
     }
+
+    /// How result `index` is laid out over the target's devices (whole on one device).
+    pub fn result_layout(&self, index: usize) -> Result<ShardLayout> {
+        let sharding = self.ir.main.result_attrs()[index].sharding.as_ref();
+        shard_layout(
+            self.mesh.as_ref(),
+            sharding.map(|s| s.dims.as_slice()),
+            self.result_types[index].rank(),
+        )
+    }
+
+    /// Result `index` of a run (`per_device[d]`: device d's results), whole, into `dst`: its
+    /// row-major bytes, read from the devices' parts as the result is laid out.
+    pub fn result_to_host(
+        &self,
+        per_device: &[Vec<Buffer>],
+        index: usize,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let parts = per_device
+            .iter()
+            .map(|results| results.get(index))
+            .collect::<Option<Vec<&Buffer>>>()
+            .ok_or_else(|| {
+                Error::Invalid(format!("the run returned fewer than {} results", index + 1))
+            })?;
+        let layout = self.result_layout(index)?;
+        if layout.is_replicated() {
+            return Ok(parts[0].copy_to_host(dst)?);
+        }
+        let ty = &self.result_types[index];
+        Ok(download_sharded(&parts, &layout, ty.elem, &ty.shape, dst)?)
+    }
+}
+
+/// How a tensor of `rank` dimensions, split per dimension over the axes `dims` names (whole when
+/// `None`), spreads over the devices of `mesh` (one device when there is none).
+pub fn shard_layout(
+    mesh: Option<&Mesh>,
+    dims: Option<&[Vec<String>]>,
+    rank: usize,
+) -> Result<ShardLayout> {
+    let Some(mesh) = mesh else {
+        return Ok(ShardLayout::replicated(vec![1], rank));
+    };
+    let sizes: Vec<i64> = mesh.axes.iter().map(|a| a.size).collect();
+    let dims = match dims {
+        None => vec![Vec::new(); rank],
+        Some(dims) => dims
+            .iter()
+            .map(|axes| {
+                axes.iter()
+                    .map(|a| {
+                        mesh.axis(a).map(|(i, _)| i).ok_or_else(|| {
+                            Error::Invalid(format!("the mesh {mesh} has no axis {a:?}"))
+                        })
+                    })
+                    .collect::<Result<Vec<usize>>>()
+            })
+            .collect::<Result<Vec<_>>>()?,
+    };
+    Ok(ShardLayout::new(sizes, dims)?)
 }

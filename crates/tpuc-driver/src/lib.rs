@@ -22,7 +22,8 @@ mod source;
 mod target;
 
 pub use compile::{
-    emit, CacheReport, Compiled, Emitted, Hoist, InputSpec, Options, PreparedExecutable, Timings,
+    emit, shard_layout, CacheReport, Compiled, Emitted, Hoist, InputSpec, Options,
+    PreparedExecutable, Timings,
 };
 pub use error::{Error, Result};
 pub use source::Source;

@@ -56,12 +56,15 @@ pub struct Rule {
 /// Rules first (the first that matches a weight decides it), then ready plans. `inputs` lays
 /// out user inputs by position (the torch.compile backend, whose graphs take a model's
 /// parameters as inputs, decides each one's layout itself); an input without one follows the
-/// ready plans.
+/// ready plans. `results` lays out results by position (the backend's gradients as their
+/// parameters, an optimizer step's updated values as their inputs); the others are whole on
+/// every device.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Plan {
     pub rules: Vec<Rule>,
     pub ready: Vec<ReadyPlan>,
     pub inputs: Vec<Option<Sharding>>,
+    pub results: Vec<Option<Sharding>>,
 }
 
 impl Plan {
@@ -296,6 +299,23 @@ fn weight(plan: &Plan, mesh: &Mesh, name: &str, shape: &[i64]) -> Result<Shardin
 
 /// `spec` for a tensor of `shape` (trailing dimensions it does not name whole), when it fits
 /// `mesh`: no more entries than dimensions, axes the mesh has, parts that divide each dimension.
+/// The sharding of each result of types `result_types`: as the plan lays it out by position,
+/// else whole on every device.
+pub fn resolve_results(
+    plan: &Plan,
+    mesh: &Mesh,
+    result_types: &[TensorType],
+) -> Result<Vec<Sharding>, PlanError> {
+    result_types
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| match plan.results.get(i).cloned().flatten() {
+            Some(spec) => fit(&spec, mesh, &ty.shape, &format!("result {i}")),
+            None => Ok(Sharding::replicated(ty.rank())),
+        })
+        .collect()
+}
+
 fn fit(spec: &Sharding, mesh: &Mesh, shape: &[i64], what: &str) -> Result<Sharding, PlanError> {
     if spec.dims.len() > shape.len() {
         return Err(format!(

@@ -42,5 +42,5 @@ pub use error::{Error, ErrorCode, Result};
 pub use executable::Executable;
 pub use host::{HostBytes, HostTensor, Scalar};
 pub use plugin::{AttributeValue, Plugin};
-pub use sharded::ShardLayout;
+pub use sharded::{download_sharded, ShardLayout};
 pub use tpuc_dtype::DType;

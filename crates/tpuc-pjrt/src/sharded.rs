@@ -52,6 +52,20 @@ impl ShardLayout {
         self.dims.iter().all(Vec::is_empty)
     }
 
+    /// Whether the device at `position` holds the first copy of its part: its coordinate is 0
+    /// along every axis no dimension is split over (the others hold the same part again).
+    pub fn first_copy(&self, position: usize) -> bool {
+        let mut rest = position as i64;
+        for (axis, &size) in self.mesh.iter().enumerate().rev() {
+            let used = self.dims.iter().any(|axes| axes.contains(&axis));
+            if !used && rest % size != 0 {
+                return false;
+            }
+            rest /= size;
+        }
+        true
+    }
+
     /// The shape of each device's part of a tensor of shape `global`.
     pub fn part_shape(&self, global: &[i64]) -> Result<Vec<i64>> {
         Ok(self
@@ -122,17 +136,20 @@ fn strides(shape: &[i64]) -> Vec<usize> {
     s
 }
 
-/// The bytes of the part `part` of a tensor of shape `global` held in `data`.
-fn part_bytes(
-    data: &Arc<dyn HostBytes>,
-    dtype: DType,
-    global: &[i64],
-    part: &[(i64, i64)],
-) -> Result<Arc<dyn HostBytes>> {
-    let elem = dtype.byte_size();
-    let whole = part.iter().zip(global).all(|(&(_, len), &g)| len == g);
-    if whole {
-        return Ok(data.clone());
+/// Where the part `part` of a tensor of shape `global` lies in the tensor's row-major bytes.
+enum Region {
+    /// The whole tensor.
+    Whole,
+    /// One contiguous run: (byte offset, byte length).
+    Run(usize, usize),
+    /// Several runs, one per innermost row of the part, in the part's row-major order, each
+    /// `run` bytes long, starting at these byte offsets.
+    Rows { starts: Vec<usize>, run: usize },
+}
+
+fn region(global: &[i64], part: &[(i64, i64)], elem: usize) -> Result<Region> {
+    if part.iter().zip(global).all(|(&(_, len), &g)| len == g) {
+        return Ok(Region::Whole);
     }
     let stride = strides(global);
     // Contiguous when every dimension before the first split one has size 1 and every one
@@ -150,29 +167,20 @@ fn part_bytes(
     let part_dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
     if contiguous {
         let offset = part[first].0 as usize * stride[first] * elem;
-        let len = element_count(&part_dims)? * elem;
-        return Ok(Arc::new(Slice {
-            parent: data.clone(),
-            offset,
-            len,
-        }));
+        return Ok(Region::Run(offset, element_count(&part_dims)? * elem));
     }
-    let mut gathered = HostTensor::zeros(dtype, &part_dims)?;
-    let source = data.bytes();
-    let out = gathered.bytes_mut();
-    // The innermost dimension's run is copied at once; the others are walked row-major.
+    // The innermost dimension's run is taken at once; the others are walked row-major.
     let rank = part.len();
-    let run = part[rank - 1].1 as usize * elem;
     let outer = &part_dims[..rank - 1];
     let count = element_count(outer)?;
     let mut index = vec![0i64; rank - 1];
-    for k in 0..count {
+    let mut starts = Vec::with_capacity(count);
+    for _ in 0..count {
         let mut from = part[rank - 1].0 as usize * stride[rank - 1];
         for d in 0..rank - 1 {
             from += (part[d].0 + index[d]) as usize * stride[d];
         }
-        let from = from * elem;
-        out[k * run..(k + 1) * run].copy_from_slice(&source[from..from + run]);
+        starts.push(from * elem);
         for d in (0..rank - 1).rev() {
             index[d] += 1;
             if index[d] < outer[d] {
@@ -181,7 +189,36 @@ fn part_bytes(
             index[d] = 0;
         }
     }
-    Ok(Arc::new(gathered))
+    Ok(Region::Rows {
+        starts,
+        run: part[rank - 1].1 as usize * elem,
+    })
+}
+
+/// The bytes of the part `part` of a tensor of shape `global` held in `data`.
+fn part_bytes(
+    data: &Arc<dyn HostBytes>,
+    dtype: DType,
+    global: &[i64],
+    part: &[(i64, i64)],
+) -> Result<Arc<dyn HostBytes>> {
+    let part_dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
+    match region(global, part, dtype.byte_size())? {
+        Region::Whole => Ok(data.clone()),
+        Region::Run(offset, len) => Ok(Arc::new(Slice {
+            parent: data.clone(),
+            offset,
+            len,
+        })),
+        Region::Rows { starts, run } => {
+            let mut gathered = HostTensor::zeros(dtype, &part_dims)?;
+            let source = data.bytes();
+            for (row, from) in gathered.bytes_mut().chunks_exact_mut(run).zip(starts) {
+                row.copy_from_slice(&source[from..from + run]);
+            }
+            Ok(Arc::new(gathered))
+        }
+    }
 }
 
 impl Client {
@@ -213,6 +250,52 @@ impl Client {
             })
             .collect()
     }
+}
+
+/// Assembles the tensor of shape `global` whose parts `parts` (one buffer per device, in mesh
+/// order) hold as `layout` says into `dst`, its row-major bytes: each part is read once (a
+/// replicated part from the first device holding it), straight into place where it is one
+/// contiguous run.
+pub fn download_sharded(
+    parts: &[&Buffer],
+    layout: &ShardLayout,
+    dtype: DType,
+    global: &[i64],
+    dst: &mut [u8],
+) -> Result<()> {
+    if parts.len() != layout.devices() {
+        return Err(Error::Invalid(format!(
+            "a layout over {} devices for the parts of {} devices",
+            layout.devices(),
+            parts.len()
+        )));
+    }
+    let expected = element_count(global)? * dtype.byte_size();
+    if dst.len() != expected {
+        return Err(Error::Invalid(format!(
+            "a tensor of shape {global:?} takes {expected} bytes, the destination has {}",
+            dst.len()
+        )));
+    }
+    for (position, buffer) in parts.iter().enumerate() {
+        if !layout.first_copy(position) {
+            continue;
+        }
+        let part = layout.part(position, global)?;
+        match region(global, &part, dtype.byte_size())? {
+            Region::Whole => return buffer.copy_to_host(dst),
+            Region::Run(offset, len) => buffer.copy_to_host(&mut dst[offset..offset + len])?,
+            Region::Rows { starts, run } => {
+                let dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
+                let mut local = HostTensor::zeros(dtype, &dims)?;
+                buffer.copy_to_host(local.bytes_mut())?;
+                for (row, to) in local.bytes().chunks_exact(run).zip(starts) {
+                    dst[to..to + run].copy_from_slice(row);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

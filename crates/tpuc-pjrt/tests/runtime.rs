@@ -133,6 +133,42 @@ fn aligned_host_memory_is_shared_not_copied() {
 }
 
 #[test]
+fn sharded_tensors_come_back_whole_from_their_parts() {
+    let client = client(4);
+    let devices = client.addressable_devices().unwrap();
+    let dims = [4, 8, 2];
+    let values: Vec<f32> = (0..64).map(|v| v as f32).collect();
+    let host: Arc<dyn HostBytes> = Arc::new(f32s(&dims, &values));
+    // A 2x2 mesh: rows over axis 0 (contiguous parts), the middle dimension over axis 1
+    // (gathered and scattered row by row), both axes on one dimension, and axis 1 replicating.
+    for dims_axes in [
+        vec![vec![0], vec![1], vec![]],
+        vec![vec![], vec![1, 0], vec![]],
+        vec![vec![0], vec![], vec![]],
+        vec![vec![], vec![], vec![]],
+    ] {
+        let layout = ShardLayout::new(vec![2, 2], dims_axes.clone()).unwrap();
+        let parts = client
+            .upload_sharded(DType::F32, &dims, host.clone(), &layout, &devices)
+            .unwrap();
+        let mut whole = f32s(&dims, &[0.0; 64]);
+        let refs: Vec<&Buffer> = parts.iter().collect();
+        download_sharded(&refs, &layout, DType::F32, &dims, whole.bytes_mut()).unwrap();
+        assert_eq!(whole.to_vec::<f32>().unwrap(), values, "{dims_axes:?}");
+    }
+    // Destinations and part counts that do not fit are errors.
+    let layout = ShardLayout::new(vec![2, 2], vec![vec![0], vec![], vec![]]).unwrap();
+    let parts = client
+        .upload_sharded(DType::F32, &dims, host, &layout, &devices)
+        .unwrap();
+    let refs: Vec<&Buffer> = parts.iter().collect();
+    let e = download_sharded(&refs, &layout, DType::F32, &dims, &mut [0u8; 8]).unwrap_err();
+    assert!(e.to_string().contains("takes 256 bytes"), "{e}");
+    let e = download_sharded(&refs[..2], &layout, DType::F32, &dims, &mut [0u8; 256]).unwrap_err();
+    assert!(e.to_string().contains("the parts of 2 devices"), "{e}");
+}
+
+#[test]
 fn serialized_executables_reload_with_identical_results() {
     let client = client(1);
     let exe = client

@@ -163,26 +163,7 @@ struct Runtime {
 impl Runtime {
     /// How a tensor laid out as `spec` (whole when None) spreads over the devices.
     fn layout(&self, spec: Option<Spec>, rank: usize) -> PyResult<ShardLayout> {
-        let Some(mesh) = &self.mesh else {
-            return Ok(ShardLayout::replicated(vec![1], rank));
-        };
-        let sizes: Vec<i64> = mesh.axes.iter().map(|a| a.size).collect();
-        let dims = match spec {
-            None => vec![Vec::new(); rank],
-            Some(spec) => spec
-                .iter()
-                .map(|axes| {
-                    axes.iter()
-                        .map(|a| {
-                            mesh.axis(a)
-                                .map(|(i, _)| i)
-                                .ok_or_else(|| error(format!("the mesh {mesh} has no axis {a:?}")))
-                        })
-                        .collect::<PyResult<Vec<usize>>>()
-                })
-                .collect::<PyResult<Vec<_>>>()?,
-        };
-        ShardLayout::new(sizes, dims).map_err(error)
+        tpuc_driver::shard_layout(self.mesh.as_ref(), spec.as_deref(), rank).map_err(error)
     }
 }
 
@@ -256,12 +237,13 @@ impl Runtime {
     /// and is worth computing once is then split off into a second executable. `cache_dir`: the
     /// cache of compiled executables on disk; `None` for $TPUC_CACHE_DIR or the default,
     /// `"off"` for none.
-    /// On a mesh, `specs` lays out each program input (None: whole on every device).
+    /// On a mesh, `specs` lays out each program input and `result_specs` each output (None:
+    /// whole on every device; a split output is assembled from the devices' parts by `run`).
     /// `process_groups` makes the program one rank's of a torch.distributed program, run on
     /// every device as the rank of its number, its collectives over the groups of device ids
     /// each process group name stands for; inputs and outputs are then the devices' values
     /// stacked along a new leading dimension.
-    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None, process_groups=None))]
+    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None, process_groups=None, result_specs=None))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         &self,
@@ -273,16 +255,20 @@ impl Runtime {
         cache_dir: Option<String>,
         specs: Option<Vec<Option<Spec>>>,
         process_groups: Option<tpuc_hlo::ProcessGroups>,
+        result_specs: Option<Vec<Option<Spec>>>,
     ) -> PyResult<CompiledGraph> {
         let precision: Precision = matmul_precision.parse().map_err(error)?;
-        let mesh = self.mesh.clone().map(|mesh| {
-            let inputs = specs
+        let shardings = |specs: Option<Vec<Option<Spec>>>| -> Vec<Option<Sharding>> {
+            specs
                 .unwrap_or_default()
                 .into_iter()
                 .map(|s| s.map(|dims| Sharding { dims }))
-                .collect();
+                .collect()
+        };
+        let mesh = self.mesh.clone().map(|mesh| {
             let plan = Plan {
-                inputs,
+                inputs: shardings(specs),
+                results: shardings(result_specs),
                 ..Plan::default()
             };
             (mesh, plan)
@@ -367,8 +353,12 @@ struct CompiledGraph {
 
 impl CompiledGraph {
     /// Executes the graph on `args`: its own arguments, then the prepared values, if any; the
-    /// first device's results (results are whole on every device).
-    fn execute(&self, py: Python<'_>, args: &[PyRef<'_, DeviceBuffer>]) -> PyResult<Vec<Buffer>> {
+    /// results per device.
+    fn execute(
+        &self,
+        py: Python<'_>,
+        args: &[PyRef<'_, DeviceBuffer>],
+    ) -> PyResult<Vec<Vec<Buffer>>> {
         let expected = self.compiled.signature.args.len();
         if args.len() != expected {
             return Err(error(format!(
@@ -376,9 +366,22 @@ impl CompiledGraph {
                 args.len()
             )));
         }
-        execute_on(py, &self.compiled.executable, args)
-            .map(|mut per_device| per_device.swap_remove(0))
-            .map_err(error)
+        execute_on(py, &self.compiled.executable, args).map_err(error)
+    }
+
+    /// Whether every result is whole on every device (the first device's are then the results).
+    fn results_whole(&self) -> PyResult<bool> {
+        for i in 0..self.compiled.result_types.len() {
+            if !self
+                .compiled
+                .result_layout(i)
+                .map_err(error)?
+                .is_replicated()
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -494,6 +497,26 @@ impl CompiledGraph {
             .collect()
     }
 
+    /// Per output, its partition spec over the mesh (None when the graph runs on one device):
+    /// split outputs are assembled from the devices' parts by `run`.
+    #[getter]
+    fn result_specs(&self) -> Vec<Option<Spec>> {
+        self.compiled
+            .ir
+            .main
+            .result_attrs()
+            .iter()
+            .map(|a| a.sharding.as_ref().map(|s| s.dims.clone()))
+            .collect()
+    }
+
+    /// Whether every output is whole on every device, so that `run_dlpack` can alias the first
+    /// device's.
+    #[getter]
+    fn outputs_whole(&self) -> PyResult<bool> {
+        self.results_whole()
+    }
+
     /// (dtype name, shape) of each output.
     #[getter]
     fn output_specs(&self) -> Vec<(&'static str, Vec<i64>)> {
@@ -568,7 +591,13 @@ impl CompiledGraph {
         py: Python<'py>,
         args: Vec<PyRef<'py, DeviceBuffer>>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        if !self.results_whole()? {
+            return Err(error(
+                "the graph's results are split over the devices: run it with destinations (run)",
+            ));
+        }
         self.execute(py, &args)?
+            .swap_remove(0)
             .into_iter()
             .zip(&self.compiled.result_types)
             .map(|(b, ty)| dlpack::capsule(py, b, ty.elem, &ty.shape))
@@ -590,9 +619,9 @@ impl CompiledGraph {
                 outputs.len()
             )));
         }
-        let results = self.execute(py, &args)?;
+        let per_device = self.execute(py, &args)?;
         py.detach(|| {
-            for (i, (result, &(address, nbytes))) in results.iter().zip(&outputs).enumerate() {
+            for (i, &(address, nbytes)) in outputs.iter().enumerate() {
                 let dst: &mut [u8] = if nbytes == 0 {
                     &mut []
                 } else {
@@ -600,8 +629,9 @@ impl CompiledGraph {
                     // does not touch while the graph runs.
                     unsafe { std::slice::from_raw_parts_mut(address as *mut u8, nbytes) }
                 };
-                result
-                    .copy_to_host(dst)
+                // Each result whole, from the devices' parts where it is split over them.
+                self.compiled
+                    .result_to_host(&per_device, i, dst)
                     .map_err(|e| error(format!("output {i}: {e}")))?;
             }
             Ok(())

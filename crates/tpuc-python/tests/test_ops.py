@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch._inductor.inductor_prims  # noqa: F401  (registers prims.fma)
 
 from test_zoo import tpuc_binary
 
@@ -36,6 +37,8 @@ CASES = {
     "scatter_add": (lambda x, i, s: x.scatter_add(0, i, s), (torch.ones(3, 4), index, randn(2, 4))),
     "scatter_amax": (lambda x, i, s: x.scatter_reduce(0, i, s, "amax"), (x34, index, randn(2, 4))),
     "scatter_prod": (lambda x, i, s: x.scatter_reduce(0, i, s, "prod"), (x34, index, randn(2, 4))),
+    # Inductor's fused multiply-add, in torch's optimizers' compiled steps; broadcast operands.
+    "fma": (lambda a, b, c: torch.ops.prims.fma(a, b, c), (x34, randn(4), randn(3, 1))),
     "flip": (lambda x: torch.flip(x, [0, -1]), (x34,)),
     "pad": (lambda x: F.pad(x, (1, 2, 0, 1), value=-3.0), (x34,)),
     "pad_negative": (lambda x: F.pad(x, (-1, 1)), (x34,)),

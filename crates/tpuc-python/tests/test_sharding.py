@@ -66,6 +66,52 @@ def test_a_training_step_over_a_mesh_matches_eager(name, mesh, plan):
                                    msg=lambda m: f"{n}: {m}")
 
 
+def results_of_main(path) -> str:
+    """The result types and shardings of a dumped module's main function."""
+    (signature,) = [line for line in path.read_text().splitlines() if "func.func @main(" in line]
+    return signature.split(") -> (", 1)[1]
+
+
+def test_gradients_and_optimizer_state_stay_split_like_their_parameters(tmp_path):
+    """Under fsdp, the backward returns each gradient split as its parameter is (no gather), and
+    a compiled AdamW step takes and returns the parameters and their state split alike; three
+    steps match eager."""
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+    model = copy.deepcopy(eager)
+    options = {"mesh": "fsdp=2", "plan": "fsdp", "strict": True, "dump_dir": str(tmp_path)}
+    compiled = torch.compile(model, backend="tpuc", options=options)
+    x = torch.randn(4, 8)
+    eager_optimizer = torch.optim.AdamW(eager.parameters(), lr=1e-2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    @torch.compile(backend="tpuc", options=options)
+    def step():
+        optimizer.step()
+
+    for _ in range(3):
+        eager(x).square().mean().backward()
+        grads_e = [p.grad.clone() for p in eager.parameters()]
+        eager_optimizer.step()
+        eager_optimizer.zero_grad()
+        compiled(x).square().mean().backward()
+        for p, g in zip(model.parameters(), grads_e):
+            torch.testing.assert_close(p.grad, g, **TOL)
+        step()
+        optimizer.zero_grad()
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p, q, **TOL)
+        for key, value in optimizer.state[p].items():
+            torch.testing.assert_close(value, eager_optimizer.state[q][key], **TOL)
+    (backward,) = tmp_path.glob("*_backward.mlir")
+    grads = results_of_main(backward)
+    assert grads.count('[{"fsdp"}, {}]') == 2 and grads.count('[{"fsdp"}]') == 2, grads
+    (update,) = tmp_path.glob("*_inference.mlir")
+    # Four parameters and their two moments each, split; the step counts whole.
+    updated = results_of_main(update)
+    assert updated.count('{"fsdp"}') == 12 and updated.count("<@mesh, []>") == 4, updated
+
+
 def test_marked_layouts_reach_the_compiled_module(tmp_path):
     model, inputs = copy.deepcopy(MODELS["llama"][0]), MODELS["llama"][1]
     mesh = tpuc.Mesh((2, 2), ("fsdp", "tp"))

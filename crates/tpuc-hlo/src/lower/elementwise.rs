@@ -249,6 +249,28 @@ fn where_self(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.select(v[0], v[1], v[2])?)])
 }
 
+/// `a * b + c` with the product unrounded (inductor's `prims.fma`, in torch's optimizers'
+/// graphs): the product of two floats is exact in a float of twice the mantissa, so the sum is
+/// computed there and rounded once (f64 has no wider type here: rounded twice).
+fn fma(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let ops = [
+        cx.operand(n, "a")?,
+        cx.operand(n, "b")?,
+        cx.operand(n, "c")?,
+    ];
+    let elem = out_elem(cx, n)?;
+    let wide = match elem {
+        DType::F32 => DType::F64,
+        DType::F16 | DType::BF16 => DType::F32,
+        other => other,
+    };
+    let v: Vec<Value> = ops.iter().map(|&o| cx.materialize(o, wide)).collect();
+    let v = cx.broadcast_all(&v)?;
+    let product = cx.b.binary(BinaryOp::Mul, v[0], v[1])?;
+    let sum = cx.b.binary(BinaryOp::Add, product, v[2])?;
+    Ok(vec![Some(cx.b.convert(sum, elem))])
+}
+
 /// `self` where `mask` is false, `value` (a number or a 0-d tensor) where it is true.
 fn masked_fill(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
@@ -753,6 +775,7 @@ pub fn register(r: &mut Registry) {
     );
     r.add(&["aten.bitwise_not.default"], bitwise_not);
     r.add_complex(&["aten.where.self"], where_self);
+    r.add(&["prims.fma.default"], fma);
     r.add(
         &["aten.masked_fill.Scalar", "aten.masked_fill.Tensor"],
         masked_fill,

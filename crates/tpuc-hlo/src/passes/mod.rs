@@ -116,6 +116,7 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
                             .unwrap_or_else(|| Sharding::replicated(ty.rank()))
                     })
                     .collect(),
+                results: Vec::new(),
                 ..request.clone()
             };
             p.module = sharding::annotate(std::mem::take(&mut p.module), &read);

@@ -1,11 +1,11 @@
 //! Sharding: lays a module out over a device mesh for XLA's SPMD partitioner, as a plan decided
-//! (`crate::plan`): every argument gets its sharding, results are whole on every device. tpuc
-//! never writes collectives here: XLA partitions the computation and communicates. A program
+//! (`crate::plan`): every argument and result gets its sharding (whole on every device unless
+//! the plan splits it). tpuc never writes collectives here: XLA partitions the computation and communicates. A program
 //! that communicates itself (one rank's, with collectives) instead runs per device
 //! ([`per_device`]).
 
 use crate::ir::{
-    ArgAttrs, BuildResult, Mesh, MeshSharding, Module, OpKind, Rewriter, Sharding, ShardingDialect,
+    ArgAttrs, BuildResult, Mesh, MeshSharding, Module, Rewriter, Sharding, ShardingDialect,
 };
 
 /// How to lay a module out over devices.
@@ -16,6 +16,8 @@ pub struct ShardingRequest {
     /// One sharding per argument; arguments beyond them (values hoisting derived from the
     /// weights) are whole on every device.
     pub args: Vec<Sharding>,
+    /// One sharding per result; results beyond them are whole on every device.
+    pub results: Vec<Sharding>,
 }
 
 /// `module` annotated as `request` says: every argument and result gets a sharding, the module
@@ -40,11 +42,15 @@ pub fn annotate(mut module: Module, request: &ShardingRequest) -> Module {
         );
     }
     for (i, &r) in f.results().to_vec().iter().enumerate() {
-        let rank = f.ty(r).rank();
+        let sharding = request
+            .results
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| Sharding::replicated(f.ty(r).rank()));
         f.set_result_attrs(
             i,
             ArgAttrs {
-                sharding: Some(Sharding::replicated(rank)),
+                sharding: Some(sharding),
             },
         );
     }
@@ -55,8 +61,8 @@ pub fn annotate(mut module: Module, request: &ShardingRequest) -> Module {
 /// among the devices), made the body of a module run on every device of `mesh`, each on its own
 /// arguments: every argument gains a leading dimension of one, split over all the mesh's axes,
 /// so callers pass the devices' values stacked (device d's at index d, devices numbered
-/// row-major); every result is gathered the same way onto every device, so callers receive the
-/// devices' results stacked.
+/// row-major); every result gains the same leading dimension, each device holding its own part,
+/// so callers receive the devices' results stacked.
 pub fn per_device(module: Module, mesh: &Mesh) -> BuildResult<Module> {
     let axes: Vec<String> = mesh.axes.iter().map(|a| a.name.clone()).collect();
     let stacked = |rank: usize| {
@@ -75,24 +81,14 @@ pub fn per_device(module: Module, mesh: &Mesh) -> BuildResult<Module> {
     for op in old.ops() {
         rw.copy(op)?;
     }
-    // Each result gathered from every device, so that every device (the first, which the
-    // runtime reads results from, among them) holds them all.
-    let everyone = vec![(0..mesh.devices()).collect::<Vec<i64>>()];
+    // Each device's result, its part of the stacked result the caller assembles.
     let mut results = Vec::new();
     let mut attrs = Vec::new();
     for &r in old.results() {
         let value = rw.value(r);
         let shape = rw.builder().shape(value).to_vec();
-        let b = rw.builder();
-        let one = b.reshape(value, &with_leading_one(&shape))?;
-        let all = OpKind::AllGather {
-            dim: 0,
-            groups: everyone.clone(),
-        };
-        results.push(b.op1(all, &[one])?);
-        attrs.push(ArgAttrs {
-            sharding: Some(Sharding::replicated(shape.len() + 1)),
-        });
+        results.push(rw.builder().reshape(value, &with_leading_one(&shape))?);
+        attrs.push(stacked(shape.len()));
     }
     Ok(Module {
         main: rw.finish_returning(results, attrs),
@@ -114,7 +110,7 @@ mod tests {
     use crate::ir::{ArgAttrs, BinaryOp, Builder, DType, TensorType};
 
     #[test]
-    fn arguments_take_their_shardings_results_are_whole() {
+    fn arguments_and_results_take_their_shardings() {
         let mut b = Builder::new();
         let w = b.arg(TensorType::new(vec![8], DType::F32), ArgAttrs::default());
         let x = b.arg(TensorType::new(vec![4, 8], DType::F32), ArgAttrs::default());
@@ -124,8 +120,9 @@ mod tests {
             mesh: Mesh::line("dp", 2),
             dialect: ShardingDialect::Shardy,
             args: vec![Sharding::replicated(1), Sharding::split(2, 0, "dp")],
+            results: vec![],
         };
-        let m = annotate(Module::new(b.finish(vec![y], vec![])), &request);
+        let m = annotate(Module::new(b.finish(vec![y, y], vec![])), &request);
         crate::ir::verify(&m).unwrap();
         let text = crate::ir::print(&m);
         assert!(text.starts_with("mesh [dp=2] (shardy)\n"), "{text}");
@@ -135,7 +132,25 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("return %3 sharding [{}, {}]"), "{text}");
+        // Results are whole unless the request splits them.
+        assert!(
+            text.contains("return %3 sharding [{}, {}], %3 sharding [{}, {}]"),
+            "{text}"
+        );
+        let split = ShardingRequest {
+            args: vec![],
+            results: vec![Sharding::replicated(2), Sharding::split(2, 1, "dp")],
+            ..request.clone()
+        };
+        let mut b = Builder::new();
+        let x = b.arg(TensorType::new(vec![4, 8], DType::F32), ArgAttrs::default());
+        let m = annotate(Module::new(b.finish(vec![x, x], vec![])), &split);
+        crate::ir::verify(&m).unwrap();
+        let text = crate::ir::print(&m);
+        assert!(
+            text.contains("sharding [{}, {}], %0 sharding [{}, {dp}]"),
+            "{text}"
+        );
 
         // A batch the devices do not divide is refused by the verifier.
         let odd = ShardingRequest {
@@ -164,11 +179,12 @@ mod tests {
         assert!(m.manual);
         assert_eq!(m.main.arg_types()[0].shape, vec![1, 3]);
         assert_eq!(m.outer_arg_types()[0].shape, vec![4, 3]);
-        // The scalar result: one per device, gathered onto every device.
-        assert_eq!(m.main.result_types()[0].shape, vec![4]);
+        // The scalar result: each device's, its part of the stacked result.
+        assert_eq!(m.main.result_types()[0].shape, vec![1]);
         assert_eq!(m.outer_result_types()[0].shape, vec![4]);
         let text = crate::ir::print(&m);
         assert!(text.contains("sharding [{ranks}, {}]"), "{text}");
-        assert!(text.contains("stablehlo.all_gather"), "{text}");
+        assert!(text.contains("sharding [{ranks}]"), "{text}");
+        assert!(!text.contains("stablehlo.all_gather"), "{text}");
     }
 }

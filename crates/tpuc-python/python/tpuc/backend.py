@@ -14,6 +14,7 @@ import os
 import time
 import warnings
 from collections import Counter
+from typing import NamedTuple
 
 import torch
 from torch._decomp import core_aten_decompositions
@@ -26,7 +27,7 @@ from .decompositions import EXTRA, NOT_DECOMPOSED
 from .graph import is_structural, op_name, serialize, source_line, unsupported_ops
 from .options import Options
 from .runtime import CompiledGraph, session
-from .sharding import input_specs
+from .sharding import attribute_specs, input_specs
 
 _GRAPH_IDS = itertools.count()
 
@@ -34,7 +35,9 @@ _GRAPH_IDS = itertools.count()
 def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_ignored):
     """torch.compile(model, backend="tpuc", options={...}); see tpuc.Options."""
     opts = Options.parse(options)
-    specs = input_specs(gm, example_inputs, opts.mesh, opts.plan) if opts.mesh is not None else None
+    # aot_autograd passes the graph's tensor attributes first, then its inputs.
+    specs = (attribute_specs(gm, opts.mesh, opts.plan) + input_specs(gm, example_inputs, opts.mesh, opts.plan)
+             if opts.mesh is not None else None)
     compiler = GraphCompiler(opts, specs)
     return aot_autograd(
         fw_compiler=compiler.forward,
@@ -89,6 +92,20 @@ class LoweredOps:
         return found
 
 
+class Layouts(NamedTuple):
+    """How a graph's inputs and outputs are laid out over the mesh: a partition spec per
+    position (None: whole on every device), or None for all of them whole."""
+
+    inputs: list | None
+    results: list | None
+
+
+def _fits(node, spec) -> bool:
+    """Whether `spec` can lay out the tensor the graph node `node` stands for."""
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return spec is not None and isinstance(value, torch.Tensor) and len(spec) <= value.dim()
+
+
 class GraphCompiler:
     """Compiles the graphs aot_autograd hands over (forward, backward, inference)."""
 
@@ -102,14 +119,33 @@ class GraphCompiler:
         self.process_groups = None
 
     def forward(self, gm, example_inputs):
-        return self.compile(gm, "forward", self.weight_inputs(), self.primal_specs(gm))
+        layouts = self.layouts(gm)
+        # The backward's gradients come back laid out as the forward's inputs they belong to.
+        self.primal_layouts = layouts.inputs
+        return self.compile(gm, "forward", self.weight_inputs(), layouts)
 
     def backward(self, gm, example_inputs):
-        # Saved activations and tangents arrive whole, as the forward returned them.
-        return self.compile(gm, "backward")
+        # Saved activations and tangents arrive whole, as the forward returned them; the
+        # gradients (one output per forward input, None where none is needed) are split as
+        # their inputs are.
+        primals = getattr(self, "primal_layouts", None)
+        returned = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        grads = primals if primals is not None and len(returned) == len(primals) else None
+        return self.compile(gm, "backward", None, Layouts(None, grads))
 
     def inference(self, gm, example_inputs):
-        return self.compile(gm, "inference", self.weight_inputs(), self.primal_specs(gm))
+        return self.compile(gm, "inference", self.weight_inputs(), self.layouts(gm))
+
+    def layouts(self, gm: torch.fx.GraphModule) -> "Layouts | None":
+        """The layouts of a forward or inference graph's inputs (`primal_specs`) and of its
+        outputs: an input aot_autograd updates (an optimizer step's parameters and state) is
+        returned first, laid out as the input is; the other outputs are whole."""
+        primals = self.primal_specs(gm)
+        if primals is None:
+            return Layouts(None, None)
+        context = torch._guards.TracingContext.try_get()
+        mutated = getattr(getattr(context, "fw_metadata", None), "mutated_inp_runtime_indices", None) or []
+        return Layouts(primals, [primals[i] for i in mutated])
 
     def primal_specs(self, gm: torch.fx.GraphModule) -> list | None:
         """The layouts of a forward graph's inputs: those of the Dynamo graph's inputs, which
@@ -119,12 +155,7 @@ class GraphCompiler:
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(self.specs):
             return None
-
-        def fits(node, spec):
-            value = node.meta.get("val")
-            return spec is not None and isinstance(value, torch.Tensor) and len(spec) <= value.dim()
-
-        return [spec if fits(p, spec) else None for p, spec in zip(placeholders, self.specs)]
+        return [spec if _fits(p, spec) else None for p, spec in zip(placeholders, self.specs)]
 
     def weight_inputs(self) -> frozenset[int] | None:
         """Positions of the inputs of the graph aot_autograd is compiling that are parameters or
@@ -137,22 +168,22 @@ class GraphCompiler:
         return None if indices is None else frozenset(indices)
 
     def compile(self, gm: torch.fx.GraphModule, kind: str, weights: frozenset[int] | None = None,
-                specs: list | None = None):
+                layouts: "Layouts | None" = None):
         """`weights`: positions of the inputs that are the model's parameters and buffers, whose
-        derived values (see `Options.hoist_weights`) are computed once per version; `specs`: the
-        inputs' layouts over the mesh."""
+        derived values (see `Options.hoist_weights`) are computed once per version; `layouts`: the
+        inputs' and outputs' layouts over the mesh."""
         name = f"graph_{next(_GRAPH_IDS):03d}_{kind}"
         if _has_symbolic_sizes(gm):
-            return make_boxed_func(SpecializingGraph(gm, self, name, weights, specs))
-        return self.compile_static(gm, name, weights, specs)
+            return make_boxed_func(SpecializingGraph(gm, self, name, weights, layouts))
+        return self.compile_static(gm, name, weights, layouts)
 
     def compile_static(self, gm: torch.fx.GraphModule, name: str, weights: frozenset[int] | None = None,
-                       specs: list | None = None):
+                       layouts: "Layouts | None" = None):
         """A boxed function running the static graph `gm`."""
         missing = unsupported_ops(gm, self.supported)
         if not missing:
             try:
-                return _boxed(self.compile_whole(gm, name, weights, specs))
+                return _boxed(self.compile_whole(gm, name, weights, layouts))
             except _tpuc.TpucError as error:
                 # An op tpuc lowers, but not with these arguments: run that node eagerly.
                 node_name = getattr(error, "node", None)
@@ -210,8 +241,9 @@ class GraphCompiler:
         return fused
 
     def compile_whole(self, gm: torch.fx.GraphModule, name: str,
-                      weights: frozenset[int] | None = None, specs: list | None = None) -> CompiledGraph:
-        """Compiles every op of the static graph `gm`; `weights` and `specs` as for `compile`."""
+                      weights: frozenset[int] | None = None, layouts: "Layouts | None" = None) -> CompiledGraph:
+        """Compiles every op of the static graph `gm`; `weights` and `layouts` as for `compile`."""
+        specs, result_specs = layouts or (None, None)
         own_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         gm, constants = _lift_constants(gm, name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -240,6 +272,10 @@ class GraphCompiler:
                 raise _tpuc.TpucError(f"{name}: output {i} ({value.name}) is not a tensor")
             else:
                 outputs.append(("value", value))
+        # Each compiled output's layout, from the output of the graph it is.
+        laid_out_results = None if result_specs is None else [
+            result_specs[i] if i < len(result_specs) and _fits(returned[i], result_specs[i]) else None
+            for i in tensor_outputs]
         if unused:
             gm = _without(gm, unused, tensor_outputs)
             tensor_outputs = list(range(len(tensor_outputs)))
@@ -248,7 +284,7 @@ class GraphCompiler:
         stable = None if weights is None else [i in weights or i >= own_inputs for i in inputs]
         laid_out = None if specs is None else [specs[i] if i < own_inputs else None for i in inputs]
         compiled = self.session.compile(program, name, self.opts.matmul_precision, stable, self.opts.cache_dir,
-                                        laid_out, self.process_groups)
+                                        laid_out, self.process_groups, laid_out_results)
         if self.process_groups is not None:
             # Every device's copy of a constant, stacked as the program's inputs are.
             devices = self.session.runtime.devices
@@ -341,12 +377,12 @@ class SpecializingGraph:
     """A graph with symbolic sizes, compiled once per distinct set of concrete input sizes."""
 
     def __init__(self, gm: torch.fx.GraphModule, compiler: GraphCompiler, name: str,
-                 weights: frozenset[int] | None = None, specs: list | None = None):
+                 weights: frozenset[int] | None = None, layouts: "Layouts | None" = None):
         self.gm = gm
         self.compiler = compiler
         self.name = name
         self.weights = weights
-        self.specs = specs
+        self.layouts = layouts
         self.variants: dict[tuple, object] = {}
 
     def __call__(self, *args):
@@ -359,7 +395,7 @@ class SpecializingGraph:
 
             static = make_fx(self.gm, tracing_mode="fake")(*args)
             run = self.compiler.compile_static(static, f"{self.name}_v{len(self.variants)}", self.weights,
-                                               self.specs)
+                                               self.layouts)
             self.variants[key] = run
         return run(list(args))
 

@@ -55,15 +55,16 @@ class Session:
 
     def compile(self, program: bytes, name: str, matmul_precision: str,
                 stable: list[bool] | None = None, cache_dir: str | None = None,
-                specs: list | None = None, process_groups: dict | None = None) -> _tpuc.CompiledGraph:
+                specs: list | None = None, process_groups: dict | None = None,
+                result_specs: list | None = None) -> _tpuc.CompiledGraph:
         """The executable of `program` (its serialized form holds the ops, the input and output
         types, and the source locations), compiled once per distinct graph and options in this
         process. `stable` flags the inputs that stay the same between calls (see
         `_tpuc.Runtime.compile`); `cache_dir` as `Options.cache_dir`; `specs` lays each input out
-        over the session's mesh; `process_groups` makes it one rank's program run on every device
-        (`_tpuc.Runtime.compile`)."""
+        over the session's mesh, `result_specs` each output (whole where None); `process_groups`
+        makes it one rank's program run on every device (`_tpuc.Runtime.compile`)."""
         compiled = self.runtime.compile(program, name, matmul_precision, stable, cache_dir, specs,
-                                        process_groups)
+                                        process_groups, result_specs)
         if compiled.reused:
             return compiled
         STATS["compiles"] += 1
@@ -245,7 +246,9 @@ class CompiledGraph:
         by_input = {i: arg_specs[j] for j, (kind, i) in enumerate(own) if kind == "input"}
         self.input_specs = [_spec_key(by_input.get(k)) for k in range(len(inputs))]
         self.laid_out = any(spec is not None for spec in self.input_specs)
-        self.zero_copy = session.host_memory and all(0 not in shape for _, shape in self.specs)
+        # Outputs split over the devices are assembled from their parts (`run`), not aliased.
+        self.zero_copy = (session.host_memory and all(0 not in shape for _, shape in self.specs)
+                          and compiled.outputs_whole)
         self.prepared_args = compiled.prepared_args
         self.prepared = session.prepared_values(compiled) if self.prepared_args is not None else None
 

@@ -160,6 +160,52 @@ def input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence, mesh: str, p
     return specs
 
 
+# Dynamo's sources of an optimizer's parameters and of its state, which it keys by parameter:
+# `L['self'].param_groups[0]['params'][3]`, `L['self'].state[list(dict.keys(L['self'].state))[3]]...`.
+_GROUP_PARAM = re.compile(r"\.param_groups\[(\d+)\]\['params'\]\[(\d+)\]$")
+_STATE_OF = re.compile(r"\.state\[list\(dict\.keys\([^)]*\.state\)\)\[(\d+)\]\]")
+
+
+def attribute_specs(gm: torch.fx.GraphModule, mesh: str, plan) -> list:
+    """The spec of each tensor the Dynamo graph `gm` holds as an attribute, in the order
+    aot_autograd passes them before the graph's inputs (parameters, then buffers): a graph
+    compiled with its module's tensors as attributes, or an optimizer step's parameters and state.
+    A tensor's own mark comes first, else the plan's by its name; an optimizer's state is laid out
+    as the parameter it belongs to (the state's key, matched with the parameters in the order the
+    optimizer holds them; whole where shapes differ)."""
+    named = (list(gm.named_parameters(remove_duplicate=False))
+             + list(gm.named_buffers(remove_duplicate=False)))
+    if not named:
+        return []
+    sources = {name: source.name for name, source in (getattr(gm, "_param_name_to_source", None) or {}).items()}
+    ready, rules = plan_parts(plan)
+    specs: list = [None] * len(named)
+    unmarked = []
+    for i, (name, tensor) in enumerate(named):
+        marked = getattr(tensor, ATTRIBUTE, None)
+        if marked is not None and marked[0] == mesh:
+            specs[i] = marked[1]
+        elif not _STATE_OF.search(sources.get(name, "")):
+            unmarked.append(i)
+    weights = [(qualified_name(sources.get(named[i][0], "")) or named[i][0], list(named[i][1].shape))
+               for i in unmarked]
+    for i, spec in zip(unmarked, _tpuc.resolve_plan(mesh, ready, rules, weights, [])):
+        specs[i] = spec
+    # An optimizer's parameters in its own order, which its state's keys follow.
+    params = sorted((tuple(map(int, m.groups())), i) for i, (name, _) in enumerate(named)
+                    if (m := _GROUP_PARAM.search(sources.get(name, ""))))
+    for i, (name, tensor) in enumerate(named):
+        state = _STATE_OF.search(sources.get(name, ""))
+        if state is None or specs[i] is not None:
+            continue
+        k = int(state.group(1))
+        if k < len(params):
+            owner = params[k][1]
+            if named[owner][1].shape == tensor.shape:
+                specs[i] = specs[owner]
+    return specs
+
+
 @torch.library.custom_op("tpuc::sharding_constraint", mutates_args=())
 def _sharding_constraint(x: torch.Tensor, mesh: str, spec: str) -> torch.Tensor:
     # Eager torch has one copy of every tensor: the layout changes nothing.
