@@ -2,6 +2,10 @@
 under each plan against eager, layouts marked by hand (tpuc.Mesh, mark_sharding, shard) and
 seen in the compiled module, and what does not fit refused by name."""
 import copy
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -47,7 +51,11 @@ def signal(grad):
     return grad.abs() > 1e-6
 
 
-@pytest.mark.parametrize("name,mesh,plan", [("llama", "fsdp=2,tp=2", "fsdp,tp"), ("mingpt", "dp=2", "dp")])
+PLANS = [("dp=2", "dp"), ("fsdp=2", "fsdp"), ("tp=2", "tp"), ("fsdp=2,tp=2", "fsdp,tp")]
+TRAINING = [(name, mesh, plan) for name in ("llama", "qwen", "mingpt") for mesh, plan in PLANS]
+
+
+@pytest.mark.parametrize("name,mesh,plan", TRAINING, ids=[f"{n}-{m}" for n, m, _ in TRAINING])
 def test_a_training_step_over_a_mesh_matches_eager(name, mesh, plan):
     """Loss, every gradient, and the parameters after an AdamW step. Gradients agree to ~1e-8;
     AdamW divides each by the root of its square, so parameters move by up to ~3e-5 differently
@@ -64,6 +72,31 @@ def test_a_training_step_over_a_mesh_matches_eager(name, mesh, plan):
         keep = signal(grads_e[n])
         torch.testing.assert_close(params[n][keep], params_e[n][keep], rtol=1e-4, atol=1e-4,
                                    msg=lambda m: f"{n}: {m}")
+
+
+# Collectives in XLA's optimized programs of a Llama training step (forward, backward), by plan.
+# dp: nothing in the forward (activations stay split by batch, also those saved for the backward),
+# the gradients' all-reduce (one, combined) in the backward. fsdp: each of the 21 parameters
+# gathered in the forward; the backward reduces the gradients (on the CPU plugin an all-reduce and
+# a slice where a TPU forms a reduce-scatter, see facts). tp: two all-reduces per layer and one for
+# the vocabulary-split embedding, in each direction, the forward gathering what it saves.
+EXPECTED_COLLECTIVES = {
+    ("dp=2", "dp"): [{}, {"all-reduce": 1}],
+    ("fsdp=2", "fsdp"): [{"all-reduce": 1, "all-gather": 21}, {"all-reduce": 1, "all-gather": 2}],
+    ("tp=2", "tp"): [{"all-reduce": 5, "all-gather": 36}, {"all-reduce": 5}],
+}
+
+
+@pytest.mark.parametrize("mesh,plan", list(EXPECTED_COLLECTIVES), ids=[m for m, _ in EXPECTED_COLLECTIVES])
+def test_a_training_step_holds_the_collectives_its_plan_implies(mesh, plan):
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run([sys.executable, os.path.join(here, "training_collectives.py"), mesh, plan],
+                         capture_output=True, text=True, timeout=300, cwd=here,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert run.returncode == 0, run.stderr[-4000:]
+    counts = json.loads(run.stdout.splitlines()[-1])
+    expected = [{kind: want.get(kind, 0) for kind in counts[0]} for want in EXPECTED_COLLECTIVES[(mesh, plan)]]
+    assert counts == expected
 
 
 def results_of_main(path) -> str:

@@ -27,7 +27,7 @@ from .decompositions import EXTRA, NOT_DECOMPOSED
 from .graph import is_structural, op_name, serialize, source_line, unsupported_ops
 from .options import Options
 from .runtime import CompiledGraph, session
-from .sharding import attribute_specs, input_specs
+from .sharding import attribute_specs, batch_split, input_specs
 
 _GRAPH_IDS = itertools.count()
 
@@ -38,7 +38,7 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None 
     # aot_autograd passes the graph's tensor attributes first, then its inputs.
     specs = (attribute_specs(gm, opts.mesh, opts.plan) + input_specs(gm, example_inputs, opts.mesh, opts.plan)
              if opts.mesh is not None else None)
-    compiler = GraphCompiler(opts, specs)
+    compiler = GraphCompiler(opts, specs, batch_split(gm, example_inputs, specs) if specs else None)
     return aot_autograd(
         fw_compiler=compiler.forward,
         bw_compiler=compiler.backward,
@@ -109,12 +109,14 @@ def _fits(node, spec) -> bool:
 class GraphCompiler:
     """Compiles the graphs aot_autograd hands over (forward, backward, inference)."""
 
-    def __init__(self, opts: Options, specs: list | None = None):
+    def __init__(self, opts: Options, specs: list | None = None, batch: tuple | None = None):
         self.opts = opts
         self.session = session(opts.plugin, opts.mesh)
         self.supported = LoweredOps()
         # The layout of each input of the Dynamo graph over the mesh (None on one device).
         self.specs = specs
+        # (row counts, axes) of the batch the inputs split, when they split one (`batch_split`).
+        self.batch = batch
         # Set for one rank's graphs run on every device (tpuc.spmd): the process groups by name.
         self.process_groups = None
 
@@ -125,13 +127,15 @@ class GraphCompiler:
         return self.compile(gm, "forward", self.weight_inputs(), layouts)
 
     def backward(self, gm, example_inputs):
-        # Saved activations and tangents arrive whole, as the forward returned them; the
-        # gradients (one output per forward input, None where none is needed) are split as
-        # their inputs are.
+        # Saved activations and tangents arrive as the forward returned them (split along a
+        # batch, or whole); the gradients (one output per forward input, None where none is
+        # needed) are split as their inputs are.
         primals = getattr(self, "primal_layouts", None)
         returned = next(n for n in gm.graph.nodes if n.op == "output").args[0]
         grads = primals if primals is not None and len(returned) == len(primals) else None
-        return self.compile(gm, "backward", None, Layouts(None, grads))
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        saved = [self.batch_spec(p) for p in placeholders] if self.batch else None
+        return self.compile(gm, "backward", None, Layouts(saved, grads))
 
     def inference(self, gm, example_inputs):
         return self.compile(gm, "inference", self.weight_inputs(), self.layouts(gm))
@@ -139,13 +143,29 @@ class GraphCompiler:
     def layouts(self, gm: torch.fx.GraphModule) -> "Layouts | None":
         """The layouts of a forward or inference graph's inputs (`primal_specs`) and of its
         outputs: an input aot_autograd updates (an optimizer step's parameters and state) is
-        returned first, laid out as the input is; the other outputs are whole."""
+        returned first, laid out as the input is; the other outputs follow the batch
+        (`batch_spec`) when the inputs split one, else are whole."""
         primals = self.primal_specs(gm)
         if primals is None:
             return Layouts(None, None)
         context = torch._guards.TracingContext.try_get()
         mutated = getattr(getattr(context, "fw_metadata", None), "mutated_inp_runtime_indices", None) or []
-        return Layouts(primals, [primals[i] for i in mutated])
+        results = [primals[i] for i in mutated]
+        if self.batch:
+            returned = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+            results += [self.batch_spec(node) for node in returned[len(mutated):]]
+        return Layouts(primals, results)
+
+    def batch_spec(self, node) -> list | None:
+        """A value's layout when the inputs split a batch: split like them when its first
+        dimension has a batch-major size (activations, which a training forward saves for the
+        backward, and outputs per example; `batch_split`), else whole. A guess (a weight of
+        such a size is split too) only costs communication: layouts never change values."""
+        rows, axes = self.batch
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if isinstance(value, torch.Tensor) and value.dim() and int(value.shape[0]) in rows:
+            return [list(axes)]
+        return None
 
     def primal_specs(self, gm: torch.fx.GraphModule) -> list | None:
         """The layouts of a forward graph's inputs: those of the Dynamo graph's inputs, which
