@@ -179,13 +179,19 @@ class GraphCompiler:
 
     def weight_inputs(self) -> frozenset[int] | None:
         """Positions of the inputs of the graph aot_autograd is compiling that are parameters or
-        buffers (Dynamo marks them static); None when hoisting is off or it does not say."""
+        buffers (Dynamo marks them static) and that the graph does not update (an optimizer
+        step's parameters change every call: nothing derived from them is worth keeping); None
+        when hoisting is off or it does not say."""
         if not self.opts.hoist_weights:
             return None
         context = torch._guards.TracingContext.try_get()
         metadata = getattr(context, "fw_metadata", None)
         indices = getattr(metadata, "static_input_indices", None)
-        return None if indices is None else frozenset(indices)
+        if indices is None:
+            return None
+        info = getattr(metadata, "input_info", None) or []
+        updated = {i for i, each in enumerate(info) if getattr(each, "mutates_data", False)}
+        return frozenset(indices) - updated
 
     def compile(self, gm: torch.fx.GraphModule, kind: str, weights: frozenset[int] | None = None,
                 layouts: "Layouts | None" = None):
