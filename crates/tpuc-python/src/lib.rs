@@ -5,6 +5,7 @@
 //! into.
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tpuc_driver::{
@@ -239,11 +240,13 @@ impl Runtime {
     /// `"off"` for none.
     /// On a mesh, `specs` lays out each program input and `result_specs` each output (None:
     /// whole on every device; a split output is assembled from the devices' parts by `run`).
+    /// `input_dims`: the shapes of the inputs (in order) of a program with symbolic sizes, which
+    /// fix them (the program is compiled for those sizes).
     /// `process_groups` makes the program one rank's of a torch.distributed program, run on
     /// every device as the rank of its number, its collectives over the groups of device ids
     /// each process group name stands for; inputs and outputs are then the devices' values
     /// stacked along a new leading dimension.
-    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None, process_groups=None, result_specs=None))]
+    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None, process_groups=None, result_specs=None, input_dims=None))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         &self,
@@ -256,6 +259,7 @@ impl Runtime {
         specs: Option<Vec<Option<Spec>>>,
         process_groups: Option<tpuc_hlo::ProcessGroups>,
         result_specs: Option<Vec<Option<Spec>>>,
+        input_dims: Option<Vec<Vec<i64>>>,
     ) -> PyResult<CompiledGraph> {
         let precision: Precision = matmul_precision.parse().map_err(error)?;
         let shardings = |specs: Option<Vec<Option<Spec>>>| -> Vec<Option<Sharding>> {
@@ -283,6 +287,9 @@ impl Runtime {
             hoist: stable.map_or(Hoist::Off, Hoist::Inputs),
             cache_dir,
             mesh,
+            // A program with symbolic sizes, compiled for inputs of these shapes.
+            sizes: input_dims.as_ref().map(|_| BTreeMap::new()),
+            input_dims,
             ..Options::default()
         };
         py.detach(|| {

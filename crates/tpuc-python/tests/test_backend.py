@@ -140,6 +140,27 @@ def test_dynamic_shapes_are_specialised_per_size():
         close(f(x), torch.cumsum(x * 2, dim=0) + n)
 
 
+def test_a_dynamic_graph_is_compiled_per_size_without_tracing_again(monkeypatch):
+    """The symbolic graph is serialized once; the compiler fixes its sizes from the inputs'
+    shapes. A size that no input's shape gives (an integer argument) is traced again per size."""
+    from torch.fx.experimental import proxy_tensor
+
+    traced = []
+    real = proxy_tensor.make_fx
+    monkeypatch.setattr(proxy_tensor, "make_fx", lambda *a, **k: traced.append(1) or real(*a, **k))
+    f = torch.compile(lambda x, y: (x @ y.t()).softmax(-1) * x.shape[0] + y[: x.shape[0] // 2].sum(),
+                      backend="tpuc", dynamic=True)
+    for n in (4, 7, 9, 12):
+        x, y = torch.randn(n, 3), torch.randn(n + 1, 3)
+        close(f(x, y), (x @ y.t()).softmax(-1) * n + y[: n // 2].sum())
+    assert not traced
+    g = torch.compile(lambda x, k: x * k, backend="tpuc", dynamic=True)
+    for k in (2, 3, 5):
+        x = torch.randn(k + 1)
+        close(g(x, k), x * k)
+    assert traced
+
+
 def unsupported_fn(x):
     y = torch.special.i0(x) + 1  # not lowered by tpuc
     return torch.tanh(y) * 3

@@ -260,6 +260,8 @@ impl<'p> Ctx<'p> {
         match self.named(n, name) {
             Some(Arg::Tensor(t)) => Ok(Some(Operand::Tensor(self.value(t)?))),
             Some(Arg::Int(v)) => Ok(Some(Operand::Number(*v as f64, DType::I64))),
+            // A size, known once the program is specialised.
+            Some(Arg::SymInt(s)) => Ok(Some(Operand::Number(self.sym_int(s)? as f64, DType::I64))),
             Some(Arg::Float(v)) => Ok(Some(Operand::Number(*v, DType::F64))),
             Some(Arg::Bool(v)) => Ok(Some(Operand::Number(f64::from(u8::from(*v)), DType::Bool))),
             Some(Arg::None) | None => Ok(None),

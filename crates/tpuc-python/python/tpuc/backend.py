@@ -269,6 +269,12 @@ class GraphCompiler:
     def compile_whole(self, gm: torch.fx.GraphModule, name: str,
                       weights: frozenset[int] | None = None, layouts: "Layouts | None" = None) -> CompiledGraph:
         """Compiles every op of the static graph `gm`; `weights` and `layouts` as for `compile`."""
+        return self.compile_prepared(self.prepare(gm, name, weights, layouts), name)
+
+    def prepare(self, gm: torch.fx.GraphModule, name: str, weights: frozenset[int] | None = None,
+                layouts: "Layouts | None" = None) -> "PreparedGraph":
+        """`gm` serialized for the compiler, with how its arguments and outputs map to the
+        compiled graph's: everything about compiling it that its sizes do not change."""
         specs, result_specs = layouts or (None, None)
         own_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         gm, constants = _lift_constants(gm, name)
@@ -305,19 +311,44 @@ class GraphCompiler:
         if unused:
             gm = _without(gm, unused, tensor_outputs)
             tensor_outputs = list(range(len(tensor_outputs)))
-        program = serialize(gm, tensor_outputs)
         # The graph's constants (lifted to trailing inputs) never change either.
         stable = None if weights is None else [i in weights or i >= own_inputs for i in inputs]
         laid_out = None if specs is None else [specs[i] if i < own_inputs else None for i in inputs]
-        compiled = self.session.compile(program, name, self.opts.matmul_precision, stable, self.opts.cache_dir,
-                                        laid_out, self.process_groups, laid_out_results)
+        return PreparedGraph(gm, serialize(gm, tensor_outputs), inputs, outputs, single, constants, stable,
+                             laid_out, laid_out_results)
+
+    def compile_prepared(self, prepared: "PreparedGraph", name: str, args: list | None = None) -> CompiledGraph:
+        """The prepared graph compiled; one with symbolic sizes for the shapes of `args`, the
+        arguments it will run on."""
+        p = prepared
+        given = None if args is None else list(args) + p.constants
+        input_dims = None if given is None else [list(given[i].shape) for i in p.inputs]
+        compiled = self.session.compile(p.program, name, self.opts.matmul_precision, p.stable, self.opts.cache_dir,
+                                        p.laid_out, self.process_groups, p.laid_out_results, input_dims)
+        constants = p.constants
         if self.process_groups is not None:
             # Every device's copy of a constant, stacked as the program's inputs are.
             devices = self.session.runtime.devices
             constants = [c.expand(devices, *c.shape).contiguous() for c in constants]
         if self.opts.dump_dir:
-            _dump(self.opts.dump_dir, name, gm, compiled)
-        return CompiledGraph(compiled, self.session, inputs, outputs, single, constants)
+            _dump(self.opts.dump_dir, name, p.gm, compiled)
+        return CompiledGraph(compiled, self.session, p.inputs, p.outputs, p.single, constants)
+
+
+class PreparedGraph(NamedTuple):
+    """A graph ready to compile (`GraphCompiler.prepare`): the graph as the compiler reads it,
+    and how the call's arguments and outputs map to the compiled graph's (as `CompiledGraph`
+    takes them), with the inputs' stability and layouts."""
+
+    gm: torch.fx.GraphModule
+    program: bytes
+    inputs: list
+    outputs: list
+    single: bool
+    constants: list
+    stable: list | None
+    laid_out: list | None
+    laid_out_results: list | None
 
 
 def _lift_constants(gm: torch.fx.GraphModule, name: str):
@@ -410,6 +441,9 @@ class SpecializingGraph:
         self.weights = weights
         self.layouts = layouts
         self.variants: dict[tuple, object] = {}
+        # The graph with its size inputs read from its tensors' shapes (`_sizes_from_tensors`),
+        # prepared for compiling: None before the first call, False where that cannot be done.
+        self.sized = None
 
     def __call__(self, *args):
         key = tuple(
@@ -417,13 +451,61 @@ class SpecializingGraph:
         )
         run = self.variants.get(key)
         if run is None:
-            from torch.fx.experimental.proxy_tensor import make_fx
-
-            static = make_fx(self.gm, tracing_mode="fake")(*args)
-            run = self.compiler.compile_static(static, f"{self.name}_v{len(self.variants)}", self.weights,
-                                               self.layouts)
-            self.variants[key] = run
+            run = self.variants[key] = self.specialize(args)
         return run(list(args))
+
+    def specialize(self, args):
+        """The graph compiled for these arguments' sizes: the symbolic graph itself, whose sizes
+        tpuc's compiler fixes from the inputs' shapes (no tracing again), when its size inputs
+        are sizes of its tensors; else traced again for the sizes at hand."""
+        name = f"{self.name}_v{len(self.variants)}"
+        try:
+            if self.sized is None:
+                # Serialized once; its size computations (sym_size, integer arithmetic) are the
+                # compiler's to fold for each set of sizes.
+                sized = _sizes_from_tensors(self.gm)
+                self.sized = False if sized is None else self.compiler.prepare(sized, self.name, self.weights,
+                                                                                self.layouts)
+            if self.sized is not False:
+                return _boxed(self.compiler.compile_prepared(self.sized, name, list(args)))
+        except _tpuc.TpucError:
+            # Sizes tpuc cannot evaluate, or an op it lowers only for some arguments: the traced
+            # graph says which (and runs that node in eager torch, unless strict).
+            self.sized = False
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        static = make_fx(self.gm, tracing_mode="fake")(*args)
+        return self.compiler.compile_static(static, name, self.weights, self.layouts)
+
+
+def _sizes_from_tensors(gm: torch.fx.GraphModule) -> torch.fx.GraphModule | None:
+    """A copy of `gm` in which each size input (a SymInt placeholder, as aot_autograd passes
+    symbolic sizes) is read from a tensor input's shape instead (`aten.sym_size.int`), so that
+    the inputs' shapes fix every size; the size inputs are left unused. None when a size input
+    is no tensor input's dimension."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    where = {}
+    for p in placeholders:
+        value = p.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            for d, size in enumerate(value.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    where.setdefault(size.node.expr, (p, d))
+    sizes = [p for p in placeholders if isinstance(p.meta.get("val"), torch.SymInt)]
+    if not all(s.meta["val"].node.expr in where for s in sizes):
+        return None
+    gm = _copy_module(gm)
+    nodes = {n.name: n for n in gm.graph.nodes}
+    anchor = next(n for n in reversed(list(gm.graph.nodes)) if n.op == "placeholder")
+    for size in sizes:
+        tensor, d = where[size.meta["val"].node.expr]
+        with gm.graph.inserting_after(anchor):
+            read = gm.graph.call_function(torch.ops.aten.sym_size.int, (nodes[tensor.name], d))
+        read.meta["val"] = size.meta["val"]
+        nodes[size.name].replace_all_uses_with(read)
+        anchor = read
+    gm.recompile()
+    return gm
 
 
 def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None:

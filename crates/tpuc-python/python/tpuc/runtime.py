@@ -56,15 +56,16 @@ class Session:
     def compile(self, program: bytes, name: str, matmul_precision: str,
                 stable: list[bool] | None = None, cache_dir: str | None = None,
                 specs: list | None = None, process_groups: dict | None = None,
-                result_specs: list | None = None) -> _tpuc.CompiledGraph:
+                result_specs: list | None = None, input_dims: list | None = None) -> _tpuc.CompiledGraph:
         """The executable of `program` (its serialized form holds the ops, the input and output
         types, and the source locations), compiled once per distinct graph and options in this
         process. `stable` flags the inputs that stay the same between calls (see
         `_tpuc.Runtime.compile`); `cache_dir` as `Options.cache_dir`; `specs` lays each input out
         over the session's mesh, `result_specs` each output (whole where None); `process_groups`
-        makes it one rank's program run on every device (`_tpuc.Runtime.compile`)."""
+        makes it one rank's program run on every device; `input_dims` fixes the sizes of a program
+        with symbolic ones (`_tpuc.Runtime.compile`)."""
         compiled = self.runtime.compile(program, name, matmul_precision, stable, cache_dir, specs,
-                                        process_groups, result_specs)
+                                        process_groups, result_specs, input_dims)
         if compiled.reused:
             return compiled
         STATS["compiles"] += 1
