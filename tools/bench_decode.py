@@ -43,13 +43,11 @@ def worker(name: str, cache: str, system: str, new_tokens: int) -> dict:
     import torch
 
     model = build(name)
-    compiles = None
+    stats = None  # tpuc's counters
     if system != "eager":
         model.forward = torch.compile(model.forward, backend=system)
     if system == "tpuc":
-        from tpuc.runtime import STATS
-
-        compiles = STATS
+        from tpuc.runtime import STATS as stats
     torch.manual_seed(1)
     prompt = torch.randint(0, 256, (1, PROMPT))
     kwargs = dict(max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
@@ -63,9 +61,9 @@ def worker(name: str, cache: str, system: str, new_tokens: int) -> dict:
         return time.perf_counter() - start, out[0, PROMPT:].tolist()
 
     first, tokens = generate()
-    before = dict(compiles) if compiles is not None else None
+    before = None if stats is None else stats["compiles"]
     second, again = generate()
-    compiled_second = None if before is None else compiles["compiles"] - before["compiles"]
+    compiled_second = None if stats is None else stats["compiles"] - before
     steady = min(generate()[0] for _ in range(3))
     return {"model": name, "cache": cache, "system": system, "first": first, "second": second,
             "steady_per_token": steady / new_tokens, "tokens": tokens, "same_twice": tokens == again,

@@ -115,17 +115,8 @@ enum Command {
         /// the program was exported for.
         #[arg(long = "size", value_name = "SYMBOL=SIZE", value_delimiter = ',')]
         sizes: Vec<String>,
-        /// Partition over a device mesh of named axes, e.g. --mesh fsdp=2,tp=2 (with --plan).
-        #[arg(long, value_name = "AXIS=SIZE,...")]
-        mesh: Option<String>,
-        /// How weights and inputs are laid out over the mesh: dp, fsdp, tp, a comma-separated
-        /// combination (each works over the mesh axis of its name), or a JSON plan file
-        /// (docs/sharding.md).
-        #[arg(long, value_name = "PLAN")]
-        plan: Option<String>,
-        /// Which of XLA's SPMD partitioners reads the shardings (with --mesh).
-        #[arg(long, value_enum, default_value_t = Partitioner::Shardy)]
-        partitioner: Partitioner,
+        #[command(flatten)]
+        layout: LayoutArgs,
     },
     /// Convert a .pt2 archive to tpuc's .fx interchange (or re-write a .fx file).
     Convert {
@@ -190,18 +181,8 @@ enum Command {
         /// the same as --mesh dp=N --plan dp.
         #[arg(long, default_value_t = 1)]
         devices: usize,
-        /// Partition over a device mesh of named axes, e.g. --mesh fsdp=2,tp=2 (with --plan).
-        #[arg(long, value_name = "AXIS=SIZE,...")]
-        mesh: Option<String>,
-        /// How weights and inputs are laid out over the mesh: dp, fsdp, tp, a comma-separated
-        /// combination (each works over the mesh axis of its name), or a JSON plan file
-        /// (docs/sharding.md).
-        #[arg(long, value_name = "PLAN")]
-        plan: Option<String>,
-
-        /// Which of XLA's SPMD partitioners lays the program out over several devices.
-        #[arg(long, value_enum, default_value_t = Partitioner::Shardy)]
-        partitioner: Partitioner,
+        #[command(flatten)]
+        layout: LayoutArgs,
         /// Compute everything on every run, instead of computing what the weights alone
         /// determine (convolution kernels relaid out for the plugin, batch norm scales) once.
         #[arg(long)]
@@ -242,6 +223,28 @@ enum Command {
     },
 }
 
+/// How `tpuc compile` and `tpuc run` lay a program out over devices.
+#[derive(clap::Args)]
+struct LayoutArgs {
+    /// Partition over a device mesh of named axes, e.g. --mesh fsdp=2,tp=2 (with --plan).
+    #[arg(long, value_name = "AXIS=SIZE,...")]
+    mesh: Option<String>,
+    /// How weights and inputs are laid out over the mesh: dp, fsdp, tp, a comma-separated
+    /// combination (each works over the mesh axis of its name), or a JSON plan file
+    /// (docs/sharding.md).
+    #[arg(long, value_name = "PLAN")]
+    plan: Option<String>,
+    /// Which of XLA's SPMD partitioners lays the program out over several devices.
+    #[arg(long, value_enum, default_value_t = Partitioner::Shardy)]
+    partitioner: Partitioner,
+}
+
+impl LayoutArgs {
+    fn mesh_and_plan(&self) -> Result<Option<(tpuc_driver::Mesh, tpuc_driver::Plan)>> {
+        tpuc_cli::layout::parse(self.mesh.as_deref(), self.plan.as_deref())
+    }
+}
+
 fn run() -> Result<()> {
     match Cli::parse().command {
         Command::Compile {
@@ -253,9 +256,7 @@ fn run() -> Result<()> {
             stats,
             specialize,
             sizes,
-            mesh,
-            plan,
-            partitioner,
+            layout,
         } => {
             let opts = LowerOptions {
                 weights: match weights {
@@ -278,8 +279,8 @@ fn run() -> Result<()> {
             let options = tpuc_driver::Options {
                 lower: opts,
                 sizes,
-                mesh: tpuc_cli::layout::parse(mesh.as_deref(), plan.as_deref())?,
-                dialect: partitioner.into(),
+                mesh: layout.mesh_and_plan()?,
+                dialect: layout.partitioner.into(),
                 ..tpuc_driver::Options::default()
             };
             let c = tpuc_cli::compile_file_with(&input, &options, format)?;
@@ -360,9 +361,7 @@ fn run() -> Result<()> {
             weights,
             plugin,
             devices,
-            mesh,
-            plan,
-            partitioner,
+            layout,
             no_hoist,
             matmul_precision,
             seed,
@@ -386,8 +385,8 @@ fn run() -> Result<()> {
                 },
                 cache_dir,
                 hoist_weights: !no_hoist,
-                dialect: partitioner.into(),
-                mesh: tpuc_cli::layout::parse(mesh.as_deref(), plan.as_deref())?,
+                dialect: layout.partitioner.into(),
+                mesh: layout.mesh_and_plan()?,
             };
             if options.mesh.is_some() && devices != 1 {
                 bail!("--devices N is the same as --mesh dp=N --plan dp: give one or the other");

@@ -330,6 +330,9 @@ pub struct Compiled {
     pub ir: Module,
     /// The mesh the program is partitioned over, when it is.
     pub mesh: Option<Mesh>,
+    /// How each result is laid out over the target's devices (whole on one device), decided
+    /// once: every run reads its results through them.
+    pub result_layouts: Vec<ShardLayout>,
     pub timings: Timings,
     pub cache: CacheReport,
 }
@@ -400,11 +403,24 @@ impl Target {
         };
         let mut timings = emitted.timings;
         timings.compile = start.elapsed();
+        let result_types = emitted.ir.outer_result_types();
+        let result_layouts = emitted
+            .ir
+            .main
+            .result_attrs()
+            .iter()
+            .zip(&result_types)
+            .map(|(attrs, ty)| {
+                let dims = attrs.sharding.as_ref().map(|s| s.dims.as_slice());
+                shard_layout(emitted.mesh.as_ref(), dims, ty.rank())
+            })
+            .collect::<Result<Vec<_>>>()?;
         let compiled = Arc::new(Compiled {
             executable,
             prepared,
             arg_types: emitted.ir.outer_arg_types(),
-            result_types: emitted.ir.outer_result_types(),
+            result_types,
+            result_layouts,
             mesh: emitted.mesh,
             ir: emitted.ir,
             signature: emitted.signature,
@@ -430,14 +446,9 @@ impl Compiled {
         )
     }
 
-    /// How result `index` is laid out over the target's devices (whole on one device).
-    pub fn result_layout(&self, index: usize) -> Result<ShardLayout> {
-        let sharding = self.ir.main.result_attrs()[index].sharding.as_ref();
-        shard_layout(
-            self.mesh.as_ref(),
-            sharding.map(|s| s.dims.as_slice()),
-            self.result_types[index].rank(),
-        )
+    /// Whether every result is whole on every device (the first device's are then the results).
+    pub fn results_whole(&self) -> bool {
+        self.result_layouts.iter().all(ShardLayout::is_replicated)
     }
 
     /// Result `index` of a run (`per_device[d]`: device d's results), whole, into `dst`: its
@@ -455,12 +466,12 @@ impl Compiled {
             .ok_or_else(|| {
                 Error::Invalid(format!("the run returned fewer than {} results", index + 1))
             })?;
-        let layout = self.result_layout(index)?;
+        let layout = &self.result_layouts[index];
         if layout.is_replicated() {
             return Ok(parts[0].copy_to_host(dst)?);
         }
         let ty = &self.result_types[index];
-        Ok(download_sharded(&parts, &layout, ty.elem, &ty.shape, dst)?)
+        Ok(download_sharded(&parts, layout, ty.elem, &ty.shape, dst)?)
     }
 }
 

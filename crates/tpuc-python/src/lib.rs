@@ -375,21 +375,6 @@ impl CompiledGraph {
         }
         execute_on(py, &self.compiled.executable, args).map_err(error)
     }
-
-    /// Whether every result is whole on every device (the first device's are then the results).
-    fn results_whole(&self) -> PyResult<bool> {
-        for i in 0..self.compiled.result_types.len() {
-            if !self
-                .compiled
-                .result_layout(i)
-                .map_err(error)?
-                .is_replicated()
-            {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
 }
 
 /// Runs `exe` with `args` on every device that holds a part of them, the GIL released; the
@@ -520,8 +505,8 @@ impl CompiledGraph {
     /// Whether every output is whole on every device, so that `run_dlpack` can alias the first
     /// device's.
     #[getter]
-    fn outputs_whole(&self) -> PyResult<bool> {
-        self.results_whole()
+    fn outputs_whole(&self) -> bool {
+        self.compiled.results_whole()
     }
 
     /// (dtype name, shape) of each output.
@@ -598,7 +583,7 @@ impl CompiledGraph {
         py: Python<'py>,
         args: Vec<PyRef<'py, DeviceBuffer>>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        if !self.results_whole()? {
+        if !self.compiled.results_whole() {
             return Err(error(
                 "the graph's results are split over the devices: run it with destinations (run)",
             ));

@@ -18,7 +18,6 @@ from typing import NamedTuple
 
 import torch
 from torch._decomp import core_aten_decompositions
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
@@ -35,10 +34,13 @@ _GRAPH_IDS = itertools.count()
 def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_ignored):
     """torch.compile(model, backend="tpuc", options={...}); see tpuc.Options."""
     opts = Options.parse(options)
-    # aot_autograd passes the graph's tensor attributes first, then its inputs.
-    specs = (attribute_specs(gm, opts.mesh, opts.plan) + input_specs(gm, example_inputs, opts.mesh, opts.plan)
-             if opts.mesh is not None else None)
-    compiler = GraphCompiler(opts, specs, batch_split(gm, example_inputs, specs) if specs else None)
+    specs = batch = None
+    if opts.mesh is not None:
+        inputs = input_specs(gm, example_inputs, opts.mesh, opts.plan)
+        batch = batch_split(gm, example_inputs, inputs)
+        # aot_autograd passes the graph's tensor attributes first, then its inputs.
+        specs = attribute_specs(gm, opts.mesh, opts.plan) + inputs
+    compiler = GraphCompiler(opts, specs, batch)
     return aot_autograd(
         fw_compiler=compiler.forward,
         bw_compiler=compiler.backward,
@@ -100,6 +102,12 @@ class Layouts(NamedTuple):
     results: list | None
 
 
+def _returned(gm: torch.fx.GraphModule) -> list:
+    """What the graph returns, as a list."""
+    returned = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    return list(returned) if isinstance(returned, (tuple, list)) else [returned]
+
+
 def _fits(node, spec) -> bool:
     """Whether `spec` can lay out the tensor the graph node `node` stands for."""
     value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
@@ -131,7 +139,7 @@ class GraphCompiler:
         # batch, or whole); the gradients (one output per forward input, None where none is
         # needed) are split as their inputs are.
         primals = getattr(self, "primal_layouts", None)
-        returned = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        returned = _returned(gm)
         grads = primals if primals is not None and len(returned) == len(primals) else None
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         saved = [self.batch_spec(p) for p in placeholders] if self.batch else None
@@ -152,8 +160,7 @@ class GraphCompiler:
         mutated = getattr(getattr(context, "fw_metadata", None), "mutated_inp_runtime_indices", None) or []
         results = [primals[i] for i in mutated]
         if self.batch:
-            returned = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-            results += [self.batch_spec(node) for node in returned[len(mutated):]]
+            results += [self.batch_spec(node) for node in _returned(gm)[len(mutated):]]
         return Layouts(primals, results)
 
     def batch_spec(self, node) -> list | None:
@@ -366,10 +373,6 @@ def _lift_constants(gm: torch.fx.GraphModule, name: str):
         value = operator.attrgetter(node.target)(gm)
         if not isinstance(value, torch.Tensor):
             raise _tpuc.TpucError(f"{name}: constant {node.target} is a {type(value).__name__}, not a tensor")
-        if is_traceable_wrapper_subclass(value):
-            # A wrapper (DTensor, say) holds no memory of its own to upload.
-            raise _tpuc.TpucError(f"{name}: constant {node.target} is a {type(value).__name__}, a tensor "
-                                  "subclass that holds no data of its own; return or pass its local tensor")
         if anchor is None:
             context = gm.graph.inserting_before(next(iter(gm.graph.nodes)))
         else:

@@ -162,14 +162,13 @@ def input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence, mesh: str, p
 
 def batch_split(gm: torch.fx.GraphModule, example_inputs: Sequence, specs: list) -> tuple | None:
     """(row counts, axes) when the Dynamo graph's inputs that are not weights and are split
-    along their first dimension all split a batch of one size over the same axes; else None.
+    along their first dimension (`specs`: their layouts, from `input_specs`) all split a batch
+    of one size over the same axes; else None.
     The row counts are the sizes a batch-major value's first dimension has: the batch, and the
     batch with the inputs' next dimensions flattened into it (`[batch * seq, dim]`)."""
     found, rows = set(), set()
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    offset = len(specs) - len(placeholders)  # the graph's tensor attributes come first
-    for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
-        spec = specs[offset + i]
+    for node, value, spec in zip(placeholders, example_inputs, specs):
         grapharg = node.meta.get("grapharg")
         weight = grapharg is not None and qualified_name(grapharg.source.name) is not None
         if isinstance(value, torch.Tensor) and value.dim() and spec and spec[0] and not weight:
