@@ -354,6 +354,20 @@ class PairFold(nn.Module):
         return x.reshape(batch, seq // 2, 2 * dim).sum(1)
 
 
+class DecodingStep(nn.Module):
+    """A decoding step's shape: a cache of dynamic length grown by a projection of the new
+    entry, attended over (a softmax over the cache), and the cache's mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, cache, new, q):
+        keys = torch.cat([cache, self.proj(new)], dim=1)
+        weights = (q @ keys.transpose(1, 2)).softmax(-1)
+        return weights @ keys, keys.mean(1), keys
+
+
 def dynamic_case():
     """testdata/lowering/dynamic/: the program (core ATen), and inputs with torch's outputs for
     the exported sizes and for two other sizes in range."""
@@ -381,6 +395,18 @@ def dynamic_case():
     inputs = (seeded(3, 14, 4),)
     np.savez(os.path.join(out, "derived_s14.inputs.npz"), *[to_numpy(t) for t in inputs])
     np.savez(os.path.join(out, "derived_s14.expected.npz"), to_numpy(PairFold()(*inputs)))
+    # Compiled per bucket of cache lengths by tpuc run (docs/buckets.md).
+    model = DecodingStep().eval()
+    length = torch.export.Dim("length", min=2, max=512)
+    example = (seeded(2, 5, 16), seeded(2, 1, 16), seeded(2, 1, 16))
+    ep = torch.export.export(model, example, dynamic_shapes={"cache": {1: length}, "new": None, "q": None})
+    torch.export.save(ep.run_decompositions(), os.path.join(out, "decoding.pt2"))
+    for s in (5, 9, 40):
+        inputs = (seeded(2, s, 16), seeded(2, 1, 16), seeded(2, 1, 16))
+        with torch.no_grad():
+            expected = flat_outputs(model(*inputs))
+        np.savez(os.path.join(out, f"decoding_s{s}.inputs.npz"), *[to_numpy(t) for t in inputs])
+        np.savez(os.path.join(out, f"decoding_s{s}.expected.npz"), *[to_numpy(t) for t in expected])
 
 
 def to_numpy(t):

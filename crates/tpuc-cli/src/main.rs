@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tpuc_cli::run::{RunOptions, Runner};
 use tpuc_cli::{compare, npy};
 use tpuc_driver::{
-    CacheOutcome, EmitFormat, LowerOptions, Precision, ShardingDialect, WeightsMode,
+    Buckets, CacheOutcome, EmitFormat, LowerOptions, Precision, ShardingDialect, WeightsMode,
 };
 use tpuc_pjrt::CompileCache;
 
@@ -220,7 +220,24 @@ enum Command {
         /// sizes the program was exported with.
         #[arg(long = "size", value_name = "SYMBOL=SIZE", value_delimiter = ',')]
         sizes: Vec<String>,
+        /// How a program exported with dynamic shapes is compiled: for each size's bucket, the
+        /// inputs padded to it and the results sliced back, so that one executable (in the
+        /// cache) serves every size of a bucket: pow2 (powers of two from 16), pow2:MIN, a list
+        /// of sizes (64,128,256), or off (for the sizes themselves). See docs/buckets.md.
+        #[arg(long, value_name = "POLICY", default_value = "pow2", value_parser = parse_buckets)]
+        buckets: BucketPolicy,
     },
+}
+
+/// `--buckets`: a policy, or `off` (None).
+#[derive(Clone)]
+struct BucketPolicy(Option<Buckets>);
+
+fn parse_buckets(text: &str) -> Result<BucketPolicy, String> {
+    if text == "off" {
+        return Ok(BucketPolicy(None));
+    }
+    Buckets::parse(text).map(|b| BucketPolicy(Some(b)))
 }
 
 /// How `tpuc compile` and `tpuc run` lay a program out over devices.
@@ -371,10 +388,12 @@ fn run() -> Result<()> {
             atol,
             cache_dir,
             sizes,
+            buckets,
         } => {
             let options = RunOptions {
                 sizes: tpuc_cli::parse_sizes(&sizes)?,
                 input_dims: None,
+                buckets: buckets.0,
                 plugin,
                 devices,
                 seed,
@@ -462,6 +481,9 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
         ..options.clone()
     };
     let runner = Runner::new(&request.model, request.weights.as_deref(), &options)?;
+    if let Some(why) = runner.not_padded() {
+        eprintln!("note: compiled for these sizes, not per bucket of sizes: {why}");
+    }
     let again = (request.repeat > 0).then(|| inputs.clone());
     let start = Instant::now();
     let outputs = runner.run(inputs)?;
@@ -490,8 +512,11 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
         Some(CacheOutcome::NotStored(why)) => format!(" (not cached: {why})"),
         Some(CacheOutcome::Stored) | None => String::new(),
     };
+    let bucket = runner
+        .bucket()
+        .map_or_else(String::new, |b| format!(" (compiled for the bucket {b})"));
     eprintln!(
-        "{} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms{cached}, weights {:.1} ms ({} per device), run {:.2} ms{steady}",
+        "{}{bucket} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms{cached}, weights {:.1} ms ({} per device), run {:.2} ms{steady}",
         request.model.display(),
         runner.devices(),
         ms(t.lower),

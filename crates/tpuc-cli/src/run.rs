@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpuc_driver::{
-    ArgRole, CacheOutcome, Compiled, Hoist, InputSpec, LowerOptions, Mesh, Options, Plan,
+    ArgRole, Buckets, CacheOutcome, Compiled, Hoist, InputSpec, LowerOptions, Mesh, Options, Plan,
     ShardingDialect, Source, Target, WeightsMode,
 };
 use tpuc_fx::WeightBytes;
@@ -47,6 +47,8 @@ pub struct RunOptions {
     pub sizes: BTreeMap<String, i64>,
     /// The shapes of the user inputs the model will run on, which fix its symbolic sizes.
     pub input_dims: Option<Vec<Vec<i64>>>,
+    /// Compile a program with symbolic sizes for their buckets (inputs padded to them).
+    pub buckets: Option<Buckets>,
 }
 
 impl Default for RunOptions {
@@ -62,6 +64,7 @@ impl Default for RunOptions {
             cache_dir: None,
             sizes: BTreeMap::new(),
             input_dims: None,
+            buckets: None,
         }
     }
 }
@@ -154,6 +157,7 @@ impl Runner {
             sizes: Some(options.sizes.clone()),
             input_dims: options.input_dims.clone(),
             cache_dir: options.cache_dir.clone(),
+            buckets: options.buckets.clone(),
         };
         let (compiled, _) = target.compile(source, &compile_options)?;
         let t = &compiled.timings;
@@ -287,6 +291,16 @@ impl Runner {
         Ok(())
     }
 
+    /// The buckets the program was compiled for (`s0=16`), when it was.
+    pub fn bucket(&self) -> Option<String> {
+        self.compiled.padded.as_ref().map(|p| p.describe())
+    }
+
+    /// Why a program that asked for buckets was compiled for its sizes instead.
+    pub fn not_padded(&self) -> Option<&str> {
+        self.compiled.not_padded.as_deref()
+    }
+
     /// The user inputs the model expects, in order.
     pub fn inputs(&self) -> &[InputSpec] {
         &self.compiled.inputs
@@ -340,7 +354,15 @@ impl Runner {
                     Some(converted) => converted,
                     None => tensor,
                 };
-                if tensor.element_type() != spec.dtype || tensor.dims() != spec.dims {
+                // Compiled for a bucket: an input no larger than the bucket, padded to it.
+                let fits = match &self.compiled.padded {
+                    Some(_) => {
+                        tensor.dims().len() == spec.dims.len()
+                            && tensor.dims().iter().zip(&spec.dims).all(|(a, b)| a <= b)
+                    }
+                    None => tensor.dims() == spec.dims,
+                };
+                if tensor.element_type() != spec.dtype || !fits {
                     bail!(
                         "input {i} ({}) must be {}, but {} {:?} was given",
                         spec.name,
@@ -356,11 +378,42 @@ impl Runner {
 
     /// Runs the model; returns its user outputs.
     pub fn run(&self, inputs: Vec<HostTensor>) -> Result<Vec<HostTensor>> {
-        let inputs = self.check_inputs(inputs)?;
+        let mut inputs = self.check_inputs(inputs)?;
         let devices = self.target.devices();
+        // A program compiled for a bucket takes its inputs padded to it and the true sizes;
+        // its results are sliced to their true shapes.
+        let mut uploaded: Vec<Option<Vec<Buffer>>> = (0..self.fixed.len()).map(|_| None).collect();
+        let mut true_shapes = None;
+        if let Some(padded) = &self.compiled.padded {
+            let dims: Vec<Vec<i64>> = inputs.iter().map(|t| t.dims().to_vec()).collect();
+            let result_shapes: Vec<Vec<i64>> = self
+                .compiled
+                .result_types
+                .iter()
+                .map(|t| t.shape.clone())
+                .collect();
+            let sizes = padded.call_sizes(&dims, &result_shapes)?;
+            inputs = inputs
+                .iter()
+                .zip(self.inputs())
+                .map(|(t, spec)| Ok(t.resized(&spec.dims)?))
+                .collect::<Result<_>>()?;
+            let positions = self.compiled.signature.args.iter().enumerate();
+            let size_args = positions.filter(|(_, r)| matches!(r, ArgRole::Size(_)));
+            for ((position, _), value) in size_args.zip(sizes.values) {
+                let scalar = HostTensor::from_slice(DType::I64, &[], &[value])?;
+                uploaded[position] = Some(self.client().upload_sharded(
+                    DType::I64,
+                    &[],
+                    Arc::new(scalar),
+                    &self.layouts[position],
+                    devices,
+                )?);
+            }
+            true_shapes = Some(sizes.results);
+        }
         // Each device receives its part of each input; device buffers alias the host tensors
         // (zero-copy where the plugin allows).
-        let mut uploaded: Vec<Option<Vec<Buffer>>> = (0..self.fixed.len()).map(|_| None).collect();
         for (tensor, &position) in inputs.into_iter().zip(&self.inputs) {
             let (element_type, dims) = (tensor.element_type(), tensor.dims().to_vec());
             let data: Arc<dyn HostBytes> = Arc::new(tensor);
@@ -404,7 +457,10 @@ impl Runner {
                 let mut host = HostTensor::zeros(ty.elem, &ty.shape)?;
                 self.compiled
                     .result_to_host(&per_device, i, host.bytes_mut())?;
-                Ok(host)
+                match true_shapes.as_ref().and_then(|shapes| shapes.get(i)) {
+                    Some(shape) if *shape != ty.shape => Ok(host.resized(shape)?),
+                    _ => Ok(host),
+                }
             })
             .collect()
     }

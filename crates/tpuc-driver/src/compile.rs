@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use tpuc_emit::EmitFormat;
+use tpuc_fx::buckets::{bucket_sizes, Padding};
 use tpuc_fx::Program;
 use tpuc_hlo::ir::{Mesh, Module, ShardingDialect, TensorType};
 use tpuc_hlo::passes::{HoistRequest, PipelineOptions, ShardingRequest};
@@ -17,8 +18,9 @@ use tpuc_pjrt::{
     DType, Executable, Partitioner, ShardLayout,
 };
 
+use crate::buckets::Padded;
 use crate::error::{Error, Result};
-use crate::source::{specialize, Source};
+use crate::source::{specialize, symbol_values, Source};
 use crate::target::{Target, TargetInfo};
 
 /// What is computed once from arguments that do not change between calls.
@@ -50,6 +52,10 @@ pub struct Options {
     pub sizes: Option<BTreeMap<String, i64>>,
     /// The shapes of the user inputs the program will run on, which fix its symbolic sizes.
     pub input_dims: Option<Vec<Vec<i64>>>,
+    /// Compile a program with symbolic sizes for their buckets rather than for the sizes
+    /// themselves (see `tpuc_fx::buckets`): [`Target::compile`] rounds the sizes up and the
+    /// program is padded to them, or compiled per size where it cannot be made exact.
+    pub buckets: Option<tpuc_fx::buckets::Buckets>,
     /// The on-disk cache of compiled executables: `None` for $TPUC_CACHE_DIR or the default,
     /// `off` for none (see `tpuc_pjrt::CompileCache::configured`).
     pub cache_dir: Option<String>,
@@ -91,6 +97,8 @@ pub struct Emitted {
     pub inputs: Vec<InputSpec>,
     /// The program (its graph and weights) after specialisation.
     pub program: Program,
+    /// How a call pads its inputs, when the program was compiled for its sizes' buckets.
+    pub padded: Option<Padded>,
     pub timings: Timings,
 }
 
@@ -101,10 +109,27 @@ pub fn emit(
     target: &TargetInfo,
     format: EmitFormat,
 ) -> Result<Emitted> {
-    let start = Instant::now();
+    emit_read(
+        source,
+        source.read()?,
+        Instant::now(),
+        options,
+        target,
+        format,
+    )
+}
+
+/// [`emit`] of `program`, read from `source` since `start`.
+fn emit_read(
+    source: Source,
+    mut program: Program,
+    start: Instant,
+    options: &Options,
+    target: &TargetInfo,
+    format: EmitFormat,
+) -> Result<Emitted> {
     let mut timings = Timings::default();
     let name = source.name();
-    let mut program = source.read()?;
     // Inputs with symbolic sizes, as declared, for messages about inputs of other shapes.
     let declared: HashMap<String, String> = program
         .graph
@@ -116,6 +141,14 @@ pub fn emit(
             symbolic.then(|| (i.name.clone(), meta.describe_sizes()))
         })
         .collect();
+    // Compiled for buckets (the sizes given are the buckets): the padded dimensions are those of
+    // the symbolic program.
+    let padding = match &options.buckets {
+        Some(_) if tpuc_fx::symbolic::is_symbolic(&program) => Some(Arc::new(
+            Padding::of(&program).map_err(|e| Error::Invalid(format!("{name}: {e}")))?,
+        )),
+        _ => None,
+    };
     if let Some(given) = &options.sizes {
         program = specialize(
             program,
@@ -136,6 +169,7 @@ pub fn emit(
         // The module was compiled with weights as arguments; its signature is the archive's.
         lower_options.weights = tpuc_hlo::WeightsMode::Args;
     }
+    lower_options.padding = padding.clone();
     let lowered = tpuc_hlo::lower(&program, &lower_options).map_err(|source| Error::Lower {
         what: name.clone(),
         source: Box::new(source),
@@ -210,7 +244,14 @@ pub fn emit(
         None => None,
     };
     timings.emit = start.elapsed();
+    let padded = match (&padding, &options.buckets, &options.sizes) {
+        (Some(padding), Some(policy), Some(buckets)) => {
+            Some(Padded::new(policy, padding, buckets, &signature))
+        }
+        _ => None,
+    };
     Ok(Emitted {
+        padded,
         module,
         mesh: layout,
         ir: piped.main,
@@ -333,6 +374,10 @@ pub struct Compiled {
     /// How each result is laid out over the target's devices (whole on one device), decided
     /// once: every run reads its results through them.
     pub result_layouts: Vec<ShardLayout>,
+    /// How a call pads its inputs and slices its results, when compiled for buckets.
+    pub padded: Option<Padded>,
+    /// Why a program that asked for buckets was compiled for its sizes instead.
+    pub not_padded: Option<String>,
     pub timings: Timings,
     pub cache: CacheReport,
 }
@@ -341,15 +386,104 @@ impl Target {
     /// `source` compiled for this target. A program compiled before in this process (the same
     /// program, options and target) is returned as it was, without lowering or emitting again;
     /// the flag says so.
+    ///
+    /// With `options.buckets`, a program with symbolic sizes is compiled for its sizes' buckets
+    /// (one executable per bucket, shared by the sizes in it); one that cannot be made exact
+    /// under padding is compiled for its sizes, and [`Compiled::not_padded`] says why.
     pub fn compile(&self, source: Source, options: &Options) -> Result<(Arc<Compiled>, bool)> {
-        let mut hash = Sha256::new();
-        source.identity(&mut hash)?;
-        hash.update(format!("{options:?}").as_bytes());
-        let key: [u8; 32] = hash.finalize().into();
+        let key = cache_key(&source, options)?;
         if let Some(found) = self.executables.get(&key) {
             return Ok((found, true));
         }
-        let emitted = emit(source, options, self.info(), EmitFormat::Text)?;
+        let start = Instant::now();
+        let program = source.read()?;
+        let bucketed = self.bucketed(&source, &program, options)?;
+        let Some(bucketed) = bucketed else {
+            let exact = Options {
+                buckets: None,
+                ..options.clone()
+            };
+            let compiled = self.compile_new(source, program, start, &exact, None)?;
+            self.executables.insert(key, compiled.clone());
+            return Ok((compiled, false));
+        };
+        let bucket_key = cache_key(&source, &bucketed)?;
+        if let Some(found) = self.executables.get(&bucket_key) {
+            self.executables.insert(key, found.clone());
+            return Ok((found, true));
+        }
+        let compiled = match self.compile_new(source, program, start, &bucketed, None) {
+            Err(Error::Lower { source: why, .. })
+                if matches!(*why, tpuc_hlo::LowerError::NotPaddable { .. }) =>
+            {
+                // Compiled per size from now on, said once (by the first compilation's report).
+                let why = why.to_string();
+                self.not_paddable
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(program_key(&source)?);
+                let mut exact = options.clone();
+                exact.buckets = None;
+                let compiled =
+                    self.compile_new(source, source.read()?, start, &exact, Some(why))?;
+                self.executables.insert(key, compiled.clone());
+                return Ok((compiled, false));
+            }
+            other => other?,
+        };
+        self.executables.insert(bucket_key, compiled.clone());
+        self.executables.insert(key, compiled.clone());
+        Ok((compiled, false))
+    }
+
+    /// `options` with the sizes set to their buckets, when they ask for buckets, the program
+    /// has symbolic sizes and it has not been found to need compiling per size.
+    fn bucketed(
+        &self,
+        source: &Source,
+        program: &Program,
+        options: &Options,
+    ) -> Result<Option<Options>> {
+        let Some(policy) = &options.buckets else {
+            return Ok(None);
+        };
+        let given = options.sizes.clone().unwrap_or_default();
+        let Some(values) = symbol_values(
+            program,
+            &source.error_path(),
+            &given,
+            options.input_dims.as_deref(),
+        )?
+        else {
+            return Ok(None);
+        };
+        let refused = self.not_paddable.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.contains(&program_key(source)?) {
+            return Ok(None);
+        }
+        Ok(Some(Options {
+            sizes: Some(bucket_sizes(program, &values, policy)),
+            input_dims: None,
+            ..options.clone()
+        }))
+    }
+
+    fn compile_new(
+        &self,
+        source: Source,
+        program: Program,
+        start: Instant,
+        options: &Options,
+        not_padded: Option<String>,
+    ) -> Result<Arc<Compiled>> {
+        let emitted = emit_read(
+            source,
+            program,
+            start,
+            options,
+            self.info(),
+            EmitFormat::Text,
+        )?;
         let start = Instant::now();
         let compile_options = match self.info().devices {
             1 => CompileOptions::single_device(),
@@ -427,12 +561,28 @@ impl Target {
             inputs: emitted.inputs,
             stablehlo: String::from_utf8_lossy(&emitted.module).into_owned(),
             program: emitted.program,
+            padded: emitted.padded,
+            not_padded,
             timings,
             cache,
         });
-        self.executables.insert(key, compiled.clone());
-        Ok((compiled, false))
+        Ok(compiled)
     }
+}
+
+/// The in-process cache's key of `source` compiled with `options`.
+fn cache_key(source: &Source, options: &Options) -> Result<[u8; 32]> {
+    let mut hash = Sha256::new();
+    source.identity(&mut hash)?;
+    hash.update(format!("{options:?}").as_bytes());
+    Ok(hash.finalize().into())
+}
+
+/// What identifies the program alone, whatever the options.
+fn program_key(source: &Source) -> Result<[u8; 32]> {
+    let mut hash = Sha256::new();
+    source.identity(&mut hash)?;
+    Ok(hash.finalize().into())
 }
 
 impl Compiled {

@@ -15,12 +15,14 @@
 //! What a compiled module's arguments and results stand for is its
 //! [`tpuc_hlo::Signature`]; [`InputSpec`] describes each user input as the caller must pass it.
 
+mod buckets;
 mod cache;
 mod compile;
 mod error;
 mod source;
 mod target;
 
+pub use buckets::{CallSizes, Padded};
 pub use compile::{
     emit, shard_layout, CacheReport, Compiled, Emitted, Hoist, InputSpec, Options,
     PreparedExecutable, Timings,
@@ -28,6 +30,7 @@ pub use compile::{
 pub use error::{Error, Result};
 pub use source::Source;
 pub use target::{Target, TargetInfo};
+pub use tpuc_fx::buckets::Buckets;
 
 pub use tpuc_emit::EmitFormat;
 pub use tpuc_hlo::ir::{KernelLayout, Mesh, Precision, ShardingDialect};

@@ -104,17 +104,32 @@ pub(crate) fn specialize(
     given: &BTreeMap<String, i64>,
     inputs: Option<&[Vec<i64>]>,
 ) -> Result<Program> {
+    let Some(values) = symbol_values(&program, path, given, inputs)? else {
+        return Ok(program);
+    };
+    symbolic::specialize(program, &values)
+        .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))
+}
+
+/// The value of each of `program`'s symbols, as [`specialize`] chooses them; None for a
+/// program whose sizes are all static.
+pub(crate) fn symbol_values(
+    program: &Program,
+    path: &Path,
+    given: &BTreeMap<String, i64>,
+    inputs: Option<&[Vec<i64>]>,
+) -> Result<Option<BTreeMap<String, i64>>> {
     let fail = |e: String| Error::Invalid(format!("{}: {e}", path.display()));
-    if !symbolic::is_symbolic(&program) {
+    if !symbolic::is_symbolic(program) {
         if let Some(name) = given.keys().next() {
             return Err(fail(format!(
                 "no symbolic size {name}: the program's sizes are all static"
             )));
         }
-        return Ok(program);
+        return Ok(None);
     }
     let mut sizes = match inputs {
-        Some(inputs) => symbolic::sizes_from_inputs(&program, inputs).map_err(fail)?,
+        Some(inputs) => symbolic::sizes_from_inputs(program, inputs).map_err(fail)?,
         None => BTreeMap::new(),
     };
     for (name, &value) in given {
@@ -127,6 +142,7 @@ pub(crate) fn specialize(
             _ => {}
         }
     }
-    let values = symbolic::resolve_sizes(&program, &sizes).map_err(fail)?;
-    symbolic::specialize(program, &values).map_err(fail)
+    symbolic::resolve_sizes(program, &sizes)
+        .map(Some)
+        .map_err(fail)
 }

@@ -1,6 +1,8 @@
 //! A target: one plugin's client over some of its devices, described once.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use tpuc_hlo::ir::KernelLayout;
 use tpuc_pjrt::discover::PluginKind;
@@ -46,6 +48,8 @@ pub struct Target {
     devices: Vec<Device>,
     info: TargetInfo,
     pub(crate) executables: ExecutableCache,
+    /// Programs found to need compiling per size rather than per bucket (by their identity).
+    pub(crate) not_paddable: Mutex<HashSet<[u8; 32]>>,
 }
 
 impl Target {
@@ -81,6 +85,7 @@ impl Target {
             devices: available.into_iter().take(devices).collect(),
             info: TargetInfo::new(kind, devices),
             executables: ExecutableCache::default(),
+            not_paddable: Mutex::default(),
         })
     }
 

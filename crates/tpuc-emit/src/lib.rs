@@ -506,6 +506,7 @@ impl<'c> Emitter<'c> {
                 ],
                 vec![],
             ),
+            OpKind::DynamicUpdateSlice => ("stablehlo.dynamic_update_slice", vec![], vec![]),
             OpKind::Reverse { dims } => (
                 "stablehlo.reverse",
                 vec![("dimensions", array_i64(dims))],

@@ -1,6 +1,7 @@
 //! tpuc's front end: the FX graph model of an exported PyTorch program, the reader of
 //! torch.export `.pt2` archives, and tpuc's own `.fx` interchange format.
 
+pub mod buckets;
 pub mod dtype;
 pub mod error;
 pub mod fxfile;

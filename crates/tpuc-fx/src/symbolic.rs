@@ -33,7 +33,7 @@ impl std::fmt::Display for SymbolRange {
 }
 
 /// A size expression: an integer, a symbol, or a sympy function of expressions.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SymExpr {
     Int(i64),
     Symbol(String),
@@ -404,35 +404,56 @@ pub fn sizes_from_inputs(
     inputs: &[Vec<i64>],
 ) -> Result<BTreeMap<String, i64>, String> {
     let g = &program.graph;
-    let users = g
+    let mut declared = Vec::new();
+    for input in g
         .inputs
         .iter()
-        .filter(|i| i.kind == crate::graph::InputKind::UserInput);
-    let mut values: BTreeMap<String, (i64, String)> = BTreeMap::new();
-    for (index, (input, sizes)) in users.zip(inputs).enumerate() {
-        let Some(meta) = g.tensor(&input.name) else {
-            continue;
+        .filter(|i| i.kind == crate::graph::InputKind::UserInput)
+    {
+        let dims = match g.tensor(&input.name) {
+            Some(meta) => meta
+                .sizes
+                .iter()
+                .map(|d| match d {
+                    Dim::Static(_) => Ok(None),
+                    Dim::Symbolic { expr, .. } => SymExpr::parse(expr).map(Some),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
         };
-        if meta.sizes.len() != sizes.len() {
+        declared.push((input.name.as_str(), dims));
+    }
+    symbol_values(&declared, inputs)
+}
+
+/// Symbol values read off concrete sizes, as [`sizes_from_inputs`] does: `declared[i]` is the
+/// i-th input's name and its sizes (an expression where symbolic), `inputs[i]` its sizes.
+pub fn symbol_values(
+    declared: &[(&str, Vec<Option<SymExpr>>)],
+    inputs: &[Vec<i64>],
+) -> Result<BTreeMap<String, i64>, String> {
+    let mut values: BTreeMap<String, (i64, String)> = BTreeMap::new();
+    for (index, ((name, dims), sizes)) in declared.iter().zip(inputs).enumerate() {
+        if dims.len() != sizes.len() {
             continue;
         }
-        for (axis, (dim, &size)) in meta.sizes.iter().zip(sizes).enumerate() {
-            let Dim::Symbolic { expr, .. } = dim else {
+        for (axis, (dim, &size)) in dims.iter().zip(sizes).enumerate() {
+            let Some(expr) = dim else {
                 continue;
             };
-            let Some((name, size)) = solve_for_symbol(&SymExpr::parse(expr)?, size) else {
+            let Some((symbol, size)) = solve_for_symbol(expr, size) else {
                 continue;
             };
-            let here = format!("input {index} ({}) dimension {axis}", input.name);
-            match values.get(&name) {
+            let here = format!("input {index} ({name}) dimension {axis}");
+            match values.get(&symbol) {
                 Some((seen, there)) if *seen != size => {
                     return Err(format!(
-                        "{here} is {size} but {there} is {seen}; both are size {name}"
+                        "{here} is {size} but {there} is {seen}; both are size {symbol}"
                     ))
                 }
                 Some(_) => {}
                 None => {
-                    values.insert(name, (size, here));
+                    values.insert(symbol, (size, here));
                 }
             }
         }

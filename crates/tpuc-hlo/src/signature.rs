@@ -18,6 +18,9 @@ pub enum ArgRole {
     RngSeed,
     /// The `n`-th value the prepared module computes from the weights (see [`Prepared`]).
     Derived(usize),
+    /// The true value of a symbolic size, an i64 scalar, in a program compiled for the size's
+    /// bucket (its inputs padded to it).
+    Size(String),
 }
 
 /// One result of `main`.
@@ -91,7 +94,7 @@ impl Signature {
             .iter()
             .map(|role| match role {
                 ArgRole::Weight(_) | ArgRole::Derived(_) => true,
-                ArgRole::RngSeed => false,
+                ArgRole::RngSeed | ArgRole::Size(_) => false,
                 ArgRole::UserInput(_) => {
                     next += 1;
                     inputs.is_some_and(|given| given[next - 1])

@@ -112,6 +112,62 @@ impl HostTensor {
         unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len) }
     }
 
+    /// A tensor of shape `dims` (the same rank) holding this one's elements where both shapes
+    /// have them, zeros elsewhere: this tensor padded to a larger shape, or its leading part.
+    pub fn resized(&self, dims: &[i64]) -> Result<HostTensor> {
+        if dims.len() != self.dims.len() {
+            return Err(Error::Invalid(format!(
+                "cannot resize a tensor of shape {:?} to {dims:?}",
+                self.dims
+            )));
+        }
+        let mut out = HostTensor::zeros(self.element_type, dims)?;
+        let common: Vec<i64> = self
+            .dims
+            .iter()
+            .zip(dims)
+            .map(|(&a, &b)| a.min(b))
+            .collect();
+        if common.contains(&0) {
+            return Ok(out);
+        }
+        let esize = self.element_type.byte_size();
+        let strides = |shape: &[i64]| -> Vec<usize> {
+            let mut strides = vec![esize; shape.len()];
+            for d in (0..shape.len().saturating_sub(1)).rev() {
+                strides[d] = strides[d + 1] * shape[d + 1] as usize;
+            }
+            strides
+        };
+        let (from, to) = (strides(&self.dims), strides(dims));
+        let rank = common.len();
+        // The innermost dimension's common part is copied as one run of bytes per row.
+        let run = common.last().map_or(esize, |&n| n as usize * esize);
+        let rows: usize = common[..rank.saturating_sub(1)]
+            .iter()
+            .map(|&n| n as usize)
+            .product();
+        let mut index = vec![0usize; rank.saturating_sub(1)];
+        let src = self.bytes();
+        let dst = out.bytes_mut();
+        for _ in 0..rows {
+            let offset = |strides: &[usize]| -> usize {
+                index.iter().zip(strides).map(|(i, s)| i * s).sum()
+            };
+            let (a, b) = (offset(&from), offset(&to));
+            dst[b..b + run].copy_from_slice(&src[a..a + run]);
+            // The next row, last index fastest.
+            for d in (0..index.len()).rev() {
+                index[d] += 1;
+                if index[d] < common[d] as usize {
+                    break;
+                }
+                index[d] = 0;
+            }
+        }
+        Ok(out)
+    }
+
     /// The elements as `T`, which must be the tensor's element type.
     pub fn to_vec<T: Scalar>(&self) -> Result<Vec<T>> {
         if self.element_type != T::TYPE {
@@ -150,5 +206,27 @@ impl HostBytes for HostTensor {
 impl std::fmt::Debug for HostTensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "HostTensor({} {:?})", self.element_type, self.dims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resized_pads_with_zeros_and_takes_leading_parts() {
+        let t = HostTensor::from_slice(DType::I32, &[2, 3], &[1i32, 2, 3, 4, 5, 6]).unwrap();
+        let padded = t.resized(&[3, 4]).unwrap();
+        assert_eq!(
+            padded.to_vec::<i32>().unwrap(),
+            [1, 2, 3, 0, 4, 5, 6, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            padded.resized(&[2, 3]).unwrap().to_vec::<i32>().unwrap(),
+            [1, 2, 3, 4, 5, 6]
+        );
+        assert_eq!(t.resized(&[1, 2]).unwrap().to_vec::<i32>().unwrap(), [1, 2]);
+        assert_eq!(t.resized(&[0, 2]).unwrap().element_count(), 0);
+        assert!(t.resized(&[6]).is_err());
     }
 }

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tpuc_driver::{
-    ArgRole, Compiled, Hoist, LowerOptions, Mesh, Options, Plan, Precision, Source, Target,
-    WeightsMode,
+    ArgRole, Buckets, Compiled, Hoist, LowerOptions, Mesh, Options, Plan, Precision, Source,
+    Target, WeightsMode,
 };
 use tpuc_hlo::ir::{Sharding, TensorType};
 use tpuc_hlo::plan::Rule;
@@ -246,7 +246,10 @@ impl Runtime {
     /// every device as the rank of its number, its collectives over the groups of device ids
     /// each process group name stands for; inputs and outputs are then the devices' values
     /// stacked along a new leading dimension.
-    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None, process_groups=None, result_specs=None, input_dims=None))]
+    /// `buckets` (with `input_dims`): compile for the sizes' buckets (`pow2`, `pow2:MIN` or a
+    /// list of sizes), the inputs padded to them (`CompiledGraph.call_sizes`), instead of for
+    /// the sizes themselves.
+    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None, process_groups=None, result_specs=None, input_dims=None, buckets=None))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         &self,
@@ -260,8 +263,10 @@ impl Runtime {
         process_groups: Option<tpuc_hlo::ProcessGroups>,
         result_specs: Option<Vec<Option<Spec>>>,
         input_dims: Option<Vec<Vec<i64>>>,
+        buckets: Option<&str>,
     ) -> PyResult<CompiledGraph> {
         let precision: Precision = matmul_precision.parse().map_err(error)?;
+        let buckets = buckets.map(Buckets::parse).transpose().map_err(error)?;
         let shardings = |specs: Option<Vec<Option<Spec>>>| -> Vec<Option<Sharding>> {
             specs
                 .unwrap_or_default()
@@ -290,6 +295,7 @@ impl Runtime {
             // A program with symbolic sizes, compiled for inputs of these shapes.
             sizes: input_dims.as_ref().map(|_| BTreeMap::new()),
             input_dims,
+            buckets,
             ..Options::default()
         };
         py.detach(|| {
@@ -520,11 +526,12 @@ impl CompiledGraph {
     }
 
     /// What each argument stands for, in order: `("input", i)` the graph's i-th input,
-    /// `("seed", 0)` the seed of its random ops (two uint64), `("derived", i)` the i-th value
+    /// `("seed", 0)` the seed of its random ops (two uint64), `("size", i)` the true value of
+    /// the i-th symbolic size (an int64 scalar; `call_sizes`), `("derived", i)` the i-th value
     /// `prepare` computes. The one statement of the order the graph takes its arguments in.
     #[getter]
     fn arg_roles(&self) -> PyResult<Vec<(&'static str, usize)>> {
-        let mut inputs = 0;
+        let (mut inputs, mut sizes) = (0, 0);
         self.compiled
             .signature
             .args
@@ -536,11 +543,77 @@ impl CompiledGraph {
                 }
                 ArgRole::RngSeed => Ok(("seed", 0)),
                 ArgRole::Derived(i) => Ok(("derived", *i)),
+                ArgRole::Size(_) => {
+                    sizes += 1;
+                    Ok(("size", sizes - 1))
+                }
                 // The backend's graphs take everything as inputs.
                 ArgRole::Weight(name) => Err(error(format!(
                     "internal error: the graph takes weight {name} from its archive"
                 ))),
             })
+            .collect()
+    }
+
+    /// The buckets the graph was compiled for (`s0=16, s1=32`), None when compiled for its
+    /// sizes.
+    #[getter]
+    fn bucket(&self) -> Option<String> {
+        self.compiled.padded.as_ref().map(|p| p.describe())
+    }
+
+    /// Why the graph was compiled for its sizes although buckets were asked for.
+    #[getter]
+    fn not_padded(&self) -> Option<&str> {
+        self.compiled.not_padded.as_deref()
+    }
+
+    /// For a graph compiled for buckets: the call on inputs of shapes `input_shapes` (true
+    /// sizes) as (the true value of each symbolic size, the true shape of each output). The
+    /// caller pads each input to the graph's input shape with zeros and slices each output.
+    fn call_sizes(&self, input_shapes: Vec<Vec<i64>>) -> PyResult<(Vec<i64>, Vec<Vec<i64>>)> {
+        let padded = self
+            .compiled
+            .padded
+            .as_ref()
+            .ok_or_else(|| error("the graph was not compiled for buckets"))?;
+        let shapes: Vec<Vec<i64>> = self
+            .compiled
+            .result_types
+            .iter()
+            .map(|t| t.shape.clone())
+            .collect();
+        let sizes = padded
+            .call_sizes(&input_shapes, &shapes)
+            .map_err(driver_error)?;
+        Ok((sizes.values, sizes.results))
+    }
+
+    /// Positions, among the graph's inputs, of those with a padded dimension (a graph compiled
+    /// for buckets; none otherwise).
+    #[getter]
+    fn padded_inputs(&self) -> Vec<usize> {
+        self.compiled.padded.as_ref().map_or_else(Vec::new, |p| {
+            let padded = p
+                .inputs
+                .iter()
+                .map(|(_, dims)| dims.iter().any(Option::is_some));
+            padded
+                .enumerate()
+                .filter(|(_, p)| *p)
+                .map(|(i, _)| i)
+                .collect()
+        })
+    }
+
+    /// The shape of each argument the graph itself takes, in order (padded inputs at their
+    /// buckets).
+    #[getter]
+    fn arg_shapes(&self) -> Vec<Vec<i64>> {
+        let own = self.compiled.signature.own_args();
+        self.compiled.arg_types[..own]
+            .iter()
+            .map(|t| t.shape.clone())
             .collect()
     }
 
@@ -631,6 +704,13 @@ impl CompiledGraph {
     }
 }
 
+/// The bucket policy `text` (`pow2`, `pow2:MIN`, `64,128,256`) in its canonical form; an error
+/// naming what is wrong with it.
+#[pyfunction]
+fn parse_buckets(text: &str) -> PyResult<String> {
+    Buckets::parse(text).map(|b| b.to_string()).map_err(error)
+}
+
 #[pymodule]
 fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
@@ -640,6 +720,7 @@ fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(source_line, m)?)?;
     m.add_function(wrap_pyfunction!(resolve_plan, m)?)?;
     m.add_function(wrap_pyfunction!(mesh_axes, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_buckets, m)?)?;
     m.add_class::<Runtime>()?;
     m.add_class::<DeviceBuffer>()?;
     m.add_class::<CompiledGraph>()?;

@@ -248,8 +248,73 @@ fn cli() -> Result<(), Failed> {
     Ok(())
 }
 
+/// With buckets (decoding.pt2: a cache of dynamic length grown by one entry, attended over),
+/// the input sets whose sizes share a bucket share one executable: the second is loaded from
+/// the cache the first filled; each matches torch, its outputs at their own sizes.
+fn sizes_share_buckets() -> Result<(), Failed> {
+    let decoding = dir().join("decoding.pt2");
+    let cache = tempfile::tempdir()?;
+    let options = |inputs: &[tpuc_pjrt::HostTensor], cache_dir: String| RunOptions {
+        input_dims: Some(inputs.iter().map(|t| t.dims().to_vec()).collect()),
+        buckets: Some(tpuc_driver::Buckets::default()),
+        cache_dir: Some(cache_dir),
+        ..RunOptions::default()
+    };
+    let mut seen = Vec::new();
+    for stem in ["decoding_s5", "decoding_s9", "decoding_s40"] {
+        let npz = |what: &str| read_npz(&dir().join(format!("{stem}.{what}.npz")));
+        let (inputs, expected) = (npz("inputs")?, npz("expected")?);
+        let runner = Runner::new(
+            &decoding,
+            None,
+            &options(&inputs, cache.path().display().to_string()),
+        )
+        .map_err(|e| format!("{stem}: {e:#}"))?;
+        if let Some(why) = runner.not_padded() {
+            return Err(format!("{stem}: not compiled for a bucket: {why}").into());
+        }
+        let outputs = runner.run(inputs).map_err(|e| format!("{stem}: {e:#}"))?;
+        compare_all(&outputs, &expected).map_err(|e| format!("{stem}: {e}"))?;
+        seen.push((
+            runner.inputs()[0].dims.clone(),
+            runner.timings.cache.clone(),
+        ));
+    }
+    use tpuc_driver::CacheOutcome::{Hit, Stored};
+    let want = [
+        (vec![2, 16, 16], Some(Stored)),
+        (vec![2, 16, 16], Some(Hit)),
+        (vec![2, 64, 16], Some(Stored)),
+    ];
+    if seen != want {
+        return Err(format!("(padded input shape, cache outcome) per size: {seen:?}").into());
+    }
+    // An input larger than the bucket the executable was compiled for is refused.
+    let small = read_npz(&dir().join("decoding_s5.inputs.npz"))?;
+    let runner = Runner::new(&decoding, None, &options(&small, "off".into()))
+        .map_err(|e| format!("{e:#}"))?;
+    let mut large = small.clone();
+    large[0] = tpuc_pjrt::HostTensor::zeros(tpuc_pjrt::DType::F32, &[2, 17, 16])?;
+    expect_err(
+        runner.run(large),
+        &[
+            "input 0 (cache) must be float32 [2, s",
+            "[2, 17, 16] was given",
+        ],
+    )?;
+    // A program with an op padding would change is compiled for its sizes, and says why.
+    let good = read_npz(&dir().join("b8_s9.inputs.npz"))?;
+    let runner =
+        Runner::new(&model(), None, &options(&good, "off".into())).map_err(|e| format!("{e:#}"))?;
+    match runner.not_padded() {
+        Some(why) if why.contains("cannot be padded") && why.contains("view") => Ok(()),
+        other => Err(format!("model.pt2 compiled per size for the reason {other:?}").into()),
+    }
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
+        Trial::test("dynamic::sizes_share_buckets", sizes_share_buckets),
         Trial::test(
             "dynamic::compile_refused_or_specialised",
             compile_refused_or_specialised,

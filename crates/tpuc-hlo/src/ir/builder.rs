@@ -339,6 +339,20 @@ impl Builder {
         )
     }
 
+    /// `x` with `update` written from `starts` (one integer scalar per dimension) on.
+    pub fn dynamic_update_slice(
+        &mut self,
+        x: Value,
+        update: Value,
+        starts: &[Value],
+    ) -> BuildResult<Value> {
+        let operands: Vec<Value> = [x, update]
+            .into_iter()
+            .chain(starts.iter().copied())
+            .collect();
+        self.op1(OpKind::DynamicUpdateSlice, &operands)
+    }
+
     // ----- linear algebra --------------------------------------------------------------------
 
     pub fn dot_general(

@@ -340,6 +340,9 @@ pub enum OpKind {
     Reverse {
         dims: Vec<i64>,
     },
+    /// The operand with `update` written at the start indices given by the trailing operands
+    /// (one integer scalar per dimension, clamped so that the update fits).
+    DynamicUpdateSlice,
     DotGeneral {
         dims: DotDims,
         precision: Precision,
@@ -432,6 +435,7 @@ impl OpKind {
             OpKind::Concatenate { .. } => "stablehlo.concatenate",
             OpKind::Pad { .. } => "stablehlo.pad",
             OpKind::Reverse { .. } => "stablehlo.reverse",
+            OpKind::DynamicUpdateSlice => "stablehlo.dynamic_update_slice",
             OpKind::DotGeneral { .. } => "stablehlo.dot_general",
             OpKind::Convolution(_) => "stablehlo.convolution",
             OpKind::Reduce { .. } => "stablehlo.reduce",
@@ -493,6 +497,7 @@ impl OpKind {
                 | OpKind::Concatenate { .. }
                 | OpKind::Pad { .. }
                 | OpKind::Reverse { .. }
+                | OpKind::DynamicUpdateSlice
                 | OpKind::Convert { .. }
         )
     }

@@ -154,6 +154,7 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
             ("interior", list(interior)),
         ],
         OpKind::Reverse { dims } => vec![("dims", list(dims))],
+        OpKind::DynamicUpdateSlice => vec![],
         OpKind::DotGeneral { dims, precision } => vec![
             (
                 "batch",

@@ -227,6 +227,27 @@ pub fn infer(kind: &OpKind, operands: &[&TensorType]) -> Rule {
             }
             one(ty.clone())
         }
+        OpKind::DynamicUpdateSlice => {
+            let [ty, update, starts @ ..] = operands else {
+                return Err("takes an operand, an update and start indices".into());
+            };
+            let fits = update.elem == ty.elem
+                && update.rank() == ty.rank()
+                && update.shape.iter().zip(&ty.shape).all(|(u, d)| u <= d);
+            if !fits {
+                return Err(format!("update {update} does not fit in {ty}"));
+            }
+            if starts.len() != ty.rank() {
+                return Err(format!("{} start indices for {ty}", starts.len()));
+            }
+            if let Some(bad) = starts
+                .iter()
+                .find(|s| s.rank() != 0 || !s.elem.is_integer())
+            {
+                return Err(format!("start index {bad} is not an integer scalar"));
+            }
+            one((*ty).clone())
+        }
         OpKind::DotGeneral { dims, .. } => {
             arity(2)?;
             dot_general(dims, operands[0], operands[1])

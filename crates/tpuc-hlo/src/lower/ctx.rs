@@ -41,6 +41,8 @@ pub struct Ctx<'p> {
     pub(super) values: HashMap<&'p str, Option<Value>>,
     /// The generator state after the last random op; the seed argument is made at the first.
     pub(super) rng_state: Option<Value>,
+    /// A padded program's true sizes by symbol: the module's size arguments.
+    pub(super) sizes: HashMap<String, Value>,
 }
 
 impl<'p> Ctx<'p> {

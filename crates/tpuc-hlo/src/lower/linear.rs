@@ -214,6 +214,12 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             cx.b.splat(&TensorType::new(shape.clone(), elem), f64::NEG_INFINITY);
         scores = cx.b.select(keep, scores, ninf)?;
     }
+    // Keys padded to a bucket (`padding.rs`) are hidden from every query.
+    if let Some(keep) = cx.padded_keys(n, rank - 2, &shape)? {
+        let ninf =
+            cx.b.splat(&TensorType::new(shape.clone(), elem), f64::NEG_INFINITY);
+        scores = cx.b.select(keep, scores, ninf)?;
+    }
     let mask = cx.opt_tensor(n, "attn_mask")?;
     if let Some(mask) = mask {
         let mask = cx.b.broadcast_to(mask, &shape)?;

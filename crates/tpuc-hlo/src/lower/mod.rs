@@ -18,6 +18,7 @@ mod in_place;
 mod indexing;
 mod linear;
 mod norm;
+mod padding;
 mod pool;
 mod promote;
 mod random;
@@ -42,6 +43,7 @@ use crate::signature::{ArgRole, ResultRole, Signature};
 pub use collectives::ProcessGroups;
 pub use ctx::{err, meta_type, Ctx, OpError, OpResult, Operand};
 pub use promote::{promote_types, result_type, Participant};
+use registry::is_pointwise;
 pub use registry::{
     collective_ops, core_aten_coverage, is_collective, is_supported, supported_ops, Coverage,
     LowerFn, Registry,
@@ -75,6 +77,9 @@ pub struct LowerOptions {
     /// The process groups of a program that runs one rank per device, by the names its
     /// collectives give them; `None` refuses collectives.
     pub process_groups: Option<ProcessGroups>,
+    /// The program was specialised for its sizes' buckets: its padded dimensions, whose true
+    /// lengths the module takes as arguments (`ArgRole::Size`) and makes exact (`padding.rs`).
+    pub padding: Option<Arc<tpuc_fx::buckets::Padding>>,
 }
 
 impl Default for LowerOptions {
@@ -84,6 +89,7 @@ impl Default for LowerOptions {
             precision: Precision::Highest,
             mesh: None,
             process_groups: None,
+            padding: None,
         }
     }
 }
@@ -117,6 +123,15 @@ pub enum LowerError {
     },
     #[error("{0}")]
     Program(String),
+    /// A node padding would change and tpuc cannot make exact: the program is compiled per
+    /// size instead.
+    #[error("node {node} ({target}){} cannot be padded to a bucket: {message}", source_suffix(.location))]
+    NotPaddable {
+        node: String,
+        target: String,
+        location: Option<SourceLoc>,
+        message: String,
+    },
     #[error(
         "the program has symbolic sizes ({0}); tpuc compiles static shapes: specialize it \
          (`tpuc compile --specialize` for the exported sizes, `--size SYMBOL=SIZE` for others; \
@@ -239,6 +254,7 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
         program,
         values: HashMap::with_capacity(g.tensors.len()),
         rng_state: None,
+        sizes: HashMap::new(),
     };
     let mut args = Vec::new();
     // Weights first (as arguments or constants), then user inputs, each in signature order.
@@ -290,6 +306,13 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
         };
         cx.values.insert(input.name.as_str(), Some(v));
     }
+    // A padded program's true sizes, after the inputs (`ArgRole::Size`).
+    for symbol in opts.padding.iter().flat_map(|p| &p.symbols) {
+        args.push(ArgRole::Size(symbol.clone()));
+        let v =
+            cx.b.arg(TensorType::new(vec![], DType::I64), ArgAttrs::default());
+        cx.sizes.insert(symbol.clone(), v);
+    }
     for n in g.nodes.iter().filter(|n| !computes_static_sizes(g, n)) {
         cx.b.set_loc(node_loc(n));
         let node_err = |message: String| LowerError::Node {
@@ -325,10 +348,26 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
                 )));
             }
         }
+        let rule = match &opts.padding {
+            None => padding::Rule::Plain,
+            Some(p) => padding::rule(g, p, is_pointwise(&n.target), n).map_err(|why| {
+                LowerError::NotPaddable {
+                    node: n.name.clone(),
+                    target: n.target.clone(),
+                    location: n.source(),
+                    message: why.0,
+                }
+            })?,
+        };
         let outs = match empty_outputs(&mut cx.b, &recorded) {
             // Every output is empty: nothing to compute, whatever the op.
             Some(empty) => empty,
             None => {
+                let lower_fn = |cx: &mut Ctx, n: &Node| match &rule {
+                    padding::Rule::Plain => lower_fn(cx, n),
+                    padding::Rule::Masked(masks) => cx.lower_masked(n, masks, lower_fn),
+                    padding::Rule::Concat(dim) => cx.concat_padded(n, *dim),
+                };
                 // A lowering that panics is a bug in tpuc; it must not take the caller (a
                 // Python process, say) down with it: it becomes an error naming the node.
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lower_fn(&mut cx, n)))

@@ -51,10 +51,10 @@ fn mean(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let dims = reduce_dims(cx, n, x)?;
     let out = cx.out_type(n, 0)?;
-    let count: i64 = dims.iter().map(|&d| cx.b.shape(x)[d as usize]).product();
     let acc_ty = out.with_elem(out.elem.accumulation());
     let s = reduce_to(cx, x, &dims, BinaryOp::Add, &acc_ty)?;
-    let c = cx.full_like(s, count as f64, None);
+    // The true count where the reduced dimensions are padded to a bucket.
+    let c = cx.reduced_count(n, "self", x, &dims, s)?;
     let m = cx.b.binary(BinaryOp::Div, s, c)?;
     Ok(vec![Some(cx.b.convert(m, out.elem))])
 }

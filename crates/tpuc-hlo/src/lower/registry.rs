@@ -16,6 +16,8 @@ pub type LowerFn = Arc<dyn Fn(&mut Ctx, &Node) -> OpResult<Vec<Option<Value>>> +
 pub(super) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     let mut r = Registry::default();
     super::elementwise::register(&mut r);
+    // Elementwise ops keep each element where it is: padding passes through them.
+    r.pointwise = r.lowerings.keys().copied().collect();
     super::view::register(&mut r);
     super::linear::register(&mut r);
     super::reduction::register(&mut r);
@@ -43,6 +45,8 @@ pub struct Registry {
     /// Collectives: lowered only in a program run one rank per device (see `collectives.rs`),
     /// so not among the ops a graph can be compiled with on its own.
     pub(super) collectives: HashSet<&'static str>,
+    /// The elementwise family's ops (`padding.rs`).
+    pub(super) pointwise: HashSet<&'static str>,
 }
 
 impl Registry {
@@ -74,6 +78,11 @@ impl Registry {
         self.add(names, f);
         self.collectives.extend(names);
     }
+}
+
+/// Whether `target` is one of the elementwise family's ops.
+pub(super) fn is_pointwise(target: &str) -> bool {
+    REGISTRY.pointwise.contains(target)
 }
 
 /// Every ATen overload tpuc lowers in any graph, sorted (collectives are [`collective_ops`]).

@@ -102,8 +102,16 @@ impl TestGraph {
 
     /// The graph returning `outputs`, lowered and through the passes (verified between them).
     pub(super) fn lower(self, outputs: &[&str]) -> Result<Module, super::LowerError> {
+        self.lower_with(outputs, &super::LowerOptions::default())
+    }
+
+    fn lower_with(
+        self,
+        outputs: &[&str],
+        options: &super::LowerOptions,
+    ) -> Result<Module, super::LowerError> {
         let program = self.program(outputs);
-        let lowered = super::lower(&program, &super::LowerOptions::default())?;
+        let lowered = super::lower(&program, options)?;
         let options = PipelineOptions {
             verify: true,
             ..PipelineOptions::default()
@@ -111,6 +119,20 @@ impl TestGraph {
         Ok(pipeline(lowered.module, &options)
             .expect("the lowered module verifies")
             .main)
+    }
+
+    /// The graph returning `outputs` lowered as a program padded to buckets (`padding`),
+    /// through the passes (verified between them).
+    pub(super) fn lower_padded(
+        self,
+        outputs: &[&str],
+        padding: tpuc_fx::buckets::Padding,
+    ) -> Result<Module, super::LowerError> {
+        let options = super::LowerOptions {
+            padding: Some(std::sync::Arc::new(padding)),
+            ..super::LowerOptions::default()
+        };
+        self.lower_with(outputs, &options)
     }
 
     /// The graph as one rank's program over `devices` devices (`ranks=N`), its collectives

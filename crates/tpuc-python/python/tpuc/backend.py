@@ -3,8 +3,9 @@ backward) -> tpuc's compiler and PJRT runtime, in process.
 
 Graphs with ops tpuc cannot lower are partitioned: supported regions are compiled, the rest
 runs in eager torch, with one warning per graph (or an error with strict=True / TPUC_STRICT=1).
-Graphs with symbolic sizes (dynamic=True, automatic dynamic shapes) are specialised: each
-distinct set of input sizes is traced to a static graph and compiled once.
+Graphs with symbolic sizes (dynamic=True, automatic dynamic shapes) are compiled per bucket of
+sizes (Options.buckets): the inputs padded to the bucket, the graph made exact under padding;
+one tpuc cannot make exact is compiled per set of sizes instead.
 """
 from __future__ import annotations
 
@@ -330,8 +331,12 @@ class GraphCompiler:
         p = prepared
         given = None if args is None else list(args) + p.constants
         input_dims = None if given is None else [list(given[i].shape) for i in p.inputs]
+        buckets = None if input_dims is None else self.opts.buckets
         compiled = self.session.compile(p.program, name, self.opts.matmul_precision, p.stable, self.opts.cache_dir,
-                                        p.laid_out, self.process_groups, p.laid_out_results, input_dims)
+                                        p.laid_out, self.process_groups, p.laid_out_results, input_dims, buckets)
+        if compiled.not_padded is not None:
+            warnings.warn(f"tpuc: {name}: compiled for each size, not per bucket of sizes: {compiled.not_padded}",
+                          stacklevel=2)
         constants = p.constants
         if self.process_groups is not None:
             # Every device's copy of a constant, stacked as the program's inputs are.
@@ -526,4 +531,5 @@ def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None
     lower, xla = compiled.timings
     with open(base + ".json", "w") as f:
         json.dump({"graph": name, "lower_seconds": lower, "xla_compile_seconds": xla, "cache": compiled.cache,
+                   "bucket": compiled.bucket, "reused": compiled.reused,
                    "written": time.strftime("%Y-%m-%dT%H:%M:%S")}, f, indent=1)

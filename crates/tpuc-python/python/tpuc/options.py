@@ -38,6 +38,14 @@ class Options:
                       ("fsdp,tp"), each over the mesh axis of its name, or a dict of rules
                       {"rules": {pattern: spec}, "ready": "dp"}; everything whole when None.
                       See docs/sharding.md.
+    buckets:          how graphs with dynamic sizes (dynamic=True, automatic dynamic shapes,
+                      mark_dynamic) are compiled: each size rounded up to its bucket, the inputs
+                      padded to it and the graph made exact under that padding, one executable
+                      per bucket: "pow2" (powers of two from 16, default), "pow2:MIN", a list of
+                      sizes such as [64, 128, 256] or "64,128,256" (a size above the largest is
+                      its own bucket), or "off" (one executable per size). A graph with an op
+                      padding would change and tpuc cannot make exact is compiled per size, said
+                      once. See docs/buckets.md.
     cache_dir:        where compiled executables are kept between processes, so that a graph
                       compiled once is loaded instead of compiled again (default
                       $TPUC_CACHE_DIR, else $XDG_CACHE_HOME/tpuc or ~/.cache/tpuc; "off" for no
@@ -54,6 +62,7 @@ class Options:
     hoist_weights: bool = True
     mesh: Any = None
     plan: Any = None
+    buckets: Any = "pow2"
     cache_dir: str | None = None
 
     @staticmethod
@@ -81,7 +90,24 @@ class Options:
             plan_parts(options.plan)  # a plan of the wrong kind is refused here
         elif options.plan is not None:
             raise ValueError("the option plan needs a mesh, e.g. options={'mesh': 'fsdp=2,tp=2', 'plan': 'fsdp,tp'}")
+        options = dataclasses.replace(options, buckets=_bucket_policy(options.buckets))
         precisions = _tpuc.matmul_precisions()
         if options.matmul_precision not in precisions:
             raise ValueError(f"matmul_precision must be one of {precisions}, not {options.matmul_precision!r}")
         return options
+
+
+def _bucket_policy(given) -> str | None:
+    """The bucket policy in its canonical text (see Options.buckets), None when off."""
+    if given is None or given is False or given == "off":
+        return None
+    if isinstance(given, (list, tuple)):
+        if not all(isinstance(size, int) and not isinstance(size, bool) for size in given):
+            raise ValueError(f"buckets must be a list of integer sizes, not {given!r}")
+        given = ",".join(str(size) for size in given)
+    if not isinstance(given, str):
+        raise ValueError(f"buckets must be 'pow2', 'pow2:MIN', a list of sizes or 'off', not {given!r}")
+    try:
+        return _tpuc.parse_buckets(given)
+    except _tpuc.TpucError as error:
+        raise ValueError(str(error)) from None

@@ -18,7 +18,8 @@ from . import _tpuc
 # Counts of compilations (graphs not compiled before in this process), those of them loaded from
 # the cache of compiled executables instead, host-to-device uploads, reused device buffers and
 # computations of weight-derived values, for tests and diagnostics.
-STATS = {"compiles": 0, "cache_hits": 0, "uploads": 0, "reused": 0, "prepared": 0}
+# Compilations served by an executable compiled for the same bucket of sizes count as bucket hits.
+STATS = {"compiles": 0, "cache_hits": 0, "uploads": 0, "reused": 0, "prepared": 0, "bucket_hits": 0}
 
 _RUNTIMES: dict[tuple, "Session"] = {}
 _RUNTIMES_LOCK = threading.Lock()
@@ -56,17 +57,20 @@ class Session:
     def compile(self, program: bytes, name: str, matmul_precision: str,
                 stable: list[bool] | None = None, cache_dir: str | None = None,
                 specs: list | None = None, process_groups: dict | None = None,
-                result_specs: list | None = None, input_dims: list | None = None) -> _tpuc.CompiledGraph:
+                result_specs: list | None = None, input_dims: list | None = None,
+                buckets: str | None = None) -> _tpuc.CompiledGraph:
         """The executable of `program` (its serialized form holds the ops, the input and output
         types, and the source locations), compiled once per distinct graph and options in this
         process. `stable` flags the inputs that stay the same between calls (see
         `_tpuc.Runtime.compile`); `cache_dir` as `Options.cache_dir`; `specs` lays each input out
         over the session's mesh, `result_specs` each output (whole where None); `process_groups`
         makes it one rank's program run on every device; `input_dims` fixes the sizes of a program
-        with symbolic ones (`_tpuc.Runtime.compile`)."""
+        with symbolic ones, compiled for their `buckets` when given (`_tpuc.Runtime.compile`)."""
         compiled = self.runtime.compile(program, name, matmul_precision, stable, cache_dir, specs,
-                                        process_groups, result_specs, input_dims)
+                                        process_groups, result_specs, input_dims, buckets)
         if compiled.reused:
+            if compiled.bucket is not None:
+                STATS["bucket_hits"] += 1
             return compiled
         STATS["compiles"] += 1
         if compiled.cache == "hit":
@@ -107,6 +111,7 @@ class BufferCache:
     def __init__(self, rt: _tpuc.Runtime):
         self.runtime = rt
         self.entries: dict[int, tuple] = {}
+        self.sizes: dict[int, _tpuc.DeviceBuffer] = {}
         self.lock = threading.Lock()
 
     def _forget(self, tensor_id: int, ref) -> None:
@@ -129,6 +134,18 @@ class BufferCache:
                 STATS["reused"] += 1
                 return entry[3]
         return self._upload(tensor, spec)
+
+    def size(self, value: int) -> _tpuc.DeviceBuffer:
+        """The int64 scalar `value` on the device: a symbolic size's true value, which a graph
+        compiled for buckets takes. Kept per value (a decoding loop passes each size once)."""
+        found = self.sizes.get(value)
+        if found is None:
+            scalar = torch.tensor(value, dtype=torch.int64)
+            found = self.runtime.buffer(scalar.data_ptr(), 8, "int64", [], scalar.untyped_storage())
+            if len(self.sizes) >= 4096:
+                self.sizes.clear()
+            self.sizes[value] = found
+        return found
 
     def seed(self) -> _tpuc.DeviceBuffer:
         """A fresh seed for a graph's random ops, drawn from torch's default generator, so
@@ -240,7 +257,9 @@ class CompiledGraph:
         # inputs, then the seed, as `call` gathers them; then the derived values, by index.
         roles = compiled.arg_roles
         own, derived = roles[:compiled.num_args], roles[compiled.num_args:]
-        self.own_order = [i if kind == "input" else len(inputs) for kind, i in own]
+        # The pool `call` gathers: the inputs, the seed, the true sizes.
+        at = {"input": 0, "seed": len(inputs), "size": len(inputs) + 1}
+        self.own_order = [at[kind] + i for kind, i in own]
         self.derived_order = [i for _, i in derived]
         # How each input is laid out over the session's mesh (all None on one device).
         arg_specs = compiled.arg_specs
@@ -250,6 +269,14 @@ class CompiledGraph:
         # Outputs split over the devices are assembled from their parts (`run`), not aliased.
         self.zero_copy = (session.host_memory and all(0 not in shape for _, shape in self.specs)
                           and compiled.outputs_whole)
+        # Compiled for buckets: each input padded to the shape the graph takes, outputs sliced.
+        self.bucket = compiled.bucket
+        if self.bucket is not None:
+            shapes = compiled.arg_shapes
+            by_input = {i: shapes[j] for j, (kind, i) in enumerate(own) if kind == "input"}
+            self.padded_shapes = [by_input.get(k) for k in range(len(inputs))]
+            # The inputs with a padded dimension (the others are passed as they are).
+            self.padded_inputs = compiled.padded_inputs
         self.prepared_args = compiled.prepared_args
         self.prepared = session.prepared_values(compiled) if self.prepared_args is not None else None
 
@@ -260,12 +287,18 @@ class CompiledGraph:
         if self.constants:
             args = list(args) + self.constants
         buffer = self.cache.buffer
+        given = [args[i] for i in self.inputs]
+        if self.bucket is not None:
+            sizes, result_shapes = self.compiled.call_sizes([list(t.shape) for t in given])
+            for k in self.padded_inputs:
+                given[k] = _padded(given[k], self.padded_shapes[k])
         if self.laid_out:
-            pool = [buffer(args[i], spec) for i, spec in zip(self.inputs, self.input_specs)]
+            pool = [buffer(t, spec) for t, spec in zip(given, self.input_specs)]
         else:
-            pool = [buffer(args[i]) for i in self.inputs]
-        if self.random:
-            pool.append(self.cache.seed())
+            pool = [buffer(t) for t in given]
+        pool.append(self.cache.seed() if self.random else None)
+        if self.bucket is not None:
+            pool += [self.cache.size(v) for v in sizes]
         buffers = [pool[j] for j in self.own_order]
         if self.prepared is not None:
             values = self.prepared.values([buffers[i] for i in self.prepared_args])
@@ -275,5 +308,24 @@ class CompiledGraph:
         else:
             results = [torch.empty(shape, dtype=dtype) for dtype, shape in self.specs]
             self.compiled.run(buffers, [(r.data_ptr(), r.numel() * r.element_size()) for r in results])
+        if self.bucket is not None:
+            results = [_sliced(r, shape) for r, shape in zip(results, result_shapes)]
         values = [results[x] if kind == "tensor" else args[x] if kind == "arg" else x for kind, x in self.outputs]
         return values[0] if self.single else values
+
+
+def _padded(tensor: torch.Tensor, shape: list | None) -> torch.Tensor:
+    """`tensor` padded with zeros at the end of each dimension to `shape` (a bucket's)."""
+    if shape is None or list(tensor.shape) == shape:
+        return tensor
+    out = tensor.new_zeros(shape)
+    out[tuple(slice(0, n) for n in tensor.shape)] = tensor
+    return out
+
+
+def _sliced(tensor: torch.Tensor, shape: list) -> torch.Tensor:
+    """The first `shape` elements of `tensor` (a result at a bucket's shape), contiguous: a view
+    would change the strides Dynamo's guards see on the next call and so recompile."""
+    if list(tensor.shape) == shape:
+        return tensor
+    return tensor[tuple(slice(0, n) for n in shape)].contiguous()

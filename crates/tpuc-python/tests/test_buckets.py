@@ -1,0 +1,143 @@
+"""Graphs with dynamic sizes compiled per bucket: inputs padded to the bucket, every op class that
+padding would change made exact, results sliced back; checked against eager at sizes just below,
+at and just above a bucket's edge, with the executables counted."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tpuc  # noqa: F401  (registers the backend)
+from tpuc.runtime import STATS
+
+# Sizes around the edge of the bucket 16 (default buckets: powers of two from 16).
+EDGES = (15, 16, 17)
+
+
+def close(a, b, tol=1e-5):
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+def dynamic(t: torch.Tensor, *dims: int) -> torch.Tensor:
+    for d in dims:
+        torch._dynamo.mark_dynamic(t, d)
+    return t
+
+
+def run_at_edges(fn, make, options=None):
+    """`fn` compiled with tpuc and run at each size in EDGES (inputs from `make(n)`, dynamic in
+    the dimensions of size n), against eager; the warnings tpuc gave."""
+    compiled = torch.compile(fn, backend="tpuc", options={"strict": True, **(options or {})})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in EDGES:
+            args = [dynamic(a, *[d for d, size in enumerate(a.shape) if size == n]) for a in make(n)]
+            close(compiled(*args), fn(*args))
+    return [str(w.message) for w in caught if "tpuc" in str(w.message)]
+
+
+OP_CLASSES = {
+    "elementwise": (lambda x: torch.sigmoid(x) * 2 + x.exp(), lambda n: [torch.randn(n, 3)]),
+    "sum over the padded dimension": (lambda x: x.exp().sum(0), lambda n: [torch.randn(n, 3)]),
+    "mean over the padded dimension": (lambda x: x.mean(-1), lambda n: [torch.randn(3, n)]),
+    "max and argmax": (lambda x: (x.amax(0), x.argmax(0), x.max(dim=0).values), lambda n: [torch.randn(n, 3)]),
+    "min over a padded and a whole dimension": (lambda x: x.amin((0, 1)), lambda n: [torch.randn(n, 3) + 5]),
+    "softmax": (lambda x: x.softmax(-1), lambda n: [torch.randn(2, n)]),
+    "log_softmax": (lambda x: F.log_softmax(x, 0), lambda n: [torch.randn(n, 2)]),
+    "logsumexp": (lambda x: torch.logsumexp(x, 0), lambda n: [torch.randn(n, 2)]),
+    "contraction over the padded dimension": (lambda a, b: (a.exp() @ b.exp()), lambda n: [torch.randn(4, n), torch.randn(n, 3)]),
+    "batched contraction": (lambda a, b: torch.bmm(a, b.transpose(1, 2)), lambda n: [torch.randn(2, 3, n), torch.randn(2, 5, n)]),
+    "cumulative sum": (lambda x: torch.cumsum(x, 0), lambda n: [torch.randn(n, 3)]),
+    "layer norm of padded rows": (lambda x: F.layer_norm(x, (8,)), lambda n: [torch.randn(n, 8)]),
+    "views keeping the padded dimension": (lambda x: x.view(2, -1, 4).permute(1, 0, 2).reshape(-1, 8).sum(1),
+                                           lambda n: [torch.randn(2, n, 4)]),
+    "concatenation along the padded dimension": (lambda x, y: torch.cat([x, y.tanh(), x * 2], 0),
+                                                 lambda n: [torch.randn(n, 4), torch.randn(3, 4)]),
+}
+
+
+@pytest.mark.parametrize("name", list(OP_CLASSES))
+def test_each_op_class_is_exact_around_a_bucket_edge(name):
+    fn, make = OP_CLASSES[name]
+    compiles = STATS["compiles"]
+    assert run_at_edges(fn, make) == []
+    # 15 and 16 share the bucket 16; 17 is in 32.
+    assert STATS["compiles"] - compiles == 2
+
+
+def test_attention_masks_keys_beyond_the_true_length():
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+    def make(n):
+        return [torch.randn(1, 2, 1, 8), torch.randn(1, 2, n, 8), torch.randn(1, 2, n, 8)]
+
+    compiled = torch.compile(attend, backend="tpuc", options={"strict": True})
+    for n in EDGES:
+        q, k, v = make(n)
+        k, v = dynamic(k, 2), dynamic(v, 2)
+        close(compiled(q, k, v), attend(q, k, v))
+
+
+def test_a_decoding_cache_grows_through_buckets():
+    """The shape of a decoding step: a cache concatenated with the new key, attended over,
+    returned grown by one; its true size feeds the next step."""
+    def step(cache, new, q):
+        cache = torch.cat([cache, new], dim=2)
+        return F.scaled_dot_product_attention(q, cache, cache), cache
+
+    compiled = torch.compile(step, backend="tpuc", options={"strict": True})
+    cache = torch.randn(1, 2, 3, 8)
+    eager = cache.clone()
+    compiles = STATS["compiles"]
+    for _ in range(40):
+        new, q = torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8)
+        out, cache = compiled(dynamic(cache, 2), new, q)
+        want, eager = step(eager, new, q)
+        close(out, want)
+        assert cache.shape == eager.shape
+        close(cache, eager)
+    # Sizes 3..42: the static first graph, then the buckets 16, 32, 64.
+    assert STATS["compiles"] - compiles <= 4
+
+
+def test_executables_grow_with_the_log_of_the_sizes():
+    f = torch.compile(lambda x: x.softmax(0).cumsum(0) * 3, backend="tpuc", options={"buckets": "pow2:2"})
+    compiles, hits = STATS["compiles"], STATS["bucket_hits"]
+    for n in range(2, 129):
+        x = dynamic(torch.randn(n, 2), 0)
+        close(f(x), x.softmax(0).cumsum(0) * 3)
+    # 2, 4, 8, ..., 128: 7 buckets for 127 sizes.
+    assert STATS["compiles"] - compiles == 7
+    assert STATS["bucket_hits"] - hits == 127 - 7
+
+
+def test_buckets_from_a_list_and_off():
+    fn = lambda x: x.sum(0)  # noqa: E731
+    f = torch.compile(fn, backend="tpuc", options={"buckets": [8, 64]})
+    compiles = STATS["compiles"]
+    for n in (3, 8, 9, 64, 65):
+        x = dynamic(torch.randn(n, 2), 0)
+        close(f(x), fn(x))
+    # 3 and 8 in 8; 9 and 64 in 64; 65 above the list, its own size.
+    assert STATS["compiles"] - compiles == 3
+    torch._dynamo.reset()
+    g = torch.compile(fn, backend="tpuc", options={"buckets": "off"})
+    compiles = STATS["compiles"]
+    for n in (3, 4, 5):
+        x = dynamic(torch.randn(n, 2), 0)
+        close(g(x), fn(x))
+    assert STATS["compiles"] - compiles == 3
+
+
+def test_an_op_padding_would_change_is_compiled_per_size_said_once():
+    fn = lambda x: x.flip(0) * 2 + x[-1]  # noqa: E731
+    messages = run_at_edges(fn, lambda n: [torch.randn(n, 3)])
+    assert len(messages) == 1, messages
+    assert "compiled for each size" in messages[0] and "cannot be padded" in messages[0], messages[0]
+
+
+@pytest.mark.parametrize("bad", ["pow2:0", "8,4", "sixteen", 3.5, [4, "x"]])
+def test_bad_bucket_options_are_refused_naming_them(bad):
+    with pytest.raises(ValueError, match="buckets"):
+        tpuc.Options.parse({"buckets": bad})
