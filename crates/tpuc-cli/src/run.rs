@@ -158,6 +158,7 @@ impl Runner {
             input_dims: options.input_dims.clone(),
             cache_dir: options.cache_dir.clone(),
             buckets: options.buckets.clone(),
+            donate: Vec::new(),
         };
         let (compiled, _) = target.compile(source, &compile_options)?;
         let t = &compiled.timings;

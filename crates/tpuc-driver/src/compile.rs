@@ -56,6 +56,10 @@ pub struct Options {
     /// themselves (see `tpuc_fx::buckets`): [`Target::compile`] rounds the sizes up and the
     /// program is padded to them, or compiled per size where it cannot be made exact.
     pub buckets: Option<tpuc_fx::buckets::Buckets>,
+    /// User inputs updated in place: (the input's index among the user inputs, the result
+    /// holding its new value). The caller may donate such an input's buffer, which the result
+    /// then takes ([`Compiled::donations`]).
+    pub donate: Vec<(usize, usize)>,
     /// The on-disk cache of compiled executables: `None` for $TPUC_CACHE_DIR or the default,
     /// `off` for none (see `tpuc_pjrt::CompileCache::configured`).
     pub cache_dir: Option<String>,
@@ -220,11 +224,13 @@ fn emit_read(
         per_device: layout.clone().filter(|_| per_device),
         ..PipelineOptions::default()
     };
-    let piped =
+    let mut piped =
         tpuc_hlo::pipeline(lowered.module, &pipeline_options).map_err(|source| Error::Verify {
             what: name.clone(),
             source: Box::new(source),
         })?;
+    donate(&mut piped.main, &signature, &options.donate)
+        .map_err(|e| Error::Invalid(format!("{name}: {e}")))?;
     if let Some(p) = &piped.prepared {
         signature = signature.with_prepared(p.reads.clone(), p.module.main.results().len());
     }
@@ -261,6 +267,35 @@ fn emit_read(
         program,
         timings,
     })
+}
+
+/// Gives each user input of `donations` (its index among the user inputs, the result that
+/// takes its buffer) to its result: the caller donates the input and the result is written in
+/// its place.
+fn donate(
+    module: &mut Module,
+    signature: &Signature,
+    donations: &[(usize, usize)],
+) -> std::result::Result<(), String> {
+    let users: Vec<usize> = signature
+        .args
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| matches!(r, ArgRole::UserInput(_)))
+        .map(|(i, _)| i)
+        .collect();
+    for &(input, result) in donations {
+        let position = *users
+            .get(input)
+            .ok_or_else(|| format!("no user input {input} to update in place"))?;
+        let mut attrs = module.main.arg_attrs()[position].clone();
+        attrs.aliased_result = Some(result);
+        module.main.set_arg_attrs(position, attrs);
+    }
+    if donations.is_empty() {
+        return Ok(());
+    }
+    tpuc_hlo::ir::verify(module).map_err(|e| format!("updating inputs in place: {e}"))
 }
 
 /// The mesh and plan `options` ask for on `target`: data parallelism over all its devices unless
@@ -378,6 +413,9 @@ pub struct Compiled {
     pub padded: Option<Padded>,
     /// Why a program that asked for buckets was compiled for its sizes instead.
     pub not_padded: Option<String>,
+    /// (argument position, result index) of each argument whose buffer the result takes when
+    /// the caller donates it.
+    pub donations: Vec<(usize, usize)>,
     pub timings: Timings,
     pub cache: CacheReport,
 }
@@ -549,6 +587,14 @@ impl Target {
                 shard_layout(emitted.mesh.as_ref(), dims, ty.rank())
             })
             .collect::<Result<Vec<_>>>()?;
+        let donations = emitted
+            .ir
+            .main
+            .arg_attrs()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| a.aliased_result.map(|r| (i, r)))
+            .collect();
         let compiled = Arc::new(Compiled {
             executable,
             prepared,
@@ -561,6 +607,7 @@ impl Target {
             inputs: emitted.inputs,
             stablehlo: String::from_utf8_lossy(&emitted.module).into_owned(),
             program: emitted.program,
+            donations,
             padded: emitted.padded,
             not_padded,
             timings,

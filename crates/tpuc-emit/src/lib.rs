@@ -220,15 +220,23 @@ impl<'c> Emitter<'c> {
             ("arg_attrs", f.arg_attrs()),
             ("res_attrs", f.result_attrs()),
         ] {
-            if list.iter().any(|a| a.sharding.is_some()) {
+            if list
+                .iter()
+                .any(|a| a.sharding.is_some() || a.aliased_result.is_some())
+            {
                 let dicts: Vec<String> = list
                     .iter()
-                    .map(|a| match (&a.sharding, &m.sharding) {
-                        (Some(s), Some(mesh)) => {
+                    .map(|a| {
+                        let mut entries = Vec::new();
+                        if let (Some(s), Some(mesh)) = (&a.sharding, &m.sharding) {
                             let (key, text) = sharding_attr(mesh, s);
-                            format!("{{{key} = {text}}}")
+                            entries.push(format!("{key} = {text}"));
                         }
-                        _ => "{}".to_string(),
+                        // XLA's input-output alias: the argument's buffer becomes the result's.
+                        if let Some(r) = a.aliased_result {
+                            entries.push(format!("tf.aliasing_output = {r} : i32"));
+                        }
+                        format!("{{{}}}", entries.join(", "))
                     })
                     .collect();
                 attrs.push((

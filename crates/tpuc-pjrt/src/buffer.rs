@@ -35,6 +35,13 @@ impl Buffer {
         }
     }
 
+    /// Hands the host memory this buffer aliases to `to`, a result that took this (donated)
+    /// buffer's memory: this buffer's handle is destroyed now, and `to` keeps the memory alive
+    /// and waits for the plugin to be done with it when it goes.
+    pub(crate) fn hand_host_to(mut self, to: &mut Buffer) {
+        to.shared_host = self.shared_host.take();
+    }
+
     pub(crate) fn belongs_to(&self, client: &Arc<ClientInner>) -> bool {
         Arc::ptr_eq(&self.client, client)
     }

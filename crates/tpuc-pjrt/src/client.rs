@@ -271,14 +271,47 @@ impl Client {
         data: Arc<dyn HostBytes>,
         device: &Device,
     ) -> Result<Buffer> {
-        check_size(element_type, dims, data.bytes().len())?;
-        let (raw, done) = self.transfer(
+        self.buffer_over(
             element_type,
             dims,
-            data.bytes(),
+            data,
             device,
             PJRT_HostBufferSemantics_kImmutableZeroCopy,
-        )?;
+        )
+    }
+
+    /// A buffer on `device` over `data` that an execution may update in place: given to it
+    /// as a donated argument ([`crate::Executable::execute_donating`]), the result aliased to
+    /// that argument is written into `data` itself, where the plugin aliases host memory (the
+    /// CPU plugin, for 64-byte aligned memory; otherwise the plugin copies and the result is a
+    /// buffer of its own). `data` must not be read or written meanwhile by anyone else.
+    pub fn buffer_donatable(
+        &self,
+        element_type: DType,
+        dims: &[i64],
+        data: Arc<dyn HostBytes>,
+        device: &Device,
+    ) -> Result<Buffer> {
+        self.buffer_over(
+            element_type,
+            dims,
+            data,
+            device,
+            PJRT_HostBufferSemantics_kMutableZeroCopy,
+        )
+    }
+
+    /// A buffer over host memory `data`, kept alive until the plugin is done with it.
+    fn buffer_over(
+        &self,
+        element_type: DType,
+        dims: &[i64],
+        data: Arc<dyn HostBytes>,
+        device: &Device,
+        semantics: PJRT_HostBufferSemantics,
+    ) -> Result<Buffer> {
+        check_size(element_type, dims, data.bytes().len())?;
+        let (raw, done) = self.transfer(element_type, dims, data.bytes(), device, semantics)?;
         Ok(Buffer::new(raw, &self.inner, Some((data, done))))
     }
 

@@ -150,6 +150,45 @@ impl Executable {
         Ok(outputs.pop().unwrap_or_default())
     }
 
+    /// Runs the executable on its single device with `args`, in which each of `donated` (its
+    /// argument position, the result aliased to it, the buffer) is given up: where the plugin
+    /// writes that result into the donated buffer's memory, the result takes over the host
+    /// memory the buffer aliased ([`crate::Client::buffer_donatable`]), which then holds the
+    /// new value. `args` has no entry at donated positions.
+    pub fn execute_donating(
+        &self,
+        args: &[&Buffer],
+        mut donated: Vec<(usize, usize, Buffer)>,
+    ) -> Result<Vec<Buffer>> {
+        donated.sort_by_key(|(position, _, _)| *position);
+        let mut slots: Vec<Option<&Buffer>> = args.iter().map(|&b| Some(b)).collect();
+        for (position, _, buffer) in &donated {
+            if *position > slots.len() {
+                return Err(Error::Invalid(format!(
+                    "donated argument {position} is beyond the {} arguments",
+                    slots.len()
+                )));
+            }
+            slots.insert(*position, Some(buffer));
+        }
+        let list: Vec<&Buffer> = slots.into_iter().flatten().collect();
+        let addresses: Vec<Option<usize>> = donated
+            .iter()
+            .map(|(_, _, b)| b.device_address().ok())
+            .collect();
+        let mut outputs = self.execute_on_one_device(&list)?;
+        for ((_, result, buffer), address) in donated.into_iter().zip(addresses) {
+            let out = outputs.get_mut(result).ok_or_else(|| {
+                Error::Invalid(format!("no result {result} to take a donated argument"))
+            })?;
+            let written_in_place = address.is_some() && out.device_address().ok() == address;
+            if written_in_place {
+                buffer.hand_host_to(out);
+            }
+        }
+        Ok(outputs)
+    }
+
     /// Runs the executable on every device: `args[device][arg]`, devices in the order of
     /// [`Executable::devices`]. Returns the outputs per device, once all devices are done.
     pub fn execute(&self, args: &[Vec<&Buffer>]) -> Result<Vec<Vec<Buffer>>> {

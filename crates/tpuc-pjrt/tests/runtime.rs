@@ -561,3 +561,50 @@ fn compile_cache_keeps_under_its_size_limit_and_clears() {
     let missing = CompileCache::new(dir.path().join("never-made"), 1);
     assert_eq!(missing.usage().unwrap(), (0, 0));
 }
+
+/// A module whose result takes its first argument's buffer (`tf.aliasing_output`): donated,
+/// a buffer over host memory is updated in place; not donated, the host memory stays as it was.
+#[test]
+fn a_donated_argument_is_updated_in_place() {
+    const UPDATE: &str = r#"
+module @update {
+  func.func @main(%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32}, %arg1: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.add %arg0, %arg1 : tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}
+"#;
+    let client = client(1);
+    let exe = client
+        .compile_mlir(UPDATE.as_bytes(), &CompileOptions::single_device())
+        .unwrap();
+    let device = &exe.devices()[0];
+    let step = client
+        .buffer_from_host(&f32s(&[4], &[10.0; 4]), device)
+        .unwrap();
+    let cache = Arc::new(f32s(&[4], &[1.0, 2.0, 3.0, 4.0]));
+    let donated = client
+        .buffer_donatable(DType::F32, &[4], cache.clone(), device)
+        .unwrap();
+    let out = exe
+        .execute_donating(&[&step], vec![(0, 0, donated)])
+        .unwrap();
+    assert_eq!(cache.to_vec::<f32>().unwrap(), [11.0, 12.0, 13.0, 14.0]);
+    assert_eq!(
+        out[0].device_address().unwrap(),
+        cache.bytes().as_ptr() as usize
+    );
+    // The result keeps the memory; dropping it waits for the plugin, without hanging.
+    drop(out);
+    // A buffer that shares the memory but is not donated: the result is a buffer of its own.
+    let shared = client
+        .buffer_sharing(DType::F32, &[4], cache.clone(), device)
+        .unwrap();
+    let out = exe.execute_on_one_device(&[&shared, &step]).unwrap();
+    assert_eq!(
+        out[0].to_host().unwrap().to_vec::<f32>().unwrap(),
+        [21.0, 22.0, 23.0, 24.0]
+    );
+    drop((out, shared));
+    assert_eq!(cache.to_vec::<f32>().unwrap(), [11.0, 12.0, 13.0, 14.0]);
+}

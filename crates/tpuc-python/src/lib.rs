@@ -7,7 +7,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tpuc_driver::{
     ArgRole, Buckets, Compiled, Hoist, LowerOptions, Mesh, Options, Plan, Precision, Source,
     Target, WeightsMode,
@@ -176,6 +176,17 @@ struct PythonMemory {
     _owner: Py<PyAny>,
 }
 
+impl PythonMemory {
+    /// `len` bytes at `address`, which `owner` (a contiguous CPU tensor's storage) keeps alive.
+    fn shared(address: usize, len: usize, owner: Py<PyAny>) -> Arc<dyn HostBytes> {
+        Arc::new(PythonMemory {
+            address,
+            len,
+            _owner: owner,
+        })
+    }
+}
+
 impl HostBytes for PythonMemory {
     fn bytes(&self) -> &[u8] {
         if self.len == 0 {
@@ -249,7 +260,9 @@ impl Runtime {
     /// `buckets` (with `input_dims`): compile for the sizes' buckets (`pow2`, `pow2:MIN` or a
     /// list of sizes), the inputs padded to them (`CompiledGraph.call_sizes`), instead of for
     /// the sizes themselves.
-    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None, process_groups=None, result_specs=None, input_dims=None, buckets=None))]
+    /// `donate`: (input index, output index) of each input the graph updates in place, whose
+    /// new value that output is (`CompiledGraph.donations`, `Runtime.donatable_buffer`).
+    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None, process_groups=None, result_specs=None, input_dims=None, buckets=None, donate=None))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         &self,
@@ -264,6 +277,7 @@ impl Runtime {
         result_specs: Option<Vec<Option<Spec>>>,
         input_dims: Option<Vec<Vec<i64>>>,
         buckets: Option<&str>,
+        donate: Option<Vec<(usize, usize)>>,
     ) -> PyResult<CompiledGraph> {
         let precision: Precision = matmul_precision.parse().map_err(error)?;
         let buckets = buckets.map(Buckets::parse).transpose().map_err(error)?;
@@ -296,6 +310,7 @@ impl Runtime {
             sizes: input_dims.as_ref().map(|_| BTreeMap::new()),
             input_dims,
             buckets,
+            donate: donate.unwrap_or_default(),
             ..Options::default()
         };
         py.detach(|| {
@@ -308,6 +323,35 @@ impl Runtime {
                 .compile(source, &options)
                 .map_err(driver_error)?;
             Ok(CompiledGraph { compiled, reused })
+        })
+    }
+
+    /// A contiguous CPU tensor's memory (`address`/`nbytes`, kept alive by `owner`) on the
+    /// device, for an execution that updates it in place: on the CPU plugin (64-byte aligned
+    /// memory) the result is written into the tensor itself. One device only.
+    fn donatable_buffer(
+        &self,
+        py: Python<'_>,
+        address: usize,
+        nbytes: usize,
+        dtype_name: &str,
+        shape: Vec<i64>,
+        owner: Py<PyAny>,
+    ) -> PyResult<DonatedBuffer> {
+        let element_type = dtype(dtype_name)?;
+        let [device] = self.target.devices() else {
+            return Err(error("updates in place run on one device"));
+        };
+        let memory = PythonMemory::shared(address, nbytes, owner);
+        let buffer = py
+            .detach(|| {
+                self.target
+                    .client()
+                    .buffer_donatable(element_type, &shape, memory, device)
+            })
+            .map_err(error)?;
+        Ok(DonatedBuffer {
+            buffer: Mutex::new(Some(buffer)),
         })
     }
 
@@ -327,11 +371,7 @@ impl Runtime {
         spec: Option<Spec>,
     ) -> PyResult<DeviceBuffer> {
         let element_type = dtype(dtype_name)?;
-        let memory: Arc<dyn HostBytes> = Arc::new(PythonMemory {
-            address,
-            len: nbytes,
-            _owner: owner,
-        });
+        let memory = PythonMemory::shared(address, nbytes, owner);
         let layout = self.layout(spec, shape.len())?;
         let buffers = py
             .detach(|| {
@@ -346,6 +386,13 @@ impl Runtime {
             .map_err(error)?;
         Ok(DeviceBuffer { buffers })
     }
+}
+
+/// A tensor's memory on the (one) device, to be given up to an execution that updates it in
+/// place (`CompiledGraph.run_dlpack(..., donated=...)`); usable once.
+#[pyclass(frozen, module = "tpuc._tpuc")]
+struct DonatedBuffer {
+    buffer: Mutex<Option<Buffer>>,
 }
 
 /// A tensor on the devices: one buffer per device (its part of the tensor), in mesh order.
@@ -380,6 +427,52 @@ impl CompiledGraph {
             )));
         }
         execute_on(py, &self.compiled.executable, args).map_err(error)
+    }
+}
+
+impl CompiledGraph {
+    /// Executes the graph on one device with `args` and the `donated` buffers at their
+    /// positions, each given up to the result the graph aliases it to.
+    fn execute_donating(
+        &self,
+        py: Python<'_>,
+        args: &[PyRef<'_, DeviceBuffer>],
+        donated: &[(usize, PyRef<'_, DonatedBuffer>)],
+    ) -> PyResult<Vec<Buffer>> {
+        let expected = self.compiled.signature.args.len();
+        if args.len() + donated.len() != expected {
+            return Err(error(format!(
+                "the graph takes {expected} arguments, {} given",
+                args.len() + donated.len()
+            )));
+        }
+        let mut given = Vec::with_capacity(donated.len());
+        for (position, buffer) in donated {
+            let result = self
+                .compiled
+                .donations
+                .iter()
+                .find(|(p, _)| p == position)
+                .map(|&(_, r)| r)
+                .ok_or_else(|| error(format!("argument {position} is not updated in place")))?;
+            let buffer = buffer
+                .buffer
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .ok_or_else(|| error("a donated buffer was given up already"))?;
+            given.push((*position, result, buffer));
+        }
+        let list: Vec<&Buffer> = args
+            .iter()
+            .map(|a| {
+                a.buffers
+                    .first()
+                    .ok_or_else(|| error("an argument has no buffer"))
+            })
+            .collect::<PyResult<_>>()?;
+        py.detach(|| self.compiled.executable.execute_donating(&list, given))
+            .map_err(error)
     }
 }
 
@@ -617,6 +710,13 @@ impl CompiledGraph {
             .collect()
     }
 
+    /// (argument position, output index) of each argument the graph updates in place: given
+    /// up as a donated buffer, the output takes its memory.
+    #[getter]
+    fn donations(&self) -> Vec<(usize, usize)> {
+        self.compiled.donations.clone()
+    }
+
     /// How many arguments the graph itself takes (the prepared values come after them).
     #[getter]
     fn num_args(&self) -> usize {
@@ -651,18 +751,26 @@ impl CompiledGraph {
     /// Runs the graph on `args` and returns its outputs as DLPack capsules that alias the
     /// plugin's output memory (for plugins whose device memory is host memory: the CPU
     /// plugin). `torch.from_dlpack` turns each into a tensor without a copy.
+    ///
+    /// `donated`: (argument position, buffer) of arguments given up to results that take their
+    /// memory (`donations`); `args` then lacks those positions.
+    #[pyo3(signature = (args, donated=None))]
     fn run_dlpack<'py>(
         &self,
         py: Python<'py>,
         args: Vec<PyRef<'py, DeviceBuffer>>,
+        donated: Option<Vec<(usize, PyRef<'py, DonatedBuffer>)>>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         if !self.compiled.results_whole() {
             return Err(error(
                 "the graph's results are split over the devices: run it with destinations (run)",
             ));
         }
-        self.execute(py, &args)?
-            .swap_remove(0)
+        let results = match donated {
+            None => self.execute(py, &args)?.swap_remove(0),
+            Some(donated) => self.execute_donating(py, &args, &donated)?,
+        };
+        results
             .into_iter()
             .zip(&self.compiled.result_types)
             .map(|(b, ty)| dlpack::capsule(py, b, ty.elem, &ty.shape))
@@ -723,6 +831,7 @@ fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_buckets, m)?)?;
     m.add_class::<Runtime>()?;
     m.add_class::<DeviceBuffer>()?;
+    m.add_class::<DonatedBuffer>()?;
     m.add_class::<CompiledGraph>()?;
     m.add("TpucError", m.py().get_type::<TpucError>())?;
     Ok(())

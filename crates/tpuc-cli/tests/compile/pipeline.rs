@@ -235,6 +235,7 @@ fn sharding_constraints_compile() -> Result<(), Failed> {
             ty.clone(),
             ArgAttrs {
                 sharding: Some(Sharding::split(2, 0, "dp")),
+                ..ArgAttrs::default()
             },
         );
         let y = b.unary(tpuc_hlo::ir::UnaryOp::Exp, x)?;
@@ -244,6 +245,7 @@ fn sharding_constraints_compile() -> Result<(), Failed> {
                 vec![z],
                 vec![ArgAttrs {
                     sharding: Some(Sharding::replicated(2)),
+                    ..ArgAttrs::default()
                 }],
             ),
             sharding: Some(MeshSharding {

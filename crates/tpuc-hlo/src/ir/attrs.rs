@@ -273,6 +273,9 @@ pub struct MeshSharding {
 pub struct ArgAttrs {
     /// Its layout over the module's mesh; the module must have one.
     pub sharding: Option<Sharding>,
+    /// For an argument: the result that takes its buffer (the caller donates the argument and
+    /// the result is written in its place: an update in place). That result has its type.
+    pub aliased_result: Option<usize>,
 }
 
 #[cfg(test)]

@@ -250,6 +250,7 @@ mod tests {
             TensorType::new(vec![4, 8], DType::F32),
             ArgAttrs {
                 sharding: Some(Sharding::split(2, 0, "dp")),
+                ..ArgAttrs::default()
             },
         );
         let w = b.arg(TensorType::new(vec![8], DType::F32), ArgAttrs::default());

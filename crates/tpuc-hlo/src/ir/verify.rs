@@ -14,7 +14,9 @@
 //! - a manual module (its body runs per device) is written in Shardy, every argument and result
 //!   has a sharding (any per-device size makes a whole); once a module has a mesh, collectives
 //!   appear only if it is manual, their groups splitting the mesh's devices, each device in one
-//!   group.
+//!   group;
+//! - an argument that gives its buffer to a result (`ArgAttrs::aliased_result`) names an
+//!   existing result of its type, and no other argument names that result.
 
 use super::attrs::{ArgAttrs, Mesh, Sharding, ShardingDialect};
 use super::func::Module;
@@ -142,7 +144,7 @@ pub fn verify(module: &Module) -> Result<(), VerifyError> {
         ("result", f.results(), f.result_attrs()),
     ];
     for (what, values, attrs) in sides {
-        for (i, (&v, ArgAttrs { sharding })) in values.iter().zip(attrs).enumerate() {
+        for (i, (&v, ArgAttrs { sharding, .. })) in values.iter().zip(attrs).enumerate() {
             let place = || format!("{what} {i}");
             let shape = &f.ty(v).shape;
             let checked = match sharding {
@@ -159,6 +161,31 @@ pub fn verify(module: &Module) -> Result<(), VerifyError> {
                 invariant: why,
                 after: None,
             })?;
+        }
+    }
+    let mut taken = vec![false; f.results().len()];
+    for (i, (&v, attrs)) in f.args().iter().zip(f.arg_attrs()).enumerate() {
+        let Some(r) = attrs.aliased_result else {
+            continue;
+        };
+        let fits = f.results().get(r).is_some_and(|&out| f.ty(out) == f.ty(v));
+        let why = if !fits {
+            Some(format!(
+                "gives its buffer to result {r}, which is not one of its type"
+            ))
+        } else if std::mem::replace(&mut taken[r], true) {
+            Some(format!(
+                "gives its buffer to result {r}, which another argument has"
+            ))
+        } else {
+            None
+        };
+        if let Some(invariant) = why {
+            return Err(VerifyError {
+                place: format!("argument {i}"),
+                invariant,
+                after: None,
+            });
         }
     }
     Ok(())
@@ -334,6 +361,7 @@ mod tests {
                 0,
                 ArgAttrs {
                     sharding: Some(sharding),
+                    ..ArgAttrs::default()
                 },
             );
             let module = Module {
@@ -379,11 +407,37 @@ mod tests {
     }
 
     #[test]
+    fn an_argument_gives_its_buffer_only_to_a_result_of_its_type() {
+        let aliased = |results: &[usize]| {
+            let mut f = chain();
+            // Each a new argument of the result's type, giving its buffer to result `r`.
+            for &r in results {
+                f.add_arg(f32s(&[4]), ArgAttrs::default());
+                let index = f.args().len() - 1;
+                f.set_arg_attrs(
+                    index,
+                    ArgAttrs {
+                        aliased_result: Some(r),
+                        ..ArgAttrs::default()
+                    },
+                );
+            }
+            verify(&Module::new(f)).map_err(|e| e.to_string())
+        };
+        assert_eq!(aliased(&[0]), Ok(()));
+        let e = aliased(&[1]).unwrap_err();
+        assert!(e.contains("result 1, which is not one of its type"), "{e}");
+        let e = aliased(&[0, 0]).unwrap_err();
+        assert!(e.contains("which another argument has"), "{e}");
+    }
+
+    #[test]
     fn collectives_run_only_per_device_over_groups_of_the_mesh() {
         let module = |groups: Vec<Vec<i64>>, manual: bool, sharded: bool| {
             let mut b = Builder::new();
             let attrs = || ArgAttrs {
                 sharding: sharded.then(|| Sharding::replicated(1)),
+                ..ArgAttrs::default()
             };
             let x = b.arg(TensorType::new(vec![4], DType::F32), attrs());
             let y = b

@@ -38,6 +38,7 @@ pub fn annotate(mut module: Module, request: &ShardingRequest) -> Module {
             i,
             ArgAttrs {
                 sharding: Some(sharding),
+                ..ArgAttrs::default()
             },
         );
     }
@@ -51,6 +52,7 @@ pub fn annotate(mut module: Module, request: &ShardingRequest) -> Module {
             i,
             ArgAttrs {
                 sharding: Some(sharding),
+                ..ArgAttrs::default()
             },
         );
     }
@@ -68,7 +70,10 @@ pub fn per_device(module: Module, mesh: &Mesh) -> BuildResult<Module> {
     let stacked = |rank: usize| {
         let mut s = Sharding::replicated(rank + 1);
         s.dims[0] = axes.clone();
-        ArgAttrs { sharding: Some(s) }
+        ArgAttrs {
+            sharding: Some(s),
+            ..ArgAttrs::default()
+        }
     };
     let old = &module.main;
     let mut rw = Rewriter::with_args(old, |b, ty, _| {

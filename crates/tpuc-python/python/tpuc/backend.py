@@ -322,8 +322,9 @@ class GraphCompiler:
         # The graph's constants (lifted to trailing inputs) never change either.
         stable = None if weights is None else [i in weights or i >= own_inputs for i in inputs]
         laid_out = None if specs is None else [specs[i] if i < own_inputs else None for i in inputs]
+        donate = _updated_in_place(placeholders, returned, inputs, outputs)
         return PreparedGraph(gm, serialize(gm, tensor_outputs), inputs, outputs, single, constants, stable,
-                             laid_out, laid_out_results)
+                             laid_out, laid_out_results, donate)
 
     def compile_prepared(self, prepared: "PreparedGraph", name: str, args: list | None = None) -> CompiledGraph:
         """The prepared graph compiled; one with symbolic sizes for the shapes of `args`, the
@@ -332,8 +333,14 @@ class GraphCompiler:
         given = None if args is None else list(args) + p.constants
         input_dims = None if given is None else [list(given[i].shape) for i in p.inputs]
         buckets = None if input_dims is None else self.opts.buckets
+        # Inputs updated in place give their memory to their new value where the plugin's device
+        # memory is the host's (elsewhere that needs tensors that live on the device); not for
+        # inputs padded to a bucket (a copy), nor over a mesh.
+        in_place = self.session.host_memory and self.session.mesh is None and self.process_groups is None
+        donate = p.donate if in_place and input_dims is None else None
         compiled = self.session.compile(p.program, name, self.opts.matmul_precision, p.stable, self.opts.cache_dir,
-                                        p.laid_out, self.process_groups, p.laid_out_results, input_dims, buckets)
+                                        p.laid_out, self.process_groups, p.laid_out_results, input_dims, buckets,
+                                        donate)
         if compiled.not_padded is not None:
             warnings.warn(f"tpuc: {name}: compiled for each size, not per bucket of sizes: {compiled.not_padded}",
                           stacklevel=2)
@@ -361,6 +368,29 @@ class PreparedGraph(NamedTuple):
     stable: list | None
     laid_out: list | None
     laid_out_results: list | None
+    donate: list
+
+
+def _updated_in_place(placeholders: list, returned: list, inputs: list, outputs: list) -> list:
+    """(compiled input, compiled output) of each input the graph updates: aot_autograd returns
+    the new values of mutated inputs first, in `mutated_inp_runtime_indices` order, and copies
+    them into the inputs after the call. An output of the input's shape and dtype can take the
+    input's memory instead (the copy then finds it already there)."""
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None)
+    mutated = list(getattr(metadata, "mutated_inp_runtime_indices", None) or [])
+    info = getattr(metadata, "input_info", None) or []
+    pairs = []
+    for j, i in enumerate(mutated):
+        if j >= len(outputs) or i >= len(placeholders) or i not in inputs or outputs[j][0] != "tensor":
+            continue
+        if i < len(info) and not getattr(info[i], "mutates_data", False):
+            continue  # a metadata-only mutation (a resize, a transpose_) returns no data
+        old, new = placeholders[i].meta.get("val"), returned[j].meta.get("val")
+        if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and old.shape == new.shape \
+                and old.dtype == new.dtype:
+            pairs.append((inputs.index(i), outputs[j][1]))
+    return pairs
 
 
 def _lift_constants(gm: torch.fx.GraphModule, name: str):

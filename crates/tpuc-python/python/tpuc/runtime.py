@@ -19,7 +19,9 @@ from . import _tpuc
 # the cache of compiled executables instead, host-to-device uploads, reused device buffers and
 # computations of weight-derived values, for tests and diagnostics.
 # Compilations served by an executable compiled for the same bucket of sizes count as bucket hits.
-STATS = {"compiles": 0, "cache_hits": 0, "uploads": 0, "reused": 0, "prepared": 0, "bucket_hits": 0}
+# Inputs a graph updated in place, in their own memory, count as in_place.
+STATS = {"compiles": 0, "cache_hits": 0, "uploads": 0, "reused": 0, "prepared": 0, "bucket_hits": 0,
+         "in_place": 0}
 
 _RUNTIMES: dict[tuple, "Session"] = {}
 _RUNTIMES_LOCK = threading.Lock()
@@ -36,6 +38,7 @@ class Session:
     def __init__(self, plugin: str, mesh: str | None = None):
         # The interpreter's own sys.path says where its packages (the plugins among them) are.
         self.runtime = _tpuc.Runtime(plugin, [p for p in sys.path if p], mesh)
+        self.mesh = mesh
         self.buffers = BufferCache(self.runtime)
         # The CPU plugin's device memory is host memory: outputs become tensors without a copy.
         self.host_memory = self.runtime.platform == "cpu"
@@ -58,16 +61,17 @@ class Session:
                 stable: list[bool] | None = None, cache_dir: str | None = None,
                 specs: list | None = None, process_groups: dict | None = None,
                 result_specs: list | None = None, input_dims: list | None = None,
-                buckets: str | None = None) -> _tpuc.CompiledGraph:
+                buckets: str | None = None, donate: list | None = None) -> _tpuc.CompiledGraph:
         """The executable of `program` (its serialized form holds the ops, the input and output
         types, and the source locations), compiled once per distinct graph and options in this
         process. `stable` flags the inputs that stay the same between calls (see
         `_tpuc.Runtime.compile`); `cache_dir` as `Options.cache_dir`; `specs` lays each input out
         over the session's mesh, `result_specs` each output (whole where None); `process_groups`
         makes it one rank's program run on every device; `input_dims` fixes the sizes of a program
-        with symbolic ones, compiled for their `buckets` when given (`_tpuc.Runtime.compile`)."""
+        with symbolic ones, compiled for their `buckets` when given; `donate` pairs inputs the
+        graph updates in place with their new values (`_tpuc.Runtime.compile`)."""
         compiled = self.runtime.compile(program, name, matmul_precision, stable, cache_dir, specs,
-                                        process_groups, result_specs, input_dims, buckets)
+                                        process_groups, result_specs, input_dims, buckets, donate)
         if compiled.reused:
             if compiled.bucket is not None:
                 STATS["bucket_hits"] += 1
@@ -146,6 +150,13 @@ class BufferCache:
                 self.sizes.clear()
             self.sizes[value] = found
         return found
+
+    def donatable(self, tensor: torch.Tensor) -> "_tpuc.DonatedBuffer":
+        """`tensor`'s memory for a graph that updates it in place (never cached: the graph
+        takes it over). On the CPU plugin the graph writes the new value into the tensor."""
+        STATS["uploads"] += 1
+        return self.runtime.donatable_buffer(tensor.data_ptr(), tensor.numel() * tensor.element_size(),
+                                             dtype_name(tensor.dtype), list(tensor.shape), tensor.untyped_storage())
 
     def seed(self) -> _tpuc.DeviceBuffer:
         """A fresh seed for a graph's random ops, drawn from torch's default generator, so
@@ -277,6 +288,10 @@ class CompiledGraph:
             self.padded_shapes = [by_input.get(k) for k in range(len(inputs))]
             # The inputs with a padded dimension (the others are passed as they are).
             self.padded_inputs = compiled.padded_inputs
+        # Inputs the graph updates in place: (input, argument position, output), for tensors
+        # whose memory the plugin can write (contiguous, on a plugin whose device memory is the
+        # host's); the others are passed as usual and updated by aot_autograd's copy.
+        self.donated = [(a, own[a][1], r) for a, r in compiled.donations if own[a][0] == "input"]
         self.prepared_args = compiled.prepared_args
         self.prepared = session.prepared_values(compiled) if self.prepared_args is not None else None
 
@@ -292,10 +307,14 @@ class CompiledGraph:
             sizes, result_shapes = self.compiled.call_sizes([list(t.shape) for t in given])
             for k in self.padded_inputs:
                 given[k] = _padded(given[k], self.padded_shapes[k])
+        # Inputs updated in place give their memory up to their new value (never cached).
+        donated = [(a, k, r) for a, k, r in self.donated if given[k].is_contiguous()]
+        gifts = [(a, self.cache.donatable(given[k])) for a, k, _ in donated]
+        skip = {k for _, k, _ in donated}
         if self.laid_out:
             pool = [buffer(t, spec) for t, spec in zip(given, self.input_specs)]
         else:
-            pool = [buffer(t) for t in given]
+            pool = [None if k in skip else buffer(t) for k, t in enumerate(given)]
         pool.append(self.cache.seed() if self.random else None)
         if self.bucket is not None:
             pool += [self.cache.size(v) for v in sizes]
@@ -303,7 +322,16 @@ class CompiledGraph:
         if self.prepared is not None:
             values = self.prepared.values([buffers[i] for i in self.prepared_args])
             buffers += [values[i] for i in self.derived_order]
-        if self.zero_copy:
+        if donated:
+            positions = {a for a, _, _ in donated}
+            kept = [b for j, b in enumerate(buffers) if j not in positions]
+            results = [from_dlpack(c) for c in self.compiled.run_dlpack(kept, gifts)]
+            for _, k, r in donated:
+                if results[r].data_ptr() == given[k].data_ptr():
+                    # The input holds its new value: aot_autograd's copy into it is a no-op.
+                    results[r] = given[k]
+                    STATS["in_place"] += 1
+        elif self.zero_copy:
             results = [from_dlpack(c) for c in self.compiled.run_dlpack(buffers)]
         else:
             results = [torch.empty(shape, dtype=dtype) for dtype, shape in self.specs]
