@@ -51,6 +51,12 @@ OP_CLASSES = {
     "layer norm of padded rows": (lambda x: F.layer_norm(x, (8,)), lambda n: [torch.randn(n, 8)]),
     "views keeping the padded dimension": (lambda x: x.view(2, -1, 4).permute(1, 0, 2).reshape(-1, 8).sum(1),
                                            lambda n: [torch.randn(2, n, 4)]),
+    "linear layers over a batch of padded sequences": (
+        torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).requires_grad_(False),
+        lambda n: [torch.randn(2, n, 8)]),
+    "causal attention over padded queries and keys": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        lambda n: [torch.randn(2, 2, n, 8), torch.randn(2, 2, n, 8), torch.randn(2, 2, n, 8)]),
     "concatenation along the padded dimension": (lambda x, y: torch.cat([x, y.tanh(), x * 2], 0),
                                                  lambda n: [torch.randn(n, 4), torch.randn(3, 4)]),
 }

@@ -313,6 +313,7 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
             cx.b.arg(TensorType::new(vec![], DType::I64), ArgAttrs::default());
         cx.sizes.insert(symbol.clone(), v);
     }
+    let mut spread = padding::Spread::default();
     for n in g.nodes.iter().filter(|n| !computes_static_sizes(g, n)) {
         cx.b.set_loc(node_loc(n));
         let node_err = |message: String| LowerError::Node {
@@ -350,14 +351,16 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
         }
         let rule = match &opts.padding {
             None => padding::Rule::Plain,
-            Some(p) => padding::rule(g, p, is_pointwise(&n.target), n).map_err(|why| {
-                LowerError::NotPaddable {
-                    node: n.name.clone(),
-                    target: n.target.clone(),
-                    location: n.source(),
-                    message: why.0,
-                }
-            })?,
+            Some(p) => {
+                padding::rule(g, p, &mut spread, is_pointwise(&n.target), n).map_err(|why| {
+                    LowerError::NotPaddable {
+                        node: n.name.clone(),
+                        target: n.target.clone(),
+                        location: n.source(),
+                        message: why.0,
+                    }
+                })?
+            }
         };
         let outs = match empty_outputs(&mut cx.b, &recorded) {
             // Every output is empty: nothing to compute, whatever the op.
@@ -436,6 +439,16 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
     let mut roles = Vec::new();
     for (i, out) in g.outputs.iter().enumerate() {
         match &out.value {
+            OutputValue::Tensor(t) if spread.holds(t) => {
+                return Err(LowerError::NotPaddable {
+                    node: t.clone(),
+                    target: "output".into(),
+                    location: None,
+                    message: format!(
+                        "graph output {i} holds a padded dimension merged with dimensions before it"
+                    ),
+                })
+            }
             OutputValue::Tensor(t) => {
                 let v = cx
                     .value(t)

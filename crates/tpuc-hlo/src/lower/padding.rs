@@ -16,6 +16,8 @@
 //! used as numbers are refused. The results keep their bucket shapes: the runtime slices them
 //! to the true sizes.
 
+use std::collections::HashMap;
+
 use tpuc_fx::buckets::Padding;
 use tpuc_fx::symbolic::SymExpr;
 use tpuc_fx::{Arg, Node, SymIntArg};
@@ -35,6 +37,27 @@ pub(super) enum Rule {
     Masked(Vec<(String, Vec<usize>, Fill)>),
     /// Concatenation along padded dimension `dim`.
     Concat(usize),
+}
+
+/// Padded dimensions whose true data a view spread out: merged with `outer` dimensions before
+/// it (`[2, s, k] -> [2*s, k]`, as a linear layer on a batch does), the dimension holds `outer`
+/// runs of padded data. Only ops that keep each position of that dimension apart (elementwise
+/// ops, the rows of a matrix product) and the view back are allowed on it.
+#[derive(Default)]
+pub(super) struct Spread(HashMap<String, Marks>);
+
+/// A tensor's spread dimensions: (dimension, how many runs of padded data it holds).
+type Marks = Vec<(usize, i64)>;
+
+impl Spread {
+    fn of(&self, name: &str) -> &[(usize, i64)] {
+        self.0.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether graph output `name` holds spread data (which slicing cannot take back).
+    pub(super) fn holds(&self, name: &str) -> bool {
+        !self.of(name).is_empty()
+    }
 }
 
 /// Why a node cannot be made exact under padding.
@@ -306,6 +329,7 @@ impl Ctx<'_> {
 pub(super) fn rule(
     g: &tpuc_fx::Graph,
     padding: &Padding,
+    spread: &mut Spread,
     pointwise: bool,
     n: &Node,
 ) -> Result<Rule, Refused> {
@@ -349,6 +373,28 @@ pub(super) fn rule(
         _ => None,
     };
     let t = n.target.as_str();
+
+    if RESHAPES.contains(&t) {
+        let (Some(x), Some(out)) = (self_name, outputs.first()) else {
+            return refuse("a view without its input");
+        };
+        let marks = view_layout(g, padding, spread.of(x), x, out)?;
+        if !marks.is_empty() {
+            spread.0.insert(out.to_string(), marks);
+        }
+        return Ok(Rule::Plain);
+    }
+    let spread_inputs: Vec<(&str, usize, i64)> = inputs
+        .iter()
+        .flat_map(|&x| spread.of(x).iter().map(move |&(d, o)| (x, d, o)))
+        .collect();
+    if !spread_inputs.is_empty() {
+        let marks = spread_through(g, padding, spread, pointwise, n, &inputs, &outputs)?;
+        for (out, dims) in marks {
+            spread.0.insert(out, dims);
+        }
+        return Ok(Rule::Plain);
+    }
 
     if let Some(fill) = reduction(t) {
         let Some(x) = self_name else {
@@ -485,12 +531,6 @@ pub(super) fn rule(
             None => Ok(Rule::Plain),
         };
     }
-    if RESHAPES.contains(&t) {
-        let (Some(x), Some(out)) = (self_name, outputs.first()) else {
-            return refuse("a view without its input");
-        };
-        return keeps_padded_dims(g, padding, x, out).map(|()| Rule::Plain);
-    }
     if pointwise {
         let Some(out) = outputs.first() else {
             return Ok(Rule::Plain);
@@ -540,14 +580,18 @@ fn same_coordinates(
     Ok(())
 }
 
-/// A view keeps a padded dimension when that dimension has the same place in the row-major
-/// order before and after: the same size, the same product of sizes before it and after it.
-fn keeps_padded_dims(
+/// Where a view puts each padded dimension of `x` (spread as `spread_x` says): outermost in a
+/// dimension of `out` (the same product of sizes before it, the same number of elements from
+/// it on: merged with or split into whole dimensions after it, `[s, 4] <-> [4*s]`), which keeps
+/// its true data first; or merged with dimensions before it (`[2, s] -> [2*s]`), spread, which
+/// the marks returned for `out` record (and a view back undoes).
+fn view_layout(
     g: &tpuc_fx::Graph,
     padding: &Padding,
+    spread_x: &[(usize, i64)],
     x: &str,
     out: &str,
-) -> Result<(), Refused> {
+) -> Result<Vec<(usize, i64)>, Refused> {
     let sizes = |name: &str| -> Vec<i64> {
         g.tensor(name)
             .map(|m| {
@@ -559,33 +603,143 @@ fn keeps_padded_dims(
             .unwrap_or_default()
     };
     let (xs, os) = (sizes(x), sizes(out));
-    let (xd, od) = (
-        padding.dims(x).unwrap_or_default(),
-        padding.dims(out).unwrap_or_default(),
-    );
-    let place = |s: &[i64], d: usize| -> (i64, i64, i64) {
-        (s[..d].iter().product(), s[d], s[d + 1..].iter().product())
-    };
-    let padded = |dims: &[Option<SymExpr>]| -> Vec<(usize, SymExpr)> {
-        dims.iter()
+    let before = |s: &[i64], d: usize| -> i64 { s[..d].iter().product() };
+    let from = |s: &[i64], d: usize| -> i64 { s[d..].iter().product() };
+    let padded = |name: &str| -> Vec<usize> {
+        padding
+            .dims(name)
+            .unwrap_or_default()
+            .iter()
             .enumerate()
-            .filter_map(|(i, e)| e.clone().map(|e| (i, e)))
+            .filter_map(|(i, e)| e.as_ref().map(|_| i))
             .collect()
     };
-    let (pin, pout) = (padded(xd), padded(od));
+    let (pin, pout) = (padded(x), padded(out));
     if pin.len() != pout.len() {
         return refuse(format!(
             "the view of {x} as {out} merges or splits a padded dimension"
         ));
     }
-    for ((i, a), (j, b)) in pin.iter().zip(&pout) {
-        if a != b || place(&xs, *i) != place(&os, *j) {
+    let mut marks = Vec::new();
+    for (&i, &j) in pin.iter().zip(&pout) {
+        let outer = spread_x
+            .iter()
+            .find(|(d, _)| *d == i)
+            .map_or(1, |&(_, o)| o);
+        // The padded run in the flat layout: the elements before it, the elements from it on.
+        let (ahead, rest) = (before(&xs, i) * outer, from(&xs, i) / outer);
+        let (ahead_out, rest_out) = (before(&os, j), from(&os, j));
+        if (ahead_out, rest_out) == (ahead, rest) {
+            continue;
+        }
+        let merged =
+            ahead_out > 0 && ahead % ahead_out == 0 && rest_out == rest * (ahead / ahead_out);
+        if !merged {
             return refuse(format!(
-                "the view of {x} as {out} moves padded dimension {i} ({a})"
+                "the view of {x} as {out} moves padded dimension {i}"
             ));
         }
+        marks.push((j, ahead / ahead_out));
     }
-    Ok(())
+    Ok(marks)
+}
+
+/// The spread marks of `n`'s outputs, when `n` reads spread data: elementwise ops keep each
+/// position (their inputs spread alike), matrix products keep their rows; anything else is
+/// refused.
+fn spread_through(
+    g: &tpuc_fx::Graph,
+    padding: &Padding,
+    spread: &Spread,
+    pointwise: bool,
+    n: &Node,
+    inputs: &[&str],
+    outputs: &[&str],
+) -> Result<Vec<(String, Marks)>, Refused> {
+    let rank = |name: &str| g.tensor(name).map_or(0, |m| m.sizes.len());
+    let why = || {
+        Refused(
+            "it reads a padded dimension that a view merged with dimensions before it (only \
+             elementwise ops and the rows of a matrix product may, until a view splits it again)"
+                .to_string(),
+        )
+    };
+    let Some(&out) = outputs.first() else {
+        return Err(why());
+    };
+    let out_rank = rank(out);
+    let mut marks: Vec<(usize, i64)> = Vec::new();
+    if pointwise {
+        same_coordinates(g, padding, inputs, out)?;
+        for &x in inputs {
+            let offset = out_rank - rank(x).min(out_rank);
+            for &(d, o) in spread.of(x) {
+                let at = d + offset;
+                match marks.iter().find(|(m, _)| *m == at) {
+                    Some(&(_, seen)) if seen != o => return Err(why()),
+                    Some(_) => {}
+                    None => marks.push((at, o)),
+                }
+            }
+        }
+        // An input padded where another is spread would mix layouts.
+        for &x in inputs {
+            let offset = out_rank - rank(x).min(out_rank);
+            let dims = padding.dims(x).unwrap_or_default();
+            for (d, e) in dims.iter().enumerate() {
+                let spread_here = spread.of(x).iter().any(|(s, _)| *s == d);
+                if e.is_some() && !spread_here && marks.iter().any(|(m, _)| *m == d + offset) {
+                    return Err(why());
+                }
+            }
+        }
+    } else {
+        let rows_arg = match n.target.as_str() {
+            "aten.mm.default" => Some("self"),
+            "aten.addmm.default" => Some("mat1"),
+            "aten.linear.default" => Some("input"),
+            _ => None,
+        };
+        let rows = rows_arg.and_then(|a| match n.arg(a) {
+            Some(Arg::Tensor(t)) => Some(t.as_str()),
+            _ => None,
+        });
+        let Some(rows) = rows else {
+            return Err(why());
+        };
+        // Only the rows operand is spread, and not along what the product contracts, which no
+        // operand has padded.
+        if inputs
+            .iter()
+            .any(|&x| x != rows && !spread.of(x).is_empty())
+        {
+            return Err(why());
+        }
+        for &(arg, from_end) in contraction(&n.target).unwrap_or_default() {
+            if let Some(Arg::Tensor(x)) = n.arg(arg) {
+                let r = rank(x);
+                let d = if r == 1 { 0 } else { r - from_end };
+                if padding
+                    .dims(x)
+                    .and_then(|dims| dims.get(d))
+                    .is_some_and(Option::is_some)
+                {
+                    return Err(why());
+                }
+            }
+        }
+        let r = rank(rows);
+        for &(d, o) in spread.of(rows) {
+            if d + 1 == r {
+                return Err(why());
+            }
+            marks.push((d, o));
+        }
+    }
+    Ok(outputs
+        .iter()
+        .map(|o| (o.to_string(), marks.clone()))
+        .collect())
 }
 
 #[cfg(test)]
@@ -669,6 +823,51 @@ mod tests {
         for wanted in ["stablehlo.iota", "dir=LT", "stablehlo.select", "0xFF800000"] {
             assert!(text.contains(wanted), "no {wanted} in\n{text}");
         }
+    }
+
+    #[test]
+    fn views_keep_a_padded_dimension_outermost_or_are_refused() {
+        let view =
+            |from: &[i64], to: &[i64], dims: Vec<Option<SymExpr>>, out: Vec<Option<SymExpr>>| {
+                let mut g = TestGraph::default();
+                let x = g.input("x", DType::F32, from);
+                let v = g.node1(
+                    "aten.view.default",
+                    vec![("self", t(&x)), ("size", Arg::Ints(to.to_vec()))],
+                    DType::F32,
+                    to,
+                );
+                g.lower_padded(&[&v], padding(&[("x", dims), (&v, out)]))
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            };
+        let times = |n: i64| {
+            Some(SymExpr::Call(
+                "Mul".into(),
+                vec![SymExpr::Int(n), SymExpr::Symbol("s0".into())],
+            ))
+        };
+        // [s, 4] -> [4*s] and back, [1, s, 4] -> [s, 4]: the true data stays first.
+        assert_eq!(
+            view(&[16, 4], &[64], vec![s0(), None], vec![times(4)]),
+            Ok(())
+        );
+        assert_eq!(
+            view(&[64], &[16, 4], vec![times(4)], vec![s0(), None]),
+            Ok(())
+        );
+        assert_eq!(
+            view(
+                &[1, 16, 4],
+                &[16, 4],
+                vec![None, s0(), None],
+                vec![s0(), None]
+            ),
+            Ok(())
+        );
+        // [2, s] -> [2*s] spreads it.
+        let e = view(&[2, 16], &[32], vec![None, s0()], vec![times(2)]).unwrap_err();
+        assert!(e.contains("with dimensions before it"), "{e}");
     }
 
     #[test]
