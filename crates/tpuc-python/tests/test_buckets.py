@@ -147,3 +147,21 @@ def test_an_op_padding_would_change_is_compiled_per_size_said_once():
 def test_bad_bucket_options_are_refused_naming_them(bad):
     with pytest.raises(ValueError, match="buckets"):
         tpuc.Options.parse({"buckets": bad})
+
+
+def test_sizes_a_graph_returns_are_computed_on_the_host():
+    """A counter passed as an integer and returned incremented (as Mistral's sliding-window
+    cache keeps its length) does not stop the graph from being compiled per bucket."""
+    def step(x, seen):
+        return x.softmax(0) * 2, seen + 1
+
+    f = torch.compile(step, backend="tpuc", options={"strict": True}, dynamic=True)
+    compiles = STATS["compiles"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (15, 16, 17, 30):
+            x = torch.randn(n, 3)
+            out, seen = f(x, n * 10)
+            close(out, x.softmax(0) * 2)
+            assert seen == n * 10 + 1
+    assert STATS["compiles"] - compiles == 2

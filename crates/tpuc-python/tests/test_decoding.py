@@ -18,7 +18,7 @@ NEW_TOKENS = 24
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral"])
 def test_generate_matches_eager_in_strict_mode(family, cache):
     model = build(family)
     prompt = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(1))
@@ -41,8 +41,9 @@ def test_generate_matches_eager_in_strict_mode(family, cache):
         # buckets 16 and 32, which the other steps share.
         assert compiles - before["compiles"] <= 4
         assert STATS["bucket_hits"] - before["bucket_hits"] >= NEW_TOKENS - 4
-    else:
-        # Each layer's key and value caches are written in place on every step.
+    elif family != "mistral":
+        # Each layer's key and value caches are written in place on every step (Mistral's
+        # sliding-window layers replace theirs).
         assert STATS["in_place"] - before["in_place"] >= 2 * 4 * NEW_TOKENS
 
 

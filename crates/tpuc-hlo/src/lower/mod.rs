@@ -370,6 +370,7 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
                     padding::Rule::Plain => lower_fn(cx, n),
                     padding::Rule::Masked(masks) => cx.lower_masked(n, masks, lower_fn),
                     padding::Rule::Concat(dim) => cx.concat_padded(n, *dim),
+                    padding::Rule::Identity => Ok(vec![Some(cx.tensor(n, "self")?)]),
                 };
                 // A lowering that panics is a bug in tpuc; it must not take the caller (a
                 // Python process, say) down with it: it becomes an error naming the node.

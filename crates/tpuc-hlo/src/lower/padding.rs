@@ -37,6 +37,9 @@ pub(super) enum Rule {
     Masked(Vec<(String, Vec<usize>, Fill)>),
     /// Concatenation along padded dimension `dim`.
     Concat(usize),
+    /// Its input unchanged: a slice of a whole padded dimension (`x[..., -window:]` of a
+    /// shorter `x`), which at the bucket's size could cut into the data.
+    Identity,
 }
 
 /// Padded dimensions whose true data a view spread out: merged with `outer` dimensions before
@@ -480,6 +483,17 @@ pub(super) fn rule(
             Some(Arg::None) | None => 1,
             _ => return refuse("it slices a padded dimension with a step that is a size"),
         };
+        // The whole dimension whatever its size (torch's shape says so): the input itself.
+        let whole = outputs
+            .first()
+            .and_then(|out| dims(out))
+            .and_then(|o| o.get(d).cloned().flatten());
+        if step == 1
+            && whole.is_some()
+            && whole == dims(x).and_then(|i| i.get(d).cloned().flatten())
+        {
+            return Ok(Rule::Identity);
+        }
         if start != 0 || step != 1 {
             return refuse(format!(
                 "it slices a padded dimension from {start} in steps of {step} (only prefixes \

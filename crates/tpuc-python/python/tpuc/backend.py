@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import os
 import time
 import warnings
@@ -287,23 +288,30 @@ class GraphCompiler:
         own_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         gm, constants = _lift_constants(gm, name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        inputs = []
-        for i, p in enumerate(placeholders):
-            if isinstance(p.meta.get("val"), torch.Tensor):
-                inputs.append(i)
-            elif any(user.op != "output" for user in p.users):
-                raise _tpuc.TpucError(f"{name}: input {p.name} is a {type(p.meta.get('val')).__name__}, not a tensor")
-        # Opaque inputs (a DeviceMesh's script object, say) the graph only returns pass through:
-        # the call returns the argument it was given.
         position = {p: i for i, p in enumerate(placeholders)}
-        unused = [p for i, p in enumerate(placeholders) if i not in inputs]
         output_node = next(n for n in gm.graph.nodes if n.op == "output")
         returned = output_node.args[0]
         single = not isinstance(returned, (tuple, list))
         returned = [returned] if single else list(returned)
+        # Sizes the graph returns (a counter of a cache's length, say) are computed on the host
+        # from the arguments; the size inputs only they read are no inputs of the compiled graph.
+        on_host = {i: _size_function(v, position) for i, v in enumerate(returned) if _is_size(v)}
+        on_host = {i: f for i, f in on_host.items() if f is not None}
+        host_nodes = _size_nodes([returned[i] for i in on_host])
+        inputs = []
+        for i, p in enumerate(placeholders):
+            if isinstance(p.meta.get("val"), torch.Tensor):
+                inputs.append(i)
+            elif any(user.op != "output" and user not in host_nodes for user in p.users):
+                raise _tpuc.TpucError(f"{name}: input {p.name} is a {type(p.meta.get('val')).__name__}, not a tensor")
+        # Opaque inputs (a DeviceMesh's script object, say) the graph only returns pass through:
+        # the call returns the argument it was given.
+        unused = [p for i, p in enumerate(placeholders) if i not in inputs]
         outputs, tensor_outputs = [], []
         for i, value in enumerate(returned):
-            if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor):
+            if i in on_host:
+                outputs.append(("host", on_host[i]))
+            elif isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor):
                 outputs.append(("tensor", len(tensor_outputs)))
                 tensor_outputs.append(i)
             elif isinstance(value, torch.fx.Node) and value.op == "placeholder":
@@ -316,7 +324,7 @@ class GraphCompiler:
         laid_out_results = None if result_specs is None else [
             result_specs[i] if i < len(result_specs) and _fits(returned[i], result_specs[i]) else None
             for i in tensor_outputs]
-        if unused:
+        if unused or on_host:
             gm = _without(gm, unused, tensor_outputs)
             tensor_outputs = list(range(len(tensor_outputs)))
         # The graph's constants (lifted to trailing inputs) never change either.
@@ -433,6 +441,59 @@ def _copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(gm, graph)
 
 
+def _is_size(value) -> bool:
+    return isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.SymInt)
+
+
+_SIZE_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg}
+
+
+def _size_function(node: torch.fx.Node, position: dict):
+    """A function of the call's arguments computing the size `node` stands for from size
+    inputs, tensor inputs' sizes and integer arithmetic; None for anything else."""
+    if node.op == "placeholder":
+        i = position[node]
+        if isinstance(node.meta.get("val"), torch.SymInt):
+            return lambda args: int(args[i])
+        return None
+    if node.op != "call_function":
+        return None
+    if node.target is torch.ops.aten.sym_size.int:
+        tensor, dim = node.args
+        if not isinstance(tensor, torch.fx.Node) or tensor.op != "placeholder":
+            return None
+        i = position[tensor]
+        return lambda args: int(args[i].shape[dim])
+    if node.target not in _SIZE_OPS:
+        return None
+    parts = []
+    for a in node.args:
+        if isinstance(a, torch.fx.Node):
+            f = _size_function(a, position)
+            if f is None:
+                return None
+            parts.append(f)
+        elif isinstance(a, int):
+            parts.append(lambda args, a=a: a)
+        else:
+            return None
+    op = node.target
+    return lambda args: op(*(f(args) for f in parts))
+
+
+def _size_nodes(roots: list) -> set:
+    """The nodes computing the sizes `roots` (those nodes and what they read, placeholders
+    excluded)."""
+    seen, todo = set(), list(roots)
+    while todo:
+        node = todo.pop()
+        if node in seen or node.op == "placeholder":
+            continue
+        seen.add(node)
+        todo.extend(a for a in node.all_input_nodes)
+    return seen
+
+
 def _without(gm: torch.fx.GraphModule, unused: list[torch.fx.Node], tensor_outputs: list[int]) -> torch.fx.GraphModule:
     """A copy of `gm` returning only its outputs at `tensor_outputs`, without the placeholders
     `unused` (which then have no users: the outputs left out may have returned them)."""
@@ -441,6 +502,8 @@ def _without(gm: torch.fx.GraphModule, unused: list[torch.fx.Node], tensor_outpu
     returned = output.args[0]
     returned = list(returned) if isinstance(returned, (tuple, list)) else [returned]
     output.args = (tuple(returned[i] for i in tensor_outputs),)
+    # What only the outputs left out read (sizes computed on the host) goes with them.
+    gm.graph.eliminate_dead_code()
     names = {p.name for p in unused}
     for node in list(gm.graph.nodes):
         if node.op == "placeholder" and node.name in names:
@@ -530,8 +593,12 @@ def _sizes_from_tensors(gm: torch.fx.GraphModule) -> torch.fx.GraphModule | None
                 if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
                     where.setdefault(size.node.expr, (p, d))
     sizes = [p for p in placeholders if isinstance(p.meta.get("val"), torch.SymInt)]
-    if not all(s.meta["val"].node.expr in where for s in sizes):
+    # A size input that is no tensor's size may stay an input when only size arithmetic reads it
+    # (what the graph returns of it is computed on the host: `GraphCompiler.prepare`).
+    free = [s for s in sizes if s.meta["val"].node.expr not in where]
+    if not all(_feeds_only_sizes(s) for s in free):
         return None
+    sizes = [s for s in sizes if s not in free]
     gm = _copy_module(gm)
     nodes = {n.name: n for n in gm.graph.nodes}
     anchor = next(n for n in reversed(list(gm.graph.nodes)) if n.op == "placeholder")
@@ -544,6 +611,16 @@ def _sizes_from_tensors(gm: torch.fx.GraphModule) -> torch.fx.GraphModule | None
         anchor = read
     gm.recompile()
     return gm
+
+
+def _feeds_only_sizes(node: torch.fx.Node) -> bool:
+    """Whether what reads `node` is integer arithmetic on sizes, ending in the graph's outputs."""
+    for user in node.users:
+        if user.op == "output":
+            continue
+        if user.op != "call_function" or user.target not in _SIZE_OPS or not _feeds_only_sizes(user):
+            return False
+    return True
 
 
 def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None:

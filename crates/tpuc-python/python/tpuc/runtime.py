@@ -249,7 +249,8 @@ class CompiledGraph:
     inputs:   positions of the original arguments (then the constants) the compiled graph takes.
     outputs:  the original output structure: ("tensor", i) for the compiled graph's i-th output,
               ("arg", i) for the graph's i-th argument returned as it is (an opaque object),
-              ("value", v) for a constant (None, an int) returned as it is.
+              ("value", v) for a constant (None, an int) returned as it is, ("host", f) for a
+              size computed on the host from the arguments, f(args).
     single:   the original graph returned one value rather than a tuple.
     """
 
@@ -338,7 +339,8 @@ class CompiledGraph:
             self.compiled.run(buffers, [(r.data_ptr(), r.numel() * r.element_size()) for r in results])
         if self.bucket is not None:
             results = [_sliced(r, shape) for r, shape in zip(results, result_shapes)]
-        values = [results[x] if kind == "tensor" else args[x] if kind == "arg" else x for kind, x in self.outputs]
+        values = [results[x] if kind == "tensor" else args[x] if kind == "arg" else x(args) if kind == "host" else x
+                  for kind, x in self.outputs]
         return values[0] if self.single else values
 
 
