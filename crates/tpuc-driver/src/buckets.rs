@@ -80,12 +80,7 @@ impl Padded {
     /// The sizes of a call on user inputs of shapes `inputs` (true sizes, before padding), whose
     /// results have the bucket shapes `result_shapes`. Sizes of another bucket are an error.
     pub fn call_sizes(&self, inputs: &[Vec<i64>], result_shapes: &[Vec<i64>]) -> Result<CallSizes> {
-        let declared: Vec<(&str, Vec<Option<SymExpr>>)> = self
-            .inputs
-            .iter()
-            .map(|(name, dims)| (name.as_str(), dims.clone()))
-            .collect();
-        let found = symbolic::symbol_values(&declared, inputs).map_err(Error::Invalid)?;
+        let found = symbolic::symbol_values(&self.inputs, inputs).map_err(Error::Invalid)?;
         let mut values = Vec::with_capacity(self.buckets.len());
         for (symbol, bucket) in &self.buckets {
             let value = *found.get(symbol).ok_or_else(|| {

@@ -429,28 +429,31 @@ impl Target {
     /// (one executable per bucket, shared by the sizes in it); one that cannot be made exact
     /// under padding is compiled for its sizes, and [`Compiled::not_padded`] says why.
     pub fn compile(&self, source: Source, options: &Options) -> Result<(Arc<Compiled>, bool)> {
-        let key = cache_key(&source, options)?;
+        // The program's identity is hashed once (a JSON graph's bytes are long): every key below
+        // is made from it.
+        let identity = program_key(&source)?;
+        let key = cache_key(&identity, options);
         if let Some(found) = self.executables.get(&key) {
             return Ok((found, true));
         }
         let start = Instant::now();
-        let program = source.read()?;
-        let bucketed = self.bucketed(&source, &program, options)?;
+        let read = source.read()?;
+        let bucketed = self.bucketed(&source, &identity, &read, options)?;
         let Some(bucketed) = bucketed else {
             let exact = Options {
                 buckets: None,
                 ..options.clone()
             };
-            let compiled = self.compile_new(source, program, start, &exact, None)?;
+            let compiled = self.compile_new(source, read, start, &exact, None)?;
             self.executables.insert(key, compiled.clone());
             return Ok((compiled, false));
         };
-        let bucket_key = cache_key(&source, &bucketed)?;
+        let bucket_key = cache_key(&identity, &bucketed);
         if let Some(found) = self.executables.get(&bucket_key) {
             self.executables.insert(key, found.clone());
             return Ok((found, true));
         }
-        let compiled = match self.compile_new(source, program, start, &bucketed, None) {
+        let compiled = match self.compile_new(source, read, start, &bucketed, None) {
             Err(Error::Lower { source: why, .. })
                 if matches!(*why, tpuc_hlo::LowerError::NotPaddable { .. }) =>
             {
@@ -459,7 +462,7 @@ impl Target {
                 self.not_paddable
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(program_key(&source)?);
+                    .insert(identity);
                 let mut exact = options.clone();
                 exact.buckets = None;
                 let compiled =
@@ -479,6 +482,7 @@ impl Target {
     fn bucketed(
         &self,
         source: &Source,
+        identity: &[u8; 32],
         program: &Program,
         options: &Options,
     ) -> Result<Option<Options>> {
@@ -496,7 +500,7 @@ impl Target {
             return Ok(None);
         };
         let refused = self.not_paddable.lock().unwrap_or_else(|p| p.into_inner());
-        if refused.contains(&program_key(source)?) {
+        if refused.contains(identity) {
             return Ok(None);
         }
         Ok(Some(Options {
@@ -617,12 +621,13 @@ impl Target {
     }
 }
 
-/// The in-process cache's key of `source` compiled with `options`.
-fn cache_key(source: &Source, options: &Options) -> Result<[u8; 32]> {
+/// The in-process cache's key of the program `identity` ([`program_key`]) compiled with
+/// `options`.
+fn cache_key(identity: &[u8; 32], options: &Options) -> [u8; 32] {
     let mut hash = Sha256::new();
-    source.identity(&mut hash)?;
+    hash.update(identity);
     hash.update(format!("{options:?}").as_bytes());
-    Ok(hash.finalize().into())
+    hash.finalize().into()
 }
 
 /// What identifies the program alone, whatever the options.

@@ -428,8 +428,8 @@ pub fn sizes_from_inputs(
 
 /// Symbol values read off concrete sizes, as [`sizes_from_inputs`] does: `declared[i]` is the
 /// i-th input's name and its sizes (an expression where symbolic), `inputs[i]` its sizes.
-pub fn symbol_values(
-    declared: &[(&str, Vec<Option<SymExpr>>)],
+pub fn symbol_values<S: AsRef<str>>(
+    declared: &[(S, Vec<Option<SymExpr>>)],
     inputs: &[Vec<i64>],
 ) -> Result<BTreeMap<String, i64>, String> {
     let mut values: BTreeMap<String, (i64, String)> = BTreeMap::new();
@@ -444,7 +444,7 @@ pub fn symbol_values(
             let Some((symbol, size)) = solve_for_symbol(expr, size) else {
                 continue;
             };
-            let here = format!("input {index} ({name}) dimension {axis}");
+            let here = format!("input {index} ({}) dimension {axis}", name.as_ref());
             match values.get(&symbol) {
                 Some((seen, there)) if *seen != size => {
                     return Err(format!(

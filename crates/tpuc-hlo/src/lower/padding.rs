@@ -57,7 +57,8 @@ impl Spread {
         self.0.get(name).map_or(&[], Vec::as_slice)
     }
 
-    /// Whether graph output `name` holds spread data (which slicing cannot take back).
+    /// Whether tensor `name` holds spread data (a graph output must not: slicing cannot take
+    /// it back).
     pub(super) fn holds(&self, name: &str) -> bool {
         !self.of(name).is_empty()
     }
@@ -138,6 +139,28 @@ fn contraction(target: &str) -> Option<&'static [(&'static str, usize)]> {
     })
 }
 
+/// The dimensions `n` contracts: (operand, dimension) for each operand it has.
+fn contracted<'n>(g: &tpuc_fx::Graph, n: &'n Node) -> Vec<(&'n str, usize)> {
+    let Some(operands) = contraction(&n.target) else {
+        return Vec::new();
+    };
+    operands
+        .iter()
+        .filter_map(|&(arg, from_end)| match n.arg(arg) {
+            Some(Arg::Tensor(x)) => {
+                let r = rank(g, x);
+                // A vector operand of matmul contracts its only dimension.
+                Some((x.as_str(), if r == 1 { 0 } else { r - from_end }))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn rank(g: &tpuc_fx::Graph, name: &str) -> usize {
+    g.tensor(name).map_or(0, |m| m.sizes.len())
+}
+
 const ATTENTION: &[&str] = &[
     "aten.scaled_dot_product_attention.default",
     "aten._scaled_dot_product_flash_attention_for_cpu.default",
@@ -160,14 +183,10 @@ const PER_EXAMPLE: &[&str] = &[
 const LAYER_NORMS: &[&str] = &["aten.native_layer_norm.default", "aten.layer_norm.default"];
 
 impl Ctx<'_> {
-    pub(super) fn padding(&self) -> Option<&Padding> {
-        self.opts.padding.as_deref()
-    }
-
     /// The true lengths of tensor `name`'s dimensions (None where not padded), or None when it
     /// has no padded dimension.
     fn padded_dims(&self, name: &str) -> Option<&[Option<SymExpr>]> {
-        self.padding().and_then(|p| p.dims(name))
+        self.opts.padding.as_deref().and_then(|p| p.dims(name))
     }
 
     /// The true length `expr` (an i64 scalar) from the sizes the module takes.
@@ -199,12 +218,13 @@ impl Ctx<'_> {
         }
     }
 
-    /// Whether dimension `dim` of `x` (tensor `name`) is valid: true before its true length.
-    fn valid(&mut self, x: Value, dim: usize, length: &SymExpr) -> OpResult<Value> {
-        let ty = self.b.ty(x).with_elem(DType::I64);
-        let positions = self.b.iota(ty.clone(), dim as i64)?;
+    /// A boolean tensor of `shape`: whether each position along `dim` is before `length`, the
+    /// true data.
+    fn valid(&mut self, shape: &[i64], dim: usize, length: &SymExpr) -> OpResult<Value> {
+        let ty = TensorType::new(shape.to_vec(), DType::I64);
+        let positions = self.b.iota(ty, dim as i64)?;
         let length = self.true_length(length)?;
-        let length = self.b.broadcast_in_dim(length, &ty.shape, &[])?;
+        let length = self.b.broadcast_in_dim(length, shape, &[])?;
         Ok(self.b.compare(CompareDir::Lt, positions, length)?)
     }
 
@@ -215,10 +235,11 @@ impl Ctx<'_> {
         };
         let value = crate::ir::reduction_identity(fill, self.b.elem(x));
         let filler = self.full_like(x, value, None);
+        let shape = self.b.shape(x).to_vec();
         let mut out = x;
         for &d in dims {
             if let Some(Some(length)) = lengths.get(d) {
-                let keep = self.valid(x, d, length)?;
+                let keep = self.valid(&shape, d, length)?;
                 out = self.b.select(keep, out, filler)?;
             }
         }
@@ -239,11 +260,7 @@ impl Ctx<'_> {
         let Some(Some(length)) = self.padded_dims(key).and_then(|d| d.get(dim)).cloned() else {
             return Ok(None);
         };
-        let ty = TensorType::new(shape.to_vec(), DType::I64);
-        let positions = self.b.iota(ty, shape.len() as i64 - 1)?;
-        let length = self.true_length(&length)?;
-        let length = self.b.broadcast_in_dim(length, shape, &[])?;
-        Ok(Some(self.b.compare(CompareDir::Lt, positions, length)?))
+        self.valid(shape, shape.len() - 1, &length).map(Some)
     }
 
     /// The number of elements `dims` of `x` (tensor argument `arg` of `n`) hold, as a tensor
@@ -361,7 +378,7 @@ pub(super) fn rule(
     if !touches {
         return Ok(Rule::Plain);
     }
-    let rank = |name: &str| g.tensor(name).map_or(0, |m| m.sizes.len());
+    let rank = |name: &str| rank(g, name);
     let padded_at =
         |name: &str, d: usize| dims(name).is_some_and(|l| l.get(d).is_some_and(Option::is_some));
     let dim_arg = |name: &str, rank: usize| -> Result<Option<usize>, Refused> {
@@ -387,11 +404,7 @@ pub(super) fn rule(
         }
         return Ok(Rule::Plain);
     }
-    let spread_inputs: Vec<(&str, usize, i64)> = inputs
-        .iter()
-        .flat_map(|&x| spread.of(x).iter().map(move |&(d, o)| (x, d, o)))
-        .collect();
-    if !spread_inputs.is_empty() {
+    if inputs.iter().any(|x| spread.holds(x)) {
         let marks = spread_through(g, padding, spread, pointwise, n, &inputs, &outputs)?;
         for (out, dims) in marks {
             spread.0.insert(out, dims);
@@ -422,19 +435,12 @@ pub(super) fn rule(
         }
         return Ok(Rule::Masked(vec![(x.to_string(), padded, fill)]));
     }
-    if let Some(operands) = contraction(t) {
-        let mut masks = Vec::new();
-        for &(arg, from_end) in operands {
-            let Some(Arg::Tensor(x)) = n.arg(arg) else {
-                continue;
-            };
-            let r = rank(x);
-            // A vector operand of matmul contracts its only dimension.
-            let d = if r == 1 { 0 } else { r - from_end };
-            if padded_at(x, d) {
-                masks.push((x.clone(), vec![d], BinaryOp::Add));
-            }
-        }
+    if contraction(t).is_some() {
+        let masks: Vec<_> = contracted(g, n)
+            .into_iter()
+            .filter(|&(x, d)| padded_at(x, d))
+            .map(|(x, d)| (x.to_string(), vec![d], BinaryOp::Add))
+            .collect();
         return Ok(if masks.is_empty() {
             Rule::Plain
         } else {
@@ -605,7 +611,7 @@ fn view_layout(
     spread_x: &[(usize, i64)],
     x: &str,
     out: &str,
-) -> Result<Vec<(usize, i64)>, Refused> {
+) -> Result<Marks, Refused> {
     let sizes = |name: &str| -> Vec<i64> {
         g.tensor(name)
             .map(|m| {
@@ -670,7 +676,7 @@ fn spread_through(
     inputs: &[&str],
     outputs: &[&str],
 ) -> Result<Vec<(String, Marks)>, Refused> {
-    let rank = |name: &str| g.tensor(name).map_or(0, |m| m.sizes.len());
+    let rank = |name: &str| rank(g, name);
     let why = || {
         Refused(
             "it reads a padded dimension that a view merged with dimensions before it (only \
@@ -723,24 +729,17 @@ fn spread_through(
         };
         // Only the rows operand is spread, and not along what the product contracts, which no
         // operand has padded.
-        if inputs
-            .iter()
-            .any(|&x| x != rows && !spread.of(x).is_empty())
-        {
+        if inputs.iter().any(|&x| x != rows && spread.holds(x)) {
             return Err(why());
         }
-        for &(arg, from_end) in contraction(&n.target).unwrap_or_default() {
-            if let Some(Arg::Tensor(x)) = n.arg(arg) {
-                let r = rank(x);
-                let d = if r == 1 { 0 } else { r - from_end };
-                if padding
-                    .dims(x)
-                    .and_then(|dims| dims.get(d))
-                    .is_some_and(Option::is_some)
-                {
-                    return Err(why());
-                }
-            }
+        let padded = |(x, d): &(&str, usize)| {
+            padding
+                .dims(x)
+                .and_then(|dims| dims.get(*d))
+                .is_some_and(Option::is_some)
+        };
+        if contracted(g, n).iter().any(padded) {
+            return Err(why());
         }
         let r = rank(rows);
         for &(d, o) in spread.of(rows) {

@@ -98,10 +98,24 @@ class LoweredOps:
 
 class Layouts(NamedTuple):
     """How a graph's inputs and outputs are laid out over the mesh: a partition spec per
-    position (None: whole on every device), or None for all of them whole."""
+    position (None: whole on every device), or None for all of them whole; and which outputs
+    are the new values of inputs the graph updates, (output, input) positions."""
 
     inputs: list | None
     results: list | None
+    updated: tuple = ()
+
+
+def _mutations() -> tuple[list, set]:
+    """What aot_autograd says of the graph it is compiling: the inputs it updates, in the order
+    it returns their new values first (`mutated_inp_runtime_indices`), and those whose data
+    changes (not only their metadata, as a resize does)."""
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None)
+    mutated = list(getattr(metadata, "mutated_inp_runtime_indices", None) or [])
+    info = getattr(metadata, "input_info", None) or []
+    data = {i for i, each in enumerate(info) if getattr(each, "mutates_data", False)}
+    return mutated, data
 
 
 def _returned(gm: torch.fx.GraphModule) -> list:
@@ -155,15 +169,15 @@ class GraphCompiler:
         outputs: an input aot_autograd updates (an optimizer step's parameters and state) is
         returned first, laid out as the input is; the other outputs follow the batch
         (`batch_spec`) when the inputs split one, else are whole."""
+        mutated, data = _mutations()
+        updated = tuple((j, i) for j, i in enumerate(mutated) if i in data)
         primals = self.primal_specs(gm)
         if primals is None:
-            return Layouts(None, None)
-        context = torch._guards.TracingContext.try_get()
-        mutated = getattr(getattr(context, "fw_metadata", None), "mutated_inp_runtime_indices", None) or []
+            return Layouts(None, None, updated)
         results = [primals[i] for i in mutated]
         if self.batch:
             results += [self.batch_spec(node) for node in _returned(gm)[len(mutated):]]
-        return Layouts(primals, results)
+        return Layouts(primals, results, updated)
 
     def batch_spec(self, node) -> list | None:
         """A value's layout when the inputs split a batch: split like them when its first
@@ -194,13 +208,10 @@ class GraphCompiler:
         if not self.opts.hoist_weights:
             return None
         context = torch._guards.TracingContext.try_get()
-        metadata = getattr(context, "fw_metadata", None)
-        indices = getattr(metadata, "static_input_indices", None)
+        indices = getattr(getattr(context, "fw_metadata", None), "static_input_indices", None)
         if indices is None:
             return None
-        info = getattr(metadata, "input_info", None) or []
-        updated = {i for i, each in enumerate(info) if getattr(each, "mutates_data", False)}
-        return frozenset(indices) - updated
+        return frozenset(indices) - _mutations()[1]
 
     def compile(self, gm: torch.fx.GraphModule, kind: str, weights: frozenset[int] | None = None,
                 layouts: "Layouts | None" = None):
@@ -284,7 +295,7 @@ class GraphCompiler:
                 layouts: "Layouts | None" = None) -> "PreparedGraph":
         """`gm` serialized for the compiler, with how its arguments and outputs map to the
         compiled graph's: everything about compiling it that its sizes do not change."""
-        specs, result_specs = layouts or (None, None)
+        specs, result_specs, updated = layouts or Layouts(None, None)
         own_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         gm, constants = _lift_constants(gm, name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -330,7 +341,7 @@ class GraphCompiler:
         # The graph's constants (lifted to trailing inputs) never change either.
         stable = None if weights is None else [i in weights or i >= own_inputs for i in inputs]
         laid_out = None if specs is None else [specs[i] if i < own_inputs else None for i in inputs]
-        donate = _updated_in_place(placeholders, returned, inputs, outputs)
+        donate = _donations(updated, placeholders, returned, inputs, outputs)
         return PreparedGraph(gm, serialize(gm, tensor_outputs), inputs, outputs, single, constants, stable,
                              laid_out, laid_out_results, donate)
 
@@ -379,21 +390,15 @@ class PreparedGraph(NamedTuple):
     donate: list
 
 
-def _updated_in_place(placeholders: list, returned: list, inputs: list, outputs: list) -> list:
-    """(compiled input, compiled output) of each input the graph updates: aot_autograd returns
-    the new values of mutated inputs first, in `mutated_inp_runtime_indices` order, and copies
-    them into the inputs after the call. An output of the input's shape and dtype can take the
-    input's memory instead (the copy then finds it already there)."""
-    context = torch._guards.TracingContext.try_get()
-    metadata = getattr(context, "fw_metadata", None)
-    mutated = list(getattr(metadata, "mutated_inp_runtime_indices", None) or [])
-    info = getattr(metadata, "input_info", None) or []
+def _donations(updated: tuple, placeholders: list, returned: list, inputs: list, outputs: list) -> list:
+    """(compiled input, compiled output) of each input whose new value the graph returns
+    (`Layouts.updated`), which aot_autograd copies into the input after the call: an output of
+    the input's shape and dtype can take the input's memory instead (the copy then finds the
+    value already there)."""
     pairs = []
-    for j, i in enumerate(mutated):
-        if j >= len(outputs) or i >= len(placeholders) or i not in inputs or outputs[j][0] != "tensor":
+    for j, i in updated:
+        if j >= len(outputs) or i not in inputs or outputs[j][0] != "tensor":
             continue
-        if i < len(info) and not getattr(info[i], "mutates_data", False):
-            continue  # a metadata-only mutation (a resize, a transpose_) returns no data
         old, new = placeholders[i].meta.get("val"), returned[j].meta.get("val")
         if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and old.shape == new.shape \
                 and old.dtype == new.dtype:

@@ -289,9 +289,9 @@ class CompiledGraph:
             self.padded_shapes = [by_input.get(k) for k in range(len(inputs))]
             # The inputs with a padded dimension (the others are passed as they are).
             self.padded_inputs = compiled.padded_inputs
-        # Inputs the graph updates in place: (input, argument position, output), for tensors
-        # whose memory the plugin can write (contiguous, on a plugin whose device memory is the
-        # host's); the others are passed as usual and updated by aot_autograd's copy.
+        # Inputs the graph updates in place (only on one device whose memory is the host's):
+        # (argument position, input, output). `call` donates those that are contiguous; the
+        # others are passed as usual and updated by aot_autograd's copy.
         self.donated = [(a, own[a][1], r) for a, r in compiled.donations if own[a][0] == "input"]
         self.prepared_args = compiled.prepared_args
         self.prepared = session.prepared_values(compiled) if self.prepared_args is not None else None
@@ -308,14 +308,16 @@ class CompiledGraph:
             sizes, result_shapes = self.compiled.call_sizes([list(t.shape) for t in given])
             for k in self.padded_inputs:
                 given[k] = _padded(given[k], self.padded_shapes[k])
-        # Inputs updated in place give their memory up to their new value (never cached).
-        donated = [(a, k, r) for a, k, r in self.donated if given[k].is_contiguous()]
-        gifts = [(a, self.cache.donatable(given[k])) for a, k, _ in donated]
-        skip = {k for _, k, _ in donated}
-        if self.laid_out:
+        donated = [(a, k, r) for a, k, r in self.donated if given[k].is_contiguous()] if self.donated else ()
+        if donated:
+            # Inputs updated in place give their memory up to their new value (never cached).
+            gifts = [(a, self.cache.donatable(given[k])) for a, k, _ in donated]
+            skip = {k for _, k, _ in donated}
+            pool = [None if k in skip else buffer(t) for k, t in enumerate(given)]
+        elif self.laid_out:
             pool = [buffer(t, spec) for t, spec in zip(given, self.input_specs)]
         else:
-            pool = [None if k in skip else buffer(t) for k, t in enumerate(given)]
+            pool = [buffer(t) for t in given]
         pool.append(self.cache.seed() if self.random else None)
         if self.bucket is not None:
             pool += [self.cache.size(v) for v in sizes]
