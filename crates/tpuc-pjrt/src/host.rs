@@ -115,23 +115,35 @@ impl HostTensor {
     /// A tensor of shape `dims` (the same rank) holding this one's elements where both shapes
     /// have them, zeros elsewhere: this tensor padded to a larger shape, or its leading part.
     pub fn resized(&self, dims: &[i64]) -> Result<HostTensor> {
-        if dims.len() != self.dims.len() {
+        Self::resized_from(self.element_type, &self.dims, self.bytes(), dims)
+    }
+
+    /// A tensor of shape `dims` holding the elements of `bytes` (a dense, row-major tensor of
+    /// shape `from`, the same rank) where both shapes have them, zeros elsewhere.
+    pub fn resized_from(
+        element_type: DType,
+        from: &[i64],
+        bytes: &[u8],
+        dims: &[i64],
+    ) -> Result<HostTensor> {
+        if dims.len() != from.len() {
             return Err(Error::Invalid(format!(
-                "cannot resize a tensor of shape {:?} to {dims:?}",
-                self.dims
+                "cannot resize a tensor of shape {from:?} to {dims:?}"
             )));
         }
-        let mut out = HostTensor::zeros(self.element_type, dims)?;
-        let common: Vec<i64> = self
-            .dims
-            .iter()
-            .zip(dims)
-            .map(|(&a, &b)| a.min(b))
-            .collect();
+        let esize = element_type.byte_size();
+        let needed = element_count(from)?.saturating_mul(esize);
+        if bytes.len() != needed {
+            return Err(Error::Invalid(format!(
+                "{} bytes given for a {element_type} tensor of shape {from:?}, which needs {needed}",
+                bytes.len()
+            )));
+        }
+        let mut out = HostTensor::zeros(element_type, dims)?;
+        let common: Vec<i64> = from.iter().zip(dims).map(|(&a, &b)| a.min(b)).collect();
         if common.contains(&0) {
             return Ok(out);
         }
-        let esize = self.element_type.byte_size();
         let strides = |shape: &[i64]| -> Vec<usize> {
             let mut strides = vec![esize; shape.len()];
             for d in (0..shape.len().saturating_sub(1)).rev() {
@@ -139,7 +151,7 @@ impl HostTensor {
             }
             strides
         };
-        let (from, to) = (strides(&self.dims), strides(dims));
+        let (from, to) = (strides(from), strides(dims));
         let rank = common.len();
         // The innermost dimension's common part is copied as one run of bytes per row.
         let run = common.last().map_or(esize, |&n| n as usize * esize);
@@ -148,14 +160,13 @@ impl HostTensor {
             .map(|&n| n as usize)
             .product();
         let mut index = vec![0usize; rank.saturating_sub(1)];
-        let src = self.bytes();
         let dst = out.bytes_mut();
         for _ in 0..rows {
             let offset = |strides: &[usize]| -> usize {
                 index.iter().zip(strides).map(|(i, s)| i * s).sum()
             };
             let (a, b) = (offset(&from), offset(&to));
-            dst[b..b + run].copy_from_slice(&src[a..a + run]);
+            dst[b..b + run].copy_from_slice(&bytes[a..a + run]);
             // The next row, last index fastest.
             for d in (0..index.len()).rev() {
                 index[d] += 1;
@@ -228,5 +239,15 @@ mod tests {
         assert_eq!(t.resized(&[1, 2]).unwrap().to_vec::<i32>().unwrap(), [1, 2]);
         assert_eq!(t.resized(&[0, 2]).unwrap().element_count(), 0);
         assert!(t.resized(&[6]).is_err());
+    }
+
+    #[test]
+    fn resized_from_checks_the_bytes_against_the_shape() {
+        let bytes = [7u8, 8, 9, 10, 11, 12];
+        let grown = HostTensor::resized_from(DType::U8, &[2, 3], &bytes, &[2, 4]).unwrap();
+        assert_eq!(grown.bytes(), [7, 8, 9, 0, 10, 11, 12, 0]);
+        assert_eq!(grown.bytes().as_ptr() as usize % 64, 0);
+        let err = HostTensor::resized_from(DType::U8, &[2, 2], &bytes, &[2, 4]).unwrap_err();
+        assert!(err.to_string().contains("6 bytes given"), "{err}");
     }
 }

@@ -1,10 +1,11 @@
 //! Device buffers handed to torch through DLPack (the legacy, unversioned `dltensor` capsule),
-//! without copying: the capsule owns the PJRT buffer until the consumer's tensor is freed.
-//! Only for memory the host can address (the CPU plugin's device memory is host memory).
+//! without copying: the capsule owns the PJRT buffer (or the host tensor holding part of one)
+//! until the consumer's tensor is freed. Only for memory the host can address (the CPU
+//! plugin's device memory is host memory).
 use pyo3::ffi;
 use pyo3::prelude::*;
 use std::ffi::{c_void, CStr};
-use tpuc_pjrt::{Buffer, DType};
+use tpuc_pjrt::{Buffer, DType, HostTensor};
 
 const CAPSULE_NAME: &CStr = c"dltensor";
 
@@ -43,12 +44,20 @@ struct DLManagedTensor {
     deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
 }
 
+/// The memory a capsule hands over.
+pub enum Memory {
+    /// A device buffer's own (host-addressable) memory.
+    Device(Buffer),
+    /// A copy on the host (the leading part of a result computed at a bucket's shape).
+    Host(HostTensor),
+}
+
 /// What a capsule owns; `managed` comes first so a pointer to it is a pointer to this.
 #[repr(C)]
 struct Exported {
     managed: DLManagedTensor,
     shape: Vec<i64>,
-    _buffer: Buffer,
+    _memory: Memory,
 }
 
 unsafe extern "C" fn delete_exported(managed: *mut DLManagedTensor) {
@@ -88,16 +97,19 @@ fn data_type(element_type: DType) -> DLDataType {
     }
 }
 
-/// A `dltensor` capsule owning `buffer`, of the given (known) type and shape, whose memory must
-/// be host-addressable.
+/// A `dltensor` capsule owning `memory` (a device buffer's must be host-addressable), a dense
+/// tensor of the given (known) type and shape.
 pub fn capsule<'py>(
     py: Python<'py>,
-    buffer: Buffer,
+    memory: Memory,
     element_type: DType,
     shape: &[i64],
 ) -> PyResult<Bound<'py, PyAny>> {
     let shape = shape.to_vec();
-    let address = buffer.device_address().map_err(super::error)?;
+    let address = match &memory {
+        Memory::Device(buffer) => buffer.device_address().map_err(super::error)?,
+        Memory::Host(tensor) => tensor.bytes().as_ptr() as usize,
+    };
     let mut exported = Box::new(Exported {
         managed: DLManagedTensor {
             dl_tensor: DLTensor {
@@ -116,7 +128,7 @@ pub fn capsule<'py>(
             deleter: Some(delete_exported),
         },
         shape,
-        _buffer: buffer,
+        _memory: memory,
     });
     // The shape lives in the same box, which does not move.
     exported.managed.dl_tensor.shape = exported.shape.as_mut_ptr();

@@ -15,7 +15,7 @@ use tpuc_driver::{
 use tpuc_hlo::ir::{Sharding, TensorType};
 use tpuc_hlo::plan::Rule;
 use tpuc_hlo::{ResultRole, Signature};
-use tpuc_pjrt::{Buffer, DType, Executable, HostBytes, ShardLayout};
+use tpuc_pjrt::{Buffer, DType, Executable, HostBytes, HostTensor, ShardLayout};
 
 pyo3::create_exception!(
     _tpuc,
@@ -189,12 +189,9 @@ impl PythonMemory {
 
 impl HostBytes for PythonMemory {
     fn bytes(&self) -> &[u8] {
-        if self.len == 0 {
-            return &[];
-        }
         // SAFETY: the owner (a contiguous CPU tensor, checked by the caller) holds `len` bytes at
         // `address` and stays alive, unmodified, as long as this value.
-        unsafe { std::slice::from_raw_parts(self.address as *const u8, self.len) }
+        unsafe { host_bytes(self.address, self.len) }
     }
 }
 
@@ -370,14 +367,53 @@ impl Runtime {
         owner: Py<PyAny>,
         spec: Option<Spec>,
     ) -> PyResult<DeviceBuffer> {
-        let element_type = dtype(dtype_name)?;
         let memory = PythonMemory::shared(address, nbytes, owner);
+        self.upload(py, dtype(dtype_name)?, &shape, memory, spec)
+    }
+
+    /// A contiguous CPU tensor (`address`/`nbytes`, of `shape`) padded with zeros at the end of
+    /// each dimension to `padded_shape` (a bucket's), on the devices as `spec` lays it out. The
+    /// padded copy is made here, in aligned memory the CPU plugin aliases: the caller's tensor is
+    /// read during the call only.
+    #[pyo3(signature = (address, nbytes, dtype_name, shape, padded_shape, spec=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn padded_buffer(
+        &self,
+        py: Python<'_>,
+        address: usize,
+        nbytes: usize,
+        dtype_name: &str,
+        shape: Vec<i64>,
+        padded_shape: Vec<i64>,
+        spec: Option<Spec>,
+    ) -> PyResult<DeviceBuffer> {
+        let element_type = dtype(dtype_name)?;
+        // SAFETY: the caller passes a live, contiguous tensor of `nbytes` bytes, read here only,
+        // while the caller holds it.
+        let bytes = unsafe { host_bytes(address, nbytes) };
+        let padded =
+            HostTensor::resized_from(element_type, &shape, bytes, &padded_shape).map_err(error)?;
+        self.upload(py, element_type, &padded_shape, Arc::new(padded), spec)
+    }
+}
+
+impl Runtime {
+    /// `memory` (a dense tensor of `shape`) on the devices, each holding its part as `spec` lays
+    /// it out (whole when None), the GIL released.
+    fn upload(
+        &self,
+        py: Python<'_>,
+        element_type: DType,
+        shape: &[i64],
+        memory: Arc<dyn HostBytes>,
+        spec: Option<Spec>,
+    ) -> PyResult<DeviceBuffer> {
         let layout = self.layout(spec, shape.len())?;
         let buffers = py
             .detach(|| {
                 self.target.client().upload_sharded(
                     element_type,
-                    &shape,
+                    shape,
                     memory,
                     &layout,
                     self.target.devices(),
@@ -753,18 +789,31 @@ impl CompiledGraph {
     /// plugin). `torch.from_dlpack` turns each into a tensor without a copy.
     ///
     /// `donated`: (argument position, buffer) of arguments given up to results that take their
-    /// memory (`donations`); `args` then lacks those positions.
-    #[pyo3(signature = (args, donated=None))]
+    /// memory (`donations`); `args` then lacks those positions. `shapes`: the shape each result
+    /// is wanted at (a graph compiled for buckets: the true sizes, from `call_sizes`); a result
+    /// computed at a larger shape is handed over as a copy of its leading part.
+    #[pyo3(signature = (args, donated=None, shapes=None))]
     fn run_dlpack<'py>(
         &self,
         py: Python<'py>,
         args: Vec<PyRef<'py, DeviceBuffer>>,
         donated: Option<Vec<(usize, PyRef<'py, DonatedBuffer>)>>,
+        shapes: Option<Vec<Vec<i64>>>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         if !self.compiled.results_whole() {
             return Err(error(
                 "the graph's results are split over the devices: run it with destinations (run)",
             ));
+        }
+        let types = &self.compiled.result_types;
+        if let Some(shapes) = &shapes {
+            if shapes.len() != types.len() {
+                return Err(error(format!(
+                    "the graph has {} outputs, {} shapes given",
+                    types.len(),
+                    shapes.len()
+                )));
+            }
         }
         let results = match donated {
             None => self.execute(py, &args)?.swap_remove(0),
@@ -772,8 +821,18 @@ impl CompiledGraph {
         };
         results
             .into_iter()
-            .zip(&self.compiled.result_types)
-            .map(|(b, ty)| dlpack::capsule(py, b, ty.elem, &ty.shape))
+            .zip(types)
+            .enumerate()
+            .map(|(i, (buffer, ty))| {
+                let wanted = shapes.as_ref().map_or(&ty.shape, |s| &s[i]);
+                if *wanted == ty.shape {
+                    return dlpack::capsule(py, dlpack::Memory::Device(buffer), ty.elem, wanted);
+                }
+                let part = py
+                    .detach(|| leading_part(&buffer, ty.elem, &ty.shape, wanted))
+                    .map_err(|e| error(format!("output {i}: {e}")))?;
+                dlpack::capsule(py, dlpack::Memory::Host(part), ty.elem, wanted)
+            })
             .collect()
     }
 
@@ -810,6 +869,34 @@ impl CompiledGraph {
             Ok(())
         })
     }
+}
+
+/// The `nbytes` bytes at `address` (none when `nbytes` is 0, whatever the address).
+///
+/// # Safety
+/// `address` must hold `nbytes` readable bytes, unchanged while the slice is used.
+unsafe fn host_bytes<'a>(address: usize, nbytes: usize) -> &'a [u8] {
+    if nbytes == 0 {
+        return &[];
+    }
+    // SAFETY: as the caller promises.
+    unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) }
+}
+
+/// The leading `shape` part of `buffer`, a dense `element_type` tensor of shape `dims` in
+/// host-addressable memory.
+fn leading_part(
+    buffer: &Buffer,
+    element_type: DType,
+    dims: &[i64],
+    shape: &[i64],
+) -> tpuc_pjrt::Result<HostTensor> {
+    let address = buffer.device_address()?;
+    let nbytes = dims.iter().product::<i64>() as usize * element_type.byte_size();
+    // SAFETY: the executable finished writing the buffer (execution waits for it), which holds
+    // a dense tensor of `dims` in host memory and lives for this call.
+    let bytes = unsafe { host_bytes(address, nbytes) };
+    HostTensor::resized_from(element_type, dims, bytes, shape)
 }
 
 /// The bucket policy `text` (`pow2`, `pow2:MIN`, `64,128,256`) in its canonical form; an error

@@ -165,3 +165,24 @@ def test_sizes_a_graph_returns_are_computed_on_the_host():
             close(out, x.softmax(0) * 2)
             assert seen == n * 10 + 1
     assert STATS["compiles"] - compiles == 2
+
+
+def test_padded_inputs_may_be_strided_and_results_are_contiguous():
+    fn = lambda x: x.softmax(1) * 2  # noqa: E731
+    f = torch.compile(fn, backend="tpuc", options={"strict": True})
+    for n in EDGES:
+        x = dynamic(torch.randn(n, 6).t(), 1)  # (6, n), not contiguous
+        out = f(x)
+        close(out, fn(x))
+        assert out.is_contiguous() and out.shape == (6, n)
+
+
+def test_the_runtime_refuses_padding_that_does_not_fit():
+    from tpuc.runtime import session
+
+    runtime = session("cpu").runtime
+    x = torch.arange(6, dtype=torch.float32)
+    with pytest.raises(tpuc.TpucError, match="24 bytes given"):
+        runtime.padded_buffer(x.data_ptr(), 24, "float32", [2, 2], [4, 4])
+    with pytest.raises(tpuc.TpucError, match="cannot resize"):
+        runtime.padded_buffer(x.data_ptr(), 24, "float32", [6], [8, 1])

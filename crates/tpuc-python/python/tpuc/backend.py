@@ -550,10 +550,15 @@ class SpecializingGraph:
         # The graph with its size inputs read from its tensors' shapes (`_sizes_from_tensors`),
         # prepared for compiling: None before the first call, False where that cannot be done.
         self.sized = None
+        # The inputs whose sizes vary between calls (tensors of symbolic shape, sizes): only
+        # they tell variants apart; the guards of Dynamo and aot_autograd fix the others.
+        self.varying = [i for i, p in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")
+                        if _varies(p.meta.get("val"))]
 
     def __call__(self, *args):
         key = tuple(
-            (tuple(a.shape), a.dtype, a.stride()) if isinstance(a, torch.Tensor) else ("value", a) for a in args
+            (tuple(a.shape), a.dtype, a.stride()) if isinstance(a, torch.Tensor) else ("value", a)
+            for a in map(args.__getitem__, self.varying)
         )
         run = self.variants.get(key)
         if run is None:
@@ -582,6 +587,14 @@ class SpecializingGraph:
 
         static = make_fx(self.gm, tracing_mode="fake")(*args)
         return self.compiler.compile_static(static, name, self.weights, self.layouts)
+
+
+def _varies(value) -> bool:
+    """Whether a placeholder of example value `value` may take different sizes between calls:
+    a tensor of symbolic shape or strides, a symbolic size, or anything that is not a tensor."""
+    if not isinstance(value, torch.Tensor):
+        return True
+    return any(isinstance(n, torch.SymInt) for n in (*value.shape, *value.stride()))
 
 
 def _sizes_from_tensors(gm: torch.fx.GraphModule) -> torch.fx.GraphModule | None:

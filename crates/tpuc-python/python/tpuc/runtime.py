@@ -164,23 +164,28 @@ class BufferCache:
         seed = torch.randint(-(2**63), 2**63 - 1, (2,), dtype=torch.int64)
         return self.runtime.buffer(seed.data_ptr(), 16, "uint64", [2], seed.untyped_storage())
 
+    def padded(self, tensor: torch.Tensor, shape: list, spec=None) -> _tpuc.DeviceBuffer:
+        """`tensor` padded with zeros at the end of each dimension to `shape` (a bucket's), on
+        the devices as `spec` lays it out; a copy made for this call (never cached)."""
+        if list(tensor.shape) == shape:
+            return self.buffer(tensor, spec)
+        source = _plain(tensor)
+        STATS["uploads"] += 1
+        return self.runtime.padded_buffer(
+            source.data_ptr(),
+            source.numel() * source.element_size(),
+            dtype_name(source.dtype),
+            list(source.shape),
+            shape,
+            None if spec is None else [list(axes) for axes in spec],
+        )
+
     def _upload(self, tensor: torch.Tensor, spec=None) -> _tpuc.DeviceBuffer:
-        if tensor.device.type != "cpu":
-            raise _tpuc.TpucError(
-                f"tpuc takes CPU tensors (the plugin places them on its device); got one on {tensor.device}"
-            )
-        if is_traceable_wrapper_subclass(tensor):
-            raise _tpuc.TpucError(
-                f"tpuc takes plain tensors; got a {type(tensor).__name__}, which holds no data of its own "
-                "(pass its local tensor: to_local() for a DTensor)"
-            )
         try:
             version = tensor._version
         except RuntimeError:  # inference-mode tensors: never cached
             version = None
-        source = tensor if tensor.is_contiguous() else tensor.contiguous()
-        if source.requires_grad:
-            source = source.detach()
+        source = _plain(tensor)
         STATS["uploads"] += 1
         buffer = self.runtime.buffer(
             source.data_ptr(),
@@ -198,6 +203,22 @@ class BufferCache:
             with self.lock:
                 self.entries[tensor_id] = (ref, version, tensor.data_ptr(), buffer, spec)
         return buffer
+
+
+def _plain(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor`'s data as a contiguous CPU tensor without autograd history (itself where it is
+    one), or an error saying why tpuc cannot take it."""
+    if tensor.device.type != "cpu":
+        raise _tpuc.TpucError(
+            f"tpuc takes CPU tensors (the plugin places them on its device); got one on {tensor.device}"
+        )
+    if is_traceable_wrapper_subclass(tensor):
+        raise _tpuc.TpucError(
+            f"tpuc takes plain tensors; got a {type(tensor).__name__}, which holds no data of its own "
+            "(pass its local tensor: to_local() for a DTensor)"
+        )
+    source = tensor if tensor.is_contiguous() else tensor.contiguous()
+    return source.detach() if source.requires_grad else source
 
 
 class PreparedValues:
@@ -289,6 +310,7 @@ class CompiledGraph:
             self.padded_shapes = [by_input.get(k) for k in range(len(inputs))]
             # The inputs with a padded dimension (the others are passed as they are).
             self.padded_inputs = compiled.padded_inputs
+            self.padded_set = frozenset(self.padded_inputs)
         # Inputs the graph updates in place (only on one device whose memory is the host's):
         # (argument position, input, output). `call` donates those that are contiguous; the
         # others are passed as usual and updated by aot_autograd's copy.
@@ -304,55 +326,54 @@ class CompiledGraph:
             args = list(args) + self.constants
         buffer = self.cache.buffer
         given = [args[i] for i in self.inputs]
+        # Inputs not passed as their own buffers: padded copies, donated memory.
+        skip = ()
         if self.bucket is not None:
             sizes, result_shapes = self.compiled.call_sizes([list(t.shape) for t in given])
-            for k in self.padded_inputs:
-                given[k] = _padded(given[k], self.padded_shapes[k])
-        donated = [(a, k, r) for a, k, r in self.donated if given[k].is_contiguous()] if self.donated else ()
+            skip = self.padded_set
+        donated = [(a, k, r) for a, k, r in self.donated
+                   if k not in skip and given[k].is_contiguous()] if self.donated else ()
         if donated:
             # Inputs updated in place give their memory up to their new value (never cached).
             gifts = [(a, self.cache.donatable(given[k])) for a, k, _ in donated]
-            skip = {k for _, k, _ in donated}
-            pool = [None if k in skip else buffer(t) for k, t in enumerate(given)]
+            skip = set(skip) | {k for _, k, _ in donated}
+        if skip:
+            pool = [None if k in skip else buffer(t, spec)
+                    for k, (t, spec) in enumerate(zip(given, self.input_specs))]
         elif self.laid_out:
             pool = [buffer(t, spec) for t, spec in zip(given, self.input_specs)]
         else:
             pool = [buffer(t) for t in given]
         pool.append(self.cache.seed() if self.random else None)
         if self.bucket is not None:
+            for k in self.padded_inputs:
+                pool[k] = self.cache.padded(given[k], self.padded_shapes[k], self.input_specs[k])
             pool += [self.cache.size(v) for v in sizes]
         buffers = [pool[j] for j in self.own_order]
         if self.prepared is not None:
             values = self.prepared.values([buffers[i] for i in self.prepared_args])
             buffers += [values[i] for i in self.derived_order]
+        # Results at a bucket's shape come back at their true shapes (their leading parts).
+        shapes = result_shapes if self.bucket is not None else None
         if donated:
             positions = {a for a, _, _ in donated}
             kept = [b for j, b in enumerate(buffers) if j not in positions]
-            results = [from_dlpack(c) for c in self.compiled.run_dlpack(kept, gifts)]
+            results = [from_dlpack(c) for c in self.compiled.run_dlpack(kept, gifts, shapes)]
             for _, k, r in donated:
                 if results[r].data_ptr() == given[k].data_ptr():
                     # The input holds its new value: aot_autograd's copy into it is a no-op.
                     results[r] = given[k]
                     STATS["in_place"] += 1
         elif self.zero_copy:
-            results = [from_dlpack(c) for c in self.compiled.run_dlpack(buffers)]
+            results = [from_dlpack(c) for c in self.compiled.run_dlpack(buffers, None, shapes)]
         else:
             results = [torch.empty(shape, dtype=dtype) for dtype, shape in self.specs]
             self.compiled.run(buffers, [(r.data_ptr(), r.numel() * r.element_size()) for r in results])
-        if self.bucket is not None:
-            results = [_sliced(r, shape) for r, shape in zip(results, result_shapes)]
+            if shapes is not None:
+                results = [_sliced(r, shape) for r, shape in zip(results, shapes)]
         values = [results[x] if kind == "tensor" else args[x] if kind == "arg" else x(args) if kind == "host" else x
                   for kind, x in self.outputs]
         return values[0] if self.single else values
-
-
-def _padded(tensor: torch.Tensor, shape: list | None) -> torch.Tensor:
-    """`tensor` padded with zeros at the end of each dimension to `shape` (a bucket's)."""
-    if shape is None or list(tensor.shape) == shape:
-        return tensor
-    out = tensor.new_zeros(shape)
-    out[tuple(slice(0, n) for n in tensor.shape)] = tensor
-    return out
 
 
 def _sliced(tensor: torch.Tensor, shape: list) -> torch.Tensor:
