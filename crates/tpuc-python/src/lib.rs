@@ -805,26 +805,17 @@ impl CompiledGraph {
                 "the graph's results are split over the devices: run it with destinations (run)",
             ));
         }
-        let types = &self.compiled.result_types;
-        if let Some(shapes) = &shapes {
-            if shapes.len() != types.len() {
-                return Err(error(format!(
-                    "the graph has {} outputs, {} shapes given",
-                    types.len(),
-                    shapes.len()
-                )));
-            }
-        }
+        self.check_shapes(shapes.as_ref())?;
         let results = match donated {
             None => self.execute(py, &args)?.swap_remove(0),
             Some(donated) => self.execute_donating(py, &args, &donated)?,
         };
         results
             .into_iter()
-            .zip(types)
+            .zip(&self.compiled.result_types)
             .enumerate()
             .map(|(i, (buffer, ty))| {
-                let wanted = shapes.as_ref().map_or(&ty.shape, |s| &s[i]);
+                let wanted = self.wanted(shapes.as_ref(), i);
                 if *wanted == ty.shape {
                     return dlpack::capsule(py, dlpack::Memory::Device(buffer), ty.elem, wanted);
                 }
@@ -837,12 +828,15 @@ impl CompiledGraph {
     }
 
     /// Runs the graph on `args` and copies output `i` to `outputs[i]` = (address, nbytes) of a
-    /// contiguous CPU tensor of that output's dtype and shape.
+    /// contiguous CPU tensor of that output's dtype and of its shape in `shapes` (as in
+    /// `run_dlpack`; the output's own shape when None).
+    #[pyo3(signature = (args, outputs, shapes=None))]
     fn run(
         &self,
         py: Python<'_>,
         args: Vec<PyRef<'_, DeviceBuffer>>,
         outputs: Vec<(usize, usize)>,
+        shapes: Option<Vec<Vec<i64>>>,
     ) -> PyResult<()> {
         let count = self.compiled.result_types.len();
         if outputs.len() != count {
@@ -851,6 +845,7 @@ impl CompiledGraph {
                 outputs.len()
             )));
         }
+        self.check_shapes(shapes.as_ref())?;
         let per_device = self.execute(py, &args)?;
         py.detach(|| {
             for (i, &(address, nbytes)) in outputs.iter().enumerate() {
@@ -861,13 +856,53 @@ impl CompiledGraph {
                     // does not touch while the graph runs.
                     unsafe { std::slice::from_raw_parts_mut(address as *mut u8, nbytes) }
                 };
+                let (ty, wanted) = (
+                    &self.compiled.result_types[i],
+                    self.wanted(shapes.as_ref(), i),
+                );
+                let fail = |e: &dyn std::fmt::Display| error(format!("output {i}: {e}"));
                 // Each result whole, from the devices' parts where it is split over them.
+                if *wanted == ty.shape {
+                    self.compiled
+                        .result_to_host(&per_device, i, dst)
+                        .map_err(|e| fail(&e))?;
+                    continue;
+                }
+                let mut whole = HostTensor::zeros(ty.elem, &ty.shape).map_err(|e| fail(&e))?;
                 self.compiled
-                    .result_to_host(&per_device, i, dst)
-                    .map_err(|e| error(format!("output {i}: {e}")))?;
+                    .result_to_host(&per_device, i, whole.bytes_mut())
+                    .map_err(|e| fail(&e))?;
+                let part = whole.resized(wanted).map_err(|e| fail(&e))?;
+                if part.bytes().len() != dst.len() {
+                    return Err(fail(&format!(
+                        "{} bytes of destination for {} bytes",
+                        dst.len(),
+                        part.bytes().len()
+                    )));
+                }
+                dst.copy_from_slice(part.bytes());
             }
             Ok(())
         })
+    }
+}
+
+impl CompiledGraph {
+    /// Checks that `shapes`, when given, has one shape per result.
+    fn check_shapes(&self, shapes: Option<&Vec<Vec<i64>>>) -> PyResult<()> {
+        let count = self.compiled.result_types.len();
+        match shapes {
+            Some(shapes) if shapes.len() != count => Err(error(format!(
+                "the graph has {count} outputs, {} shapes given",
+                shapes.len()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The shape result `i` is wanted at: its entry in `shapes` (checked) or its own.
+    fn wanted<'a>(&'a self, shapes: Option<&'a Vec<Vec<i64>>>, i: usize) -> &'a Vec<i64> {
+        shapes.map_or(&self.compiled.result_types[i].shape, |s| &s[i])
     }
 }
 

@@ -155,8 +155,7 @@ class BufferCache:
         """`tensor`'s memory for a graph that updates it in place (never cached: the graph
         takes it over). On the CPU plugin the graph writes the new value into the tensor."""
         STATS["uploads"] += 1
-        return self.runtime.donatable_buffer(tensor.data_ptr(), tensor.numel() * tensor.element_size(),
-                                             dtype_name(tensor.dtype), list(tensor.shape), tensor.untyped_storage())
+        return self.runtime.donatable_buffer(*_memory(tensor), tensor.untyped_storage())
 
     def seed(self) -> _tpuc.DeviceBuffer:
         """A fresh seed for a graph's random ops, drawn from torch's default generator, so
@@ -171,14 +170,7 @@ class BufferCache:
             return self.buffer(tensor, spec)
         source = _plain(tensor)
         STATS["uploads"] += 1
-        return self.runtime.padded_buffer(
-            source.data_ptr(),
-            source.numel() * source.element_size(),
-            dtype_name(source.dtype),
-            list(source.shape),
-            shape,
-            None if spec is None else [list(axes) for axes in spec],
-        )
+        return self.runtime.padded_buffer(*_memory(source), shape, _axes(spec))
 
     def _upload(self, tensor: torch.Tensor, spec=None) -> _tpuc.DeviceBuffer:
         try:
@@ -187,14 +179,8 @@ class BufferCache:
             version = None
         source = _plain(tensor)
         STATS["uploads"] += 1
-        buffer = self.runtime.buffer(
-            source.data_ptr(),
-            source.numel() * source.element_size(),
-            dtype_name(source.dtype),
-            list(source.shape),
-            source.untyped_storage(),  # keeps the memory alive, not the tensor
-            None if spec is None else [list(axes) for axes in spec],
-        )
+        # The storage keeps the memory alive, not the tensor.
+        buffer = self.runtime.buffer(*_memory(source), source.untyped_storage(), _axes(spec))
         # A tensor's version changes with every in-place update, including resizes; its data
         # pointer with set_(). Either makes the cached buffer stale.
         if version is not None and source.data_ptr() == tensor.data_ptr():
@@ -203,6 +189,16 @@ class BufferCache:
             with self.lock:
                 self.entries[tensor_id] = (ref, version, tensor.data_ptr(), buffer, spec)
         return buffer
+
+
+def _memory(tensor: torch.Tensor) -> tuple:
+    """A contiguous CPU tensor's memory as the runtime takes it: address, bytes, dtype, shape."""
+    return tensor.data_ptr(), tensor.numel() * tensor.element_size(), dtype_name(tensor.dtype), list(tensor.shape)
+
+
+def _axes(spec) -> list | None:
+    """A partition spec (a tuple of tuples of axes, None when whole) as the runtime takes it."""
+    return None if spec is None else [list(axes) for axes in spec]
 
 
 def _plain(tensor: torch.Tensor) -> torch.Tensor:
@@ -298,7 +294,6 @@ class CompiledGraph:
         arg_specs = compiled.arg_specs
         by_input = {i: arg_specs[j] for j, (kind, i) in enumerate(own) if kind == "input"}
         self.input_specs = [_spec_key(by_input.get(k)) for k in range(len(inputs))]
-        self.laid_out = any(spec is not None for spec in self.input_specs)
         # Outputs split over the devices are assembled from their parts (`run`), not aliased.
         self.zero_copy = (session.host_memory and all(0 not in shape for _, shape in self.specs)
                           and compiled.outputs_whole)
@@ -337,13 +332,7 @@ class CompiledGraph:
             # Inputs updated in place give their memory up to their new value (never cached).
             gifts = [(a, self.cache.donatable(given[k])) for a, k, _ in donated]
             skip = set(skip) | {k for _, k, _ in donated}
-        if skip:
-            pool = [None if k in skip else buffer(t, spec)
-                    for k, (t, spec) in enumerate(zip(given, self.input_specs))]
-        elif self.laid_out:
-            pool = [buffer(t, spec) for t, spec in zip(given, self.input_specs)]
-        else:
-            pool = [buffer(t) for t in given]
+        pool = [None if k in skip else buffer(t, spec) for k, (t, spec) in enumerate(zip(given, self.input_specs))]
         pool.append(self.cache.seed() if self.random else None)
         if self.bucket is not None:
             for k in self.padded_inputs:
@@ -367,18 +356,9 @@ class CompiledGraph:
         elif self.zero_copy:
             results = [from_dlpack(c) for c in self.compiled.run_dlpack(buffers, None, shapes)]
         else:
-            results = [torch.empty(shape, dtype=dtype) for dtype, shape in self.specs]
-            self.compiled.run(buffers, [(r.data_ptr(), r.numel() * r.element_size()) for r in results])
-            if shapes is not None:
-                results = [_sliced(r, shape) for r, shape in zip(results, shapes)]
+            wanted = shapes or [shape for _, shape in self.specs]
+            results = [torch.empty(shape, dtype=dtype) for (dtype, _), shape in zip(self.specs, wanted)]
+            self.compiled.run(buffers, [(r.data_ptr(), r.numel() * r.element_size()) for r in results], shapes)
         values = [results[x] if kind == "tensor" else args[x] if kind == "arg" else x(args) if kind == "host" else x
                   for kind, x in self.outputs]
         return values[0] if self.single else values
-
-
-def _sliced(tensor: torch.Tensor, shape: list) -> torch.Tensor:
-    """The first `shape` elements of `tensor` (a result at a bucket's shape), contiguous: a view
-    would change the strides Dynamo's guards see on the next call and so recompile."""
-    if list(tensor.shape) == shape:
-        return tensor
-    return tensor[tuple(slice(0, n) for n in shape)].contiguous()
