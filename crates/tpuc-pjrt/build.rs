@@ -1,10 +1,14 @@
-// Generates the Rust types of proto/xla/compile_options.proto (pure Rust, no protoc needed).
+// Generates the Rust types of the XLA protos in proto/xla (pure Rust, no protoc needed).
+const PROTOS: [&str; 2] = ["xla/compile_options.proto", "xla/op_sharding.proto"];
+
 fn main() {
     let proto_root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../proto");
-    println!("cargo:rerun-if-changed={proto_root}/xla/compile_options.proto");
-    let descriptors = protox::compile(["xla/compile_options.proto"], [proto_root])
-        .unwrap_or_else(|e| panic!("proto/xla/compile_options.proto: {e}"));
+    for proto in PROTOS {
+        println!("cargo:rerun-if-changed={proto_root}/{proto}");
+    }
+    let descriptors =
+        protox::compile(PROTOS, [proto_root]).unwrap_or_else(|e| panic!("proto/{PROTOS:?}: {e}"));
     prost_build::Config::new()
         .compile_fds(descriptors)
-        .unwrap_or_else(|e| panic!("generating Rust for compile_options.proto: {e}"));
+        .unwrap_or_else(|e| panic!("generating Rust for {PROTOS:?}: {e}"));
 }

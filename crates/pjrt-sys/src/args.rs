@@ -285,6 +285,16 @@ pjrt_structs! {
         pub num_output_types: usize,
     }
 
+    /// The shardings extension's (`pjrt_c_api_shardings_extension.h`) query of an executable's
+    /// output shardings: serialized `xla.OpSharding` protos, owned by the executable; both
+    /// arrays null when the plugin does not know them.
+    pub struct PJRT_Shardings_PJRT_Executable_OutputShardings_Args {
+        pub executable: *mut PJRT_Executable,
+        pub num_outputs: usize,
+        pub shardings: *const *const c_char,
+        pub sharding_sizes: *const usize,
+    }
+
     pub struct PJRT_Executable_OutputDimensions_Args {
         pub executable: *mut PJRT_Executable,
         pub num_outputs: usize,

@@ -101,6 +101,7 @@ pub const PJRT_HostBufferSemantics_kImmutableZeroCopy: PJRT_HostBufferSemantics 
 pub const PJRT_HostBufferSemantics_kMutableZeroCopy: PJRT_HostBufferSemantics = 3;
 
 pub type PJRT_Extension_Type = c_int;
+pub const PJRT_Extension_Type_Shardings: PJRT_Extension_Type = 19;
 
 /// Head of the chain of extensions a plugin advertises in `PJRT_Api.extension_start`.
 #[repr(C)]
@@ -109,6 +110,41 @@ pub struct PJRT_Extension_Base {
     pub struct_size: usize,
     pub type_: PJRT_Extension_Type,
     pub next: *mut PJRT_Extension_Base,
+}
+
+/// The shardings extension: an executable's parameter and output shardings. Either function may
+/// be null.
+#[repr(C)]
+pub struct PJRT_Shardings_Extension {
+    pub base: PJRT_Extension_Base,
+    pub PJRT_Shardings_PJRT_Executable_ParameterShardings: Unused,
+    pub PJRT_Shardings_PJRT_Executable_OutputShardings: Option<
+        unsafe extern "C" fn(
+            args: *mut PJRT_Shardings_PJRT_Executable_OutputShardings_Args,
+        ) -> *mut PJRT_Error,
+    >,
+}
+
+impl Layout for PJRT_Shardings_Extension {
+    const NAME: &'static str = "PJRT_Shardings_Extension";
+    const SIZE: usize = std::mem::size_of::<PJRT_Shardings_Extension>();
+    const FIELDS: &'static [(&'static str, usize)] = &[
+        ("base", std::mem::offset_of!(PJRT_Shardings_Extension, base)),
+        (
+            "PJRT_Shardings_PJRT_Executable_ParameterShardings",
+            std::mem::offset_of!(
+                PJRT_Shardings_Extension,
+                PJRT_Shardings_PJRT_Executable_ParameterShardings
+            ),
+        ),
+        (
+            "PJRT_Shardings_PJRT_Executable_OutputShardings",
+            std::mem::offset_of!(
+                PJRT_Shardings_Extension,
+                PJRT_Shardings_PJRT_Executable_OutputShardings
+            ),
+        ),
+    ];
 }
 
 /// The value of a [`PJRT_NamedValue`]; which member is live is given by its `type_`.

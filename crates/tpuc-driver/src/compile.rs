@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use tpuc_emit::EmitFormat;
 use tpuc_fx::buckets::{bucket_sizes, Padding};
 use tpuc_fx::Program;
-use tpuc_hlo::ir::{Mesh, Module, ShardingDialect, TensorType};
+use tpuc_hlo::ir::{Mesh, Module, Sharding, ShardingDialect, TensorType};
 use tpuc_hlo::passes::{HoistRequest, PipelineOptions, ShardingRequest};
 use tpuc_hlo::plan::Plan;
 use tpuc_hlo::{ArgRole, LowerOptions, Signature};
@@ -196,11 +196,13 @@ fn emit_read(
             let result_types = lowered.module.main.result_types();
             let results =
                 tpuc_hlo::plan::resolve_results(&plan, &mesh, &result_types).map_err(fail)?;
+            let at_use = tpuc_hlo::plan::resolve_at_use(&plan, &signature, &args);
             let request = ShardingRequest {
                 mesh: mesh.clone(),
                 dialect: options.dialect,
                 args,
                 results,
+                at_use,
             };
             (Some(mesh), Some(request))
         }
@@ -518,7 +520,7 @@ impl Target {
         options: &Options,
         not_padded: Option<String>,
     ) -> Result<Arc<Compiled>> {
-        let emitted = emit_read(
+        let mut emitted = emit_read(
             source,
             program,
             start,
@@ -553,20 +555,34 @@ impl Target {
             outcomes: Vec::new(),
         };
         let what = source.name();
-        let mut compile = |module: &[u8]| -> Result<Executable> {
+        let mut compile = |module: &[u8], compile_options: &CompileOptions| -> Result<Executable> {
             let (exe, outcome) =
-                compile_with_cache(self.client(), module, &compile_options, disk.as_ref())
-                    .map_err(|source| Error::Compile {
+                compile_with_cache(self.client(), module, compile_options, disk.as_ref()).map_err(
+                    |source| Error::Compile {
                         what: what.clone(),
                         source,
-                    })?;
+                    },
+                )?;
             cache.outcomes.extend(outcome);
             Ok(exe)
         };
-        let executable = compile(&emitted.module)?;
+        let open = open_results(&emitted.ir);
+        let main_options = CompileOptions {
+            propagate_to_outputs: !open.is_empty(),
+            ..compile_options.clone()
+        };
+        let mut executable = compile(&emitted.module, &main_options)?;
+        if let Some(mesh) = emitted.mesh.clone().filter(|_| !open.is_empty()) {
+            let read = read_layouts(&executable, &mut emitted.ir, &mesh, &open)?;
+            if !read {
+                // A layout that is no whole mesh axes per dimension: those results are whole.
+                emitted.module = tpuc_emit::emit(&emitted.ir, EmitFormat::Text)?;
+                executable = compile(&emitted.module, &compile_options)?;
+            }
+        }
         let prepared = match &emitted.prepared {
             Some((module, _)) => Some(PreparedExecutable {
-                executable: compile(module)?,
+                executable: compile(module, &compile_options)?,
                 reads: emitted
                     .signature
                     .prepared
@@ -619,6 +635,56 @@ impl Target {
         });
         Ok(compiled)
     }
+}
+
+/// The results of a module laid out over a mesh that it leaves to XLA's partitioner (no
+/// sharding; [`tpuc_hlo::plan::Plan::open_results`]).
+fn open_results(module: &Module) -> Vec<usize> {
+    if module.sharding.is_none() || module.manual {
+        return Vec::new();
+    }
+    let attrs = module.main.result_attrs();
+    (0..attrs.len())
+        .filter(|&i| attrs[i].sharding.is_none())
+        .collect()
+}
+
+/// Writes into `module` the layout XLA's partitioner gave each result at `open` in
+/// `executable`, over `mesh`. False when some layout is no whole mesh axes per dimension (or
+/// the plugin cannot say): those results are then made whole in `module`.
+fn read_layouts(
+    executable: &Executable,
+    module: &mut Module,
+    mesh: &Mesh,
+    open: &[usize],
+) -> Result<bool> {
+    let tilings = executable.output_tilings()?;
+    let sizes: Vec<i64> = mesh.axes.iter().map(|a| a.size).collect();
+    let mut all_read = true;
+    for &i in open {
+        let rank = module.main.result_types()[i].rank();
+        let layout = tilings
+            .as_ref()
+            .and_then(|t| t.get(i))
+            .and_then(|tiling| ShardLayout::from_tiling(&sizes, rank, tiling));
+        let sharding = match layout {
+            Some(layout) => Sharding {
+                dims: layout
+                    .dims()
+                    .iter()
+                    .map(|axes| axes.iter().map(|&a| mesh.axes[a].name.clone()).collect())
+                    .collect(),
+            },
+            None => {
+                all_read = false;
+                Sharding::replicated(rank)
+            }
+        };
+        let mut attrs = module.main.result_attrs()[i].clone();
+        attrs.sharding = Some(sharding);
+        module.main.set_result_attrs(i, attrs);
+    }
+    Ok(all_read)
 }
 
 /// The in-process cache's key of the program `identity` ([`program_key`]) compiled with

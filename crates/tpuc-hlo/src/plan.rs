@@ -58,13 +58,15 @@ pub struct Rule {
 /// parameters as inputs, decides each one's layout itself); an input without one follows the
 /// ready plans. `results` lays out results by position (the backend's gradients as their
 /// parameters, an optimizer step's updated values as their inputs); the others are whole on
-/// every device.
+/// every device, or, with `open_results`, laid out by XLA's partitioner as what computes them
+/// leaves them (read back from the compiled program).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Plan {
     pub rules: Vec<Rule>,
     pub ready: Vec<ReadyPlan>,
     pub inputs: Vec<Option<Sharding>>,
     pub results: Vec<Option<Sharding>>,
+    pub open_results: bool,
 }
 
 impl Plan {
@@ -297,21 +299,58 @@ fn weight(plan: &Plan, mesh: &Mesh, name: &str, shape: &[i64]) -> Result<Shardin
     Ok(s)
 }
 
+/// Where a weight laid out as `stored` is used, when that differs from `stored`: the plan
+/// `fsdp` gathers its axis at every use of a weight, as FSDP does, so the partitioner moves the
+/// weight and never the activations it meets (it would otherwise reshard an embedding's
+/// batch-split ids against a vocabulary split over `tp`, with an all-to-all each way).
+pub fn at_use(plan: &Plan, stored: &Sharding) -> Option<Sharding> {
+    let axis = ReadyPlan::Fsdp.axis();
+    let gathers =
+        plan.ready.contains(&ReadyPlan::Fsdp) && stored.dims.iter().flatten().any(|a| a == axis);
+    gathers.then(|| Sharding {
+        dims: stored
+            .dims
+            .iter()
+            .map(|d| d.iter().filter(|a| *a != axis).cloned().collect())
+            .collect(),
+    })
+}
+
+/// Per argument laid out as `shardings` says, where its uses see it when that differs ([`at_use`]
+/// for the weights; user inputs are used as they are laid out).
+pub fn resolve_at_use(
+    plan: &Plan,
+    signature: &Signature,
+    shardings: &[Sharding],
+) -> Vec<Option<Sharding>> {
+    signature
+        .args
+        .iter()
+        .zip(shardings)
+        .map(|(role, s)| match role {
+            ArgRole::Weight(_) => at_use(plan, s),
+            _ => None,
+        })
+        .collect()
+}
+
 /// `spec` for a tensor of `shape` (trailing dimensions it does not name whole), when it fits
 /// `mesh`: no more entries than dimensions, axes the mesh has, parts that divide each dimension.
 /// The sharding of each result of types `result_types`: as the plan lays it out by position,
-/// else whole on every device.
+/// else whole on every device, or None (left to the partitioner) when the plan leaves results
+/// open.
 pub fn resolve_results(
     plan: &Plan,
     mesh: &Mesh,
     result_types: &[TensorType],
-) -> Result<Vec<Sharding>, PlanError> {
+) -> Result<Vec<Option<Sharding>>, PlanError> {
     result_types
         .iter()
         .enumerate()
         .map(|(i, ty)| match plan.results.get(i).cloned().flatten() {
-            Some(spec) => fit(&spec, mesh, &ty.shape, &format!("result {i}")),
-            None => Ok(Sharding::replicated(ty.rank())),
+            Some(spec) => fit(&spec, mesh, &ty.shape, &format!("result {i}")).map(Some),
+            None if plan.open_results => Ok(None),
+            None => Ok(Some(Sharding::replicated(ty.rank()))),
         })
         .collect()
 }
@@ -484,6 +523,30 @@ mod tests {
         };
         let s = resolve(&ruled, &mesh, &signature, &types).unwrap();
         assert!(s[3].is_replicated());
+    }
+
+    #[test]
+    fn fsdp_gathers_weights_at_use_and_leaves_inputs_split() {
+        let (signature, types) = program(
+            &[("embed.weight", &[100, 32]), ("odd.weight", &[3, 5])],
+            &[4, 8],
+        );
+        let mesh = mesh(&[("fsdp", 2), ("tp", 2)]);
+        let plan: Plan = "fsdp,tp".parse().unwrap();
+        let s = resolve(&plan, &mesh, &signature, &types).unwrap();
+        let used = resolve_at_use(&plan, &signature, &s);
+        // The embedding keeps its vocabulary split over tp where it is used; the whole weight
+        // and the batch are used as they are laid out.
+        assert_eq!(
+            used.iter()
+                .map(|u| u.as_ref().map(dims))
+                .collect::<Vec<_>>(),
+            vec![Some(vec![vec!["tp"], vec![]]), None, None]
+        );
+        // Without the plan fsdp, nothing is gathered: tp's splits are the layout computed on.
+        let tp: Plan = "tp".parse().unwrap();
+        assert_eq!(at_use(&tp, &Sharding::split(2, 0, "tp")), None);
+        assert_eq!(at_use(&plan, &Sharding::split(2, 0, "tp")), None);
     }
 
     #[test]

@@ -1,11 +1,8 @@
 //! Compile options: always a valid, non-empty CompileOptionsProto (an empty one, or zero
 //! replicas or partitions, aborts the CPU plugin's process).
 use crate::error::{Error, Result};
+use crate::proto;
 use prost::Message;
-
-mod proto {
-    include!(concat!(env!("OUT_DIR"), "/tpuc.xla.rs"));
-}
 
 /// How XLA partitions an SPMD program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

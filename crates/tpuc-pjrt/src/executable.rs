@@ -5,6 +5,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::plugin::{pjrt_call, raw_slice, string_from};
+use crate::tiling::Tiling;
 use crate::DType;
 use pjrt_sys::*;
 use std::sync::Arc;
@@ -99,6 +100,42 @@ impl Executable {
         args.executable = self.executable;
         pjrt_call!(self.client.plugin, PJRT_Executable_NumPartitions, &mut args)?;
         Ok(args.num_partitions)
+    }
+
+    /// How the program lays each output out over its devices, as XLA compiled it (what its
+    /// partitioner chose for outputs it was left to lay out); None when the plugin cannot say.
+    pub fn output_tilings(&self) -> Result<Option<Vec<Tiling>>> {
+        let Some(read) = self.client.plugin.output_shardings else {
+            return Ok(None);
+        };
+        let mut args = PJRT_Shardings_PJRT_Executable_OutputShardings_Args::new();
+        args.executable = self.executable;
+        // SAFETY: the function comes from the plugin's shardings extension and `args` is a
+        // zero-initialised struct of its type with its size set.
+        let error = unsafe { read(&mut args) };
+        self.client
+            .plugin
+            .check("PJRT_Shardings_PJRT_Executable_OutputShardings", error)?;
+        if args.shardings.is_null() || args.sharding_sizes.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: both arrays hold `num_outputs` entries owned by the executable.
+        let (protos, sizes) = unsafe {
+            (
+                raw_slice(args.shardings, args.num_outputs),
+                raw_slice(args.sharding_sizes, args.num_outputs),
+            )
+        };
+        protos
+            .iter()
+            .zip(sizes)
+            .map(|(&proto, &size)| {
+                // SAFETY: each proto is `size` bytes owned by the executable.
+                let bytes = unsafe { raw_slice(proto as *const u8, size) };
+                Tiling::decode(bytes)
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
     }
 
     /// Element types of the outputs (per device).

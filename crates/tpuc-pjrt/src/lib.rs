@@ -32,6 +32,12 @@ mod host;
 mod plugin;
 mod sharded;
 mod stderr_filter;
+mod tiling;
+
+/// The XLA protos tpuc writes (compile options) and reads (shardings), from proto/xla.
+mod proto {
+    include!(concat!(env!("OUT_DIR"), "/tpuc.xla.rs"));
+}
 
 pub use buffer::Buffer;
 pub use client::{Client, ClientOptions, OptionValue};
@@ -43,4 +49,5 @@ pub use executable::Executable;
 pub use host::{HostBytes, HostTensor, Scalar};
 pub use plugin::{AttributeValue, Plugin};
 pub use sharded::{download_sharded, ShardLayout};
+pub use tiling::Tiling;
 pub use tpuc_dtype::DType;

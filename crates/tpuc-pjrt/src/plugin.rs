@@ -25,7 +25,14 @@ pub struct Plugin {
     pub(crate) functions: Functions,
     version: (i32, i32),
     attributes: Vec<(String, AttributeValue)>,
+    /// The function of the shardings extension that reads an executable's output shardings,
+    /// when the plugin has it.
+    pub(crate) output_shardings: Option<OutputShardingsFn>,
 }
+
+pub(crate) type OutputShardingsFn = unsafe extern "C" fn(
+    *mut PJRT_Shardings_PJRT_Executable_OutputShardings_Args,
+) -> *mut PJRT_Error;
 
 // SAFETY: the function table is immutable after loading, and PJRT's functions may be called from
 // any thread.
@@ -128,11 +135,14 @@ impl Plugin {
             })?;
         // Plugins do not support being unloaded: keep the library mapped for the process.
         std::mem::forget(library);
+        // SAFETY: `api` is live for the process; the chain is the plugin's.
+        let output_shardings = unsafe { output_shardings_of(api) };
         let mut plugin = Plugin {
             path: path.to_path_buf(),
             functions,
             version,
             attributes: Vec::new(),
+            output_shardings,
         };
         pjrt_call!(
             plugin,
@@ -141,6 +151,12 @@ impl Plugin {
         )?;
         plugin.attributes = plugin.read_attributes()?;
         Ok(plugin)
+    }
+
+    /// Whether the plugin can say how a compiled program lays out its outputs (its shardings
+    /// extension), as XLA's partitioner chose for outputs it was left to decide.
+    pub fn reads_output_shardings(&self) -> bool {
+        self.output_shardings.is_some()
     }
 
     fn read_attributes(&self) -> Result<Vec<(String, AttributeValue)>> {
@@ -289,4 +305,23 @@ unsafe fn named_value(value: &PJRT_NamedValue) -> (String, AttributeValue) {
         };
         (name, v)
     }
+}
+
+/// The output-shardings function of the shardings extension in the chain `api` advertises.
+///
+/// # Safety
+/// `api` must point to a live PJRT function table whose extension chain is well formed.
+unsafe fn output_shardings_of(api: *const PJRT_Api) -> Option<OutputShardingsFn> {
+    let mut extension = (*api).extension_start;
+    while !extension.is_null() {
+        let base = &*extension;
+        if base.type_ == PJRT_Extension_Type_Shardings
+            && base.struct_size >= std::mem::size_of::<PJRT_Shardings_Extension>()
+        {
+            let shardings = &*(extension as *const PJRT_Shardings_Extension);
+            return shardings.PJRT_Shardings_PJRT_Executable_OutputShardings;
+        }
+        extension = base.next;
+    }
+    None
 }

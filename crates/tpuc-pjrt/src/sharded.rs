@@ -48,6 +48,11 @@ impl ShardLayout {
         self.mesh.iter().product::<i64>() as usize
     }
 
+    /// Per tensor dimension, the mesh axes (by index) it is split over, major first.
+    pub fn dims(&self) -> &[Vec<usize>] {
+        &self.dims
+    }
+
     pub fn is_replicated(&self) -> bool {
         self.dims.iter().all(Vec::is_empty)
     }

@@ -608,3 +608,51 @@ module @update {
     drop((out, shared));
     assert_eq!(cache.to_vec::<f32>().unwrap(), [11.0, 12.0, 13.0, 14.0]);
 }
+
+/// Doubles an 8x2 matrix whose rows are split over four devices; the result's layout is left to
+/// the partitioner (no sharding), which keeps the rows split.
+const DOUBLE_OPEN: &str = r#"module {
+  sdy.mesh @mesh = <["x"=4]>
+  func.func @main(%x: tensor<8x2xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> (tensor<8x2xf32>, tensor<2xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}]>}) {
+    %y = stablehlo.add %x, %x : tensor<8x2xf32>
+    %zero = stablehlo.constant dense<0.0> : tensor<f32>
+    %sum = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<8x2xf32>, tensor<f32>) -> tensor<2xf32>
+    return %y, %sum : tensor<8x2xf32>, tensor<2xf32>
+  }
+}"#;
+
+#[test]
+fn outputs_left_to_the_partitioner_say_how_it_laid_them_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = client(4);
+    let mut options = CompileOptions::spmd(4, Partitioner::Shardy);
+    options.propagate_to_outputs = true;
+    assert!(client.plugin().reads_output_shardings());
+    // Freshly compiled, and loaded from the compile cache.
+    for expected in [CacheOutcome::Stored, CacheOutcome::Hit] {
+        let (exe, outcome) = cached_compile(dir.path(), &client, DOUBLE_OPEN, &options);
+        assert_eq!(outcome, expected);
+        let tilings = exe
+            .output_tilings()
+            .unwrap()
+            .expect("the CPU plugin reads shardings");
+        assert_eq!(
+            tilings[0],
+            Tiling::Tiled {
+                tiles: vec![4, 1],
+                copies: 1,
+                devices: vec![0, 1, 2, 3]
+            }
+        );
+        assert_eq!(tilings[1], Tiling::Replicated);
+        assert_eq!(
+            ShardLayout::from_tiling(&[4], 2, &tilings[0]),
+            ShardLayout::new(vec![4], vec![vec![0], vec![]]).ok()
+        );
+        // Over a 2x2 mesh the same devices hold the rows split over both axes, row-major.
+        assert_eq!(
+            ShardLayout::from_tiling(&[2, 2], 2, &tilings[0]),
+            ShardLayout::new(vec![2, 2], vec![vec![0, 1], vec![]]).ok()
+        );
+    }
+}

@@ -111,7 +111,8 @@ fn mesh_axes(mesh: &str) -> PyResult<Vec<(String, i64)>> {
 /// The specs a plan gives a model's weights (`(name, shape)`, by their fully qualified names)
 /// and inputs (`(name, shape)`) over `mesh` (`fsdp=2,tp=2`): the ready plans `ready` (`dp`,
 /// `fsdp`, `tp`, combined with commas) after the rules (`(pattern, spec)`, the first match
-/// deciding a weight). The specs come back in the same order, weights then inputs.
+/// deciding a weight). Each comes back as its spec and, where its uses see another layout (a
+/// weight the plan `fsdp` gathers at use), that one; in the same order, weights then inputs.
 #[pyfunction]
 #[pyo3(signature = (mesh, ready, rules, weights, inputs))]
 fn resolve_plan(
@@ -120,7 +121,7 @@ fn resolve_plan(
     rules: Vec<(String, Spec)>,
     weights: Vec<(String, Vec<i64>)>,
     inputs: Vec<(String, Vec<i64>)>,
-) -> PyResult<Vec<Spec>> {
+) -> PyResult<Vec<(Spec, Option<Spec>)>> {
     let mesh = parse_mesh(mesh)?;
     let mut plan = match ready {
         Some(ready) => ready.parse::<Plan>().map_err(error)?,
@@ -149,7 +150,12 @@ fn resolve_plan(
         prepared: None,
     };
     let shardings = tpuc_hlo::plan::resolve(&plan, &mesh, &signature, &types).map_err(error)?;
-    Ok(shardings.into_iter().map(|s| s.dims).collect())
+    let at_use = tpuc_hlo::plan::resolve_at_use(&plan, &signature, &shardings);
+    Ok(shardings
+        .into_iter()
+        .zip(at_use)
+        .map(|(s, used)| (s.dims, used.map(|u| u.dims)))
+        .collect())
 }
 
 /// A client of one PJRT plugin: the target graphs compile for and run on, one device or a mesh
@@ -247,7 +253,9 @@ impl Runtime {
     /// cache of compiled executables on disk; `None` for $TPUC_CACHE_DIR or the default,
     /// `"off"` for none.
     /// On a mesh, `specs` lays out each program input and `result_specs` each output (None:
-    /// whole on every device; a split output is assembled from the devices' parts by `run`).
+    /// whole on every device, or with `open_results` as XLA's partitioner lays it out, which
+    /// `CompiledGraph.result_specs` then says; a split output is assembled from the devices'
+    /// parts by `run`).
     /// `input_dims`: the shapes of the inputs (in order) of a program with symbolic sizes, which
     /// fix them (the program is compiled for those sizes).
     /// `process_groups` makes the program one rank's of a torch.distributed program, run on
@@ -259,7 +267,7 @@ impl Runtime {
     /// the sizes themselves.
     /// `donate`: (input index, output index) of each input the graph updates in place, whose
     /// new value that output is (`CompiledGraph.donations`, `Runtime.donatable_buffer`).
-    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None, process_groups=None, result_specs=None, input_dims=None, buckets=None, donate=None))]
+    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None, process_groups=None, result_specs=None, input_dims=None, buckets=None, donate=None, open_results=false))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         &self,
@@ -275,6 +283,7 @@ impl Runtime {
         input_dims: Option<Vec<Vec<i64>>>,
         buckets: Option<&str>,
         donate: Option<Vec<(usize, usize)>>,
+        open_results: bool,
     ) -> PyResult<CompiledGraph> {
         let precision: Precision = matmul_precision.parse().map_err(error)?;
         let buckets = buckets.map(Buckets::parse).transpose().map_err(error)?;
@@ -289,6 +298,7 @@ impl Runtime {
             let plan = Plan {
                 inputs: shardings(specs),
                 results: shardings(result_specs),
+                open_results,
                 ..Plan::default()
             };
             (mesh, plan)
@@ -624,8 +634,9 @@ impl CompiledGraph {
             .collect()
     }
 
-    /// Per output, its partition spec over the mesh (None when the graph runs on one device):
-    /// split outputs are assembled from the devices' parts by `run`.
+    /// Per output, its partition spec over the mesh (None when the graph runs on one device),
+    /// as XLA's partitioner chose it for outputs left to it: split outputs are assembled from
+    /// the devices' parts by `run`.
     #[getter]
     fn result_specs(&self) -> Vec<Option<Spec>> {
         self.compiled

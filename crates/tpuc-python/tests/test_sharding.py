@@ -82,8 +82,15 @@ def test_a_training_step_over_a_mesh_matches_eager(name, mesh, plan):
 # the vocabulary-split embedding, in each direction, the forward gathering what it saves.
 EXPECTED_COLLECTIVES = {
     ("dp=2", "dp"): [{}, {"all-reduce": 1}],
-    ("fsdp=2", "fsdp"): [{"all-reduce": 1, "all-gather": 21}, {"all-reduce": 1, "all-gather": 2}],
-    ("tp=2", "tp"): [{"all-reduce": 5, "all-gather": 36}, {"all-reduce": 5}],
+    # Each of the 21 weights gathered at use in the forward, and again in the backward where the
+    # backward uses it (all but the embedding); the gradients reduced in one combined all-reduce.
+    ("fsdp=2", "fsdp"): [{"all-gather": 21}, {"all-reduce": 1, "all-gather": 20}],
+    # What the forward saves stays split as XLA computed it (nothing gathered); the backward's
+    # attention gathers heads where its batched products merge batch and heads (16).
+    ("tp=2", "tp"): [{"all-reduce": 5}, {"all-reduce": 5, "all-gather": 16}],
+    # No all-to-all or collective-permute: the embedding's batch-split ids meet its table gathered
+    # over fsdp (vocabulary still split over tp), never a resharded table.
+    ("fsdp=2,tp=2", "fsdp,tp"): [{"all-reduce": 5, "all-gather": 42}, {"all-reduce": 6, "all-gather": 28}],
 }
 
 
@@ -147,11 +154,84 @@ def test_gradients_and_optimizer_state_stay_split_like_their_parameters(tmp_path
     assert updated.count('{"fsdp"}') == 12 and updated.count("<@mesh, []>") == 4, updated
 
 
+class ParallelMLP(torch.nn.Module):
+    """Megatron's MLP for the plan tp: `up` column-parallel, `down` row-parallel."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(8, 16)
+        self.down = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def step_matches_eager(eager: torch.nn.Module, model: torch.nn.Module, options: dict) -> None:
+    """One forward and backward of `model` (a copy of `eager`) compiled with `options` (strict,
+    no on-disk cache) gives eager's gradients."""
+    compiled = torch.compile(model, backend="tpuc", options={"strict": True, "cache_dir": "off", **options})
+    x = torch.randn(4, 8)
+    compiled(x).square().mean().backward()
+    eager(x).square().mean().backward()
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **TOL)
+
+
+def args_of_main(path) -> str:
+    """The argument types and shardings of a dumped module's main function."""
+    (signature,) = [line for line in path.read_text().splitlines() if "func.func @main(" in line]
+    return signature.split(") -> (", 1)[0]
+
+
+def test_weights_split_by_fsdp_are_gathered_at_use_and_kept_split_for_the_backward(tmp_path):
+    """A model laid out by `shard(model, mesh, "fsdp")` alone (no plan option): each weight is
+    constrained to its gathered layout where the forward uses it; the backward receives the
+    weights as they are stored (split) and gathers them again, rather than the forward handing
+    it whole copies; gradients match eager."""
+    torch.manual_seed(0)
+    eager = ParallelMLP()
+    step_matches_eager(eager, tpuc.shard(copy.deepcopy(eager), "fsdp=2", "fsdp"),
+                       {"mesh": "fsdp=2", "dump_dir": str(tmp_path)})
+    (forward,) = tmp_path.glob("*_forward.fx.txt")
+    assert forward.read_text().count("tpuc.sharding_constraint.default(primals") == 4
+    (backward,) = tmp_path.glob("*_backward.mlir")
+    # The one weight the backward needs (the second layer's, for the hidden activation's
+    # gradient) arrives split, as stored; nothing else is split.
+    args = args_of_main(backward)
+    assert args.count('tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"fsdp"}, {}]>}') == 1, args
+    assert args.count('"fsdp"') == 1, args
+
+
+def test_what_a_forward_saves_stays_laid_out_as_xla_computed_it(tmp_path):
+    """Under tp the forward leaves the layouts of the values it saves to XLA's partitioner (no
+    sharding on those results), reads back the one it chose (the hidden activation split over
+    tp, as the column-parallel layer computes it), and the backward takes it so: nothing is
+    gathered to be handed over; gradients match eager."""
+    torch.manual_seed(0)
+    eager = ParallelMLP()
+    step_matches_eager(eager, copy.deepcopy(eager), {"mesh": "tp=2", "plan": "tp", "dump_dir": str(tmp_path)})
+    (forward,) = tmp_path.glob("*_forward.mlir")
+    results = results_of_main(forward)
+    # The output and the values computed for the backward are left to the partitioner; the
+    # input it saves as it is keeps its own layout (whole under tp).
+    assert results.count("sdy.sharding = ") == 1, results
+    assert "tensor<4x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}" in results, results
+    (ir,) = tmp_path.glob("*_forward.ir.txt")
+    returned = next(line for line in ir.read_text().splitlines() if line.strip().startswith("return"))
+    assert "sharding [{}, {tp}]" in returned, returned
+    (backward,) = tmp_path.glob("*_backward.mlir")
+    args = args_of_main(backward)
+    assert 'tensor<4x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"tp"}]>}' in args, args
+
+
 def test_marked_layouts_reach_the_compiled_module(tmp_path):
     model, inputs = copy.deepcopy(MODELS["llama"][0]), MODELS["llama"][1]
     mesh = tpuc.Mesh((2, 2), ("fsdp", "tp"))
     tpuc.shard(model, mesh, "tp")
-    assert model.blocks[0].attn.q.weight._tpuc_sharding == ("fsdp=2,tp=2", [["tp"], []])
+    assert model.blocks[0].attn.q.weight._tpuc_sharding == ("fsdp=2,tp=2", [["tp"], []], None)
+    # Under fsdp a weight is stored split over fsdp and used gathered over it.
+    tpuc.shard(model, mesh, "fsdp,tp")
+    assert model.blocks[0].attn.q.weight._tpuc_sharding == ("fsdp=2,tp=2", [["tp"], ["fsdp"]], [["tp"], []])
     # A rule by pattern before the ready plan, and an input marked by hand.
     tpuc.shard(model, mesh, {"rules": {"*.attn_norm.weight": ["fsdp"]}, "ready": "tp"})
     tokens = tpuc.mark_sharding(inputs[0].clone(), mesh, ("fsdp", None))
@@ -164,13 +244,8 @@ def test_marked_layouts_reach_the_compiled_module(tmp_path):
         assert f"#sdy.sharding<@mesh, {layout}>" in text, layout
 
 
-class Constrained(torch.nn.Module):
-    """An MLP whose hidden activation is laid out over (dp, tp) by the model itself."""
-
-    def __init__(self):
-        super().__init__()
-        self.up = torch.nn.Linear(8, 16)
-        self.down = torch.nn.Linear(16, 8)
+class Constrained(ParallelMLP):
+    """The MLP with its hidden activation laid out over (dp, tp) by the model itself."""
 
     def forward(self, x):
         hidden = tpuc.sharding_constraint(torch.relu(self.up(x)), "dp=2,tp=2", ("dp", "tp"))

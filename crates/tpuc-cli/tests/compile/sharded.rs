@@ -212,7 +212,8 @@ fn collectives(model: &Path, mesh: &str, plan: &str) -> Result<[usize; 3], Faile
 }
 
 /// tp: one all-reduce after the attention's output projection and one after the MLP's down
-/// projection, and nothing gathered; fsdp: parameters gathered, nothing reduced (a forward pass).
+/// projection, and nothing gathered; fsdp: each parameter gathered, nothing reduced (a forward
+/// pass).
 fn plans_bring_their_collectives() -> Result<(), Failed> {
     let llama = lowering_dir().join("llama_block.pt2");
     let [reduce, gather, scatter] = collectives(&llama, "tp=2", "tp")?;
@@ -222,9 +223,15 @@ fn plans_bring_their_collectives() -> Result<(), Failed> {
         )
         .into());
     }
+    // Each of the block's 11 weights is split and gathered where it is used, once; the
+    // batch-split result is gathered whole.
     let [reduce, gather, _] = collectives(&llama, "fsdp=2", "fsdp")?;
-    if reduce != 0 || gather == 0 {
-        return Err(format!("fsdp: {reduce} all-reduce, {gather} all-gather").into());
+    if (reduce, gather) != (0, 12) {
+        return Err(format!(
+            "fsdp: {reduce} all-reduce, {gather} all-gather; expected 0 and 12 (one per weight, \
+             one for the result)"
+        )
+        .into());
     }
     Ok(())
 }

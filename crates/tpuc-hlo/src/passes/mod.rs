@@ -79,11 +79,7 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
                 after: None,
             });
         }
-        let main = sharding::per_device(module, mesh).map_err(|e| VerifyError {
-            place: "per-device module".into(),
-            invariant: e.to_string(),
-            after: None,
-        })?;
+        let main = sharding::per_device(module, mesh).map_err(|e| built(e, "per-device module"))?;
         check(&main, "making the module per device")?;
         let main = bool_constants::bool_constants_as_bytes(main);
         check(&main, "boolean constants")?;
@@ -98,7 +94,7 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
     };
     check(&main, "hoisting")?;
     if let Some(request) = &options.sharding {
-        main = sharding::annotate(main, request);
+        main = sharding::annotate(main, request).map_err(|e| built(e, "sharding"))?;
         check(&main, "sharding")?;
         if let Some(p) = &mut prepared {
             // The prepared module reads the weights as `main` does; what it computes from them
@@ -117,9 +113,11 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
                     })
                     .collect(),
                 results: Vec::new(),
+                at_use: Vec::new(),
                 ..request.clone()
             };
-            p.module = sharding::annotate(std::mem::take(&mut p.module), &read);
+            p.module = sharding::annotate(std::mem::take(&mut p.module), &read)
+                .map_err(|e| built(e, "sharding the prepared module"))?;
             check(&p.module, "sharding the prepared module")?;
         }
     }
@@ -137,4 +135,13 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
         None => None,
     };
     Ok(Pipelined { main, prepared })
+}
+
+/// A pass that could not build what it meant to, as the pipeline reports it.
+fn built(e: crate::ir::TypeError, place: &str) -> VerifyError {
+    VerifyError {
+        place: place.into(),
+        invariant: e.to_string(),
+        after: None,
+    }
 }

@@ -5,7 +5,7 @@
 //! ([`per_device`]).
 
 use crate::ir::{
-    ArgAttrs, BuildResult, Mesh, MeshSharding, Module, Rewriter, Sharding, ShardingDialect,
+    ArgAttrs, BuildResult, Mesh, MeshSharding, Module, OpKind, Rewriter, Sharding, ShardingDialect,
 };
 
 /// How to lay a module out over devices.
@@ -16,13 +16,18 @@ pub struct ShardingRequest {
     /// One sharding per argument; arguments beyond them (values hoisting derived from the
     /// weights) are whole on every device.
     pub args: Vec<Sharding>,
-    /// One sharding per result; results beyond them are whole on every device.
-    pub results: Vec<Sharding>,
+    /// One sharding per result, None for one left to XLA's partitioner (it lays the result out
+    /// as what computes it leaves it); results beyond them are whole on every device.
+    pub results: Vec<Option<Sharding>>,
+    /// Per argument, the layout its uses see where that differs from its own (a weight the plan
+    /// `fsdp` gathers at use): a sharding constraint right after the argument.
+    pub at_use: Vec<Option<Sharding>>,
 }
 
 /// `module` annotated as `request` says: every argument and result gets a sharding, the module
-/// the mesh.
-pub fn annotate(mut module: Module, request: &ShardingRequest) -> Module {
+/// the mesh; arguments used in another layout than their own are constrained to it.
+pub fn annotate(module: Module, request: &ShardingRequest) -> BuildResult<Module> {
+    let mut module = constrain_at_use(module, &request.at_use)?;
     module.sharding = Some(MeshSharding {
         mesh: request.mesh.clone(),
         dialect: request.dialect,
@@ -43,20 +48,42 @@ pub fn annotate(mut module: Module, request: &ShardingRequest) -> Module {
         );
     }
     for (i, &r) in f.results().to_vec().iter().enumerate() {
-        let sharding = request
-            .results
-            .get(i)
-            .cloned()
-            .unwrap_or_else(|| Sharding::replicated(f.ty(r).rank()));
+        let sharding = match request.results.get(i) {
+            Some(given) => given.clone(),
+            None => Some(Sharding::replicated(f.ty(r).rank())),
+        };
         f.set_result_attrs(
             i,
             ArgAttrs {
-                sharding: Some(sharding),
+                sharding,
                 ..ArgAttrs::default()
             },
         );
     }
-    module
+    Ok(module)
+}
+
+/// `module` with each argument that `at_use` gives a layout constrained to it before any use.
+fn constrain_at_use(module: Module, at_use: &[Option<Sharding>]) -> BuildResult<Module> {
+    if at_use.iter().all(Option::is_none) {
+        return Ok(module);
+    }
+    let old = &module.main;
+    let mut layouts = at_use.iter();
+    let mut rw = Rewriter::with_args(old, |b, ty, attrs| {
+        let arg = b.arg(ty.clone(), attrs.clone());
+        match layouts.next().cloned().flatten() {
+            Some(layout) => b.op1(OpKind::ShardingConstraint(layout), &[arg]),
+            None => Ok(arg),
+        }
+    })?;
+    for op in old.ops() {
+        rw.copy(op)?;
+    }
+    Ok(Module {
+        main: rw.finish(),
+        ..module
+    })
 }
 
 /// `module`, one device's program (a rank's of a torch.distributed program, its collectives
@@ -126,8 +153,9 @@ mod tests {
             dialect: ShardingDialect::Shardy,
             args: vec![Sharding::replicated(1), Sharding::split(2, 0, "dp")],
             results: vec![],
+            at_use: vec![],
         };
-        let m = annotate(Module::new(b.finish(vec![y, y], vec![])), &request);
+        let m = annotate(Module::new(b.finish(vec![y, y], vec![])), &request).unwrap();
         crate::ir::verify(&m).unwrap();
         let text = crate::ir::print(&m);
         assert!(text.starts_with("mesh [dp=2] (shardy)\n"), "{text}");
@@ -144,17 +172,36 @@ mod tests {
         );
         let split = ShardingRequest {
             args: vec![],
-            results: vec![Sharding::replicated(2), Sharding::split(2, 1, "dp")],
+            results: vec![
+                Some(Sharding::replicated(2)),
+                Some(Sharding::split(2, 1, "dp")),
+            ],
             ..request.clone()
         };
         let mut b = Builder::new();
         let x = b.arg(TensorType::new(vec![4, 8], DType::F32), ArgAttrs::default());
-        let m = annotate(Module::new(b.finish(vec![x, x], vec![])), &split);
+        let m = annotate(Module::new(b.finish(vec![x, x], vec![])), &split).unwrap();
         crate::ir::verify(&m).unwrap();
         let text = crate::ir::print(&m);
         assert!(
             text.contains("sharding [{}, {}], %0 sharding [{}, {dp}]"),
             "{text}"
+        );
+
+        // A result left to the partitioner has no sharding; the others are whole.
+        let open = ShardingRequest {
+            args: vec![],
+            results: vec![None],
+            ..request.clone()
+        };
+        let mut b = Builder::new();
+        let x = b.arg(TensorType::new(vec![4, 8], DType::F32), ArgAttrs::default());
+        let m = annotate(Module::new(b.finish(vec![x, x], vec![])), &open).unwrap();
+        crate::ir::verify(&m).unwrap();
+        assert_eq!(m.main.result_attrs()[0].sharding, None);
+        assert_eq!(
+            m.main.result_attrs()[1].sharding,
+            Some(Sharding::replicated(2))
         );
 
         // A batch the devices do not divide is refused by the verifier.
@@ -165,9 +212,46 @@ mod tests {
         };
         let mut b = Builder::new();
         let x = b.arg(TensorType::new(vec![4, 8], DType::F32), ArgAttrs::default());
-        let m = annotate(Module::new(b.finish(vec![x], vec![])), &odd);
+        let m = annotate(Module::new(b.finish(vec![x], vec![])), &odd).unwrap();
         let e = crate::ir::verify(&m).unwrap_err();
         assert!(e.to_string().contains("does not split into 3"), "{e}");
+    }
+
+    #[test]
+    fn arguments_used_in_another_layout_are_constrained_first() {
+        let mut b = Builder::new();
+        let w = b.arg(TensorType::new(vec![8, 4], DType::F32), ArgAttrs::default());
+        let x = b.arg(TensorType::new(vec![2, 8], DType::F32), ArgAttrs::default());
+        let dims = crate::ir::DotDims {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contracting: vec![1],
+            rhs_contracting: vec![0],
+        };
+        let y = b
+            .dot_general(x, w, dims, crate::ir::Precision::Default)
+            .unwrap();
+        let request = ShardingRequest {
+            mesh: Mesh::line("fsdp", 2),
+            dialect: ShardingDialect::Shardy,
+            args: vec![Sharding::split(2, 0, "fsdp"), Sharding::split(2, 0, "fsdp")],
+            results: vec![],
+            at_use: vec![Some(Sharding::replicated(2)), None],
+        };
+        let m = annotate(Module::new(b.finish(vec![y], vec![])), &request).unwrap();
+        crate::ir::verify(&m).unwrap();
+        let text = crate::ir::print(&m);
+        // The weight is stored split and used whole; the batch is used as it comes.
+        assert!(
+            text.contains("%0: tensor<8x4xf32> sharding [{fsdp}, {}]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("%1 = sdy.sharding_constraint %0 sharding=[{}, {}]"),
+            "{text}"
+        );
+        assert!(text.contains("dot_general %2, %1"), "{text}");
+        assert_eq!(text.matches("sharding_constraint").count(), 1, "{text}");
     }
 
     #[test]

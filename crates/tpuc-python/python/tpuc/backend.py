@@ -22,13 +22,14 @@ import torch
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
+from torch._functorch.partitioners import default_partition
 
 from . import _tpuc
 from .decompositions import EXTRA, NOT_DECOMPOSED
 from .graph import is_structural, op_name, serialize, source_line, unsupported_ops
 from .options import Options
 from .runtime import CompiledGraph, session
-from .sharding import attribute_specs, batch_split, input_specs
+from .sharding import attribute_specs, batch_split, gather_at_use, input_specs, recompute_gathered
 
 _GRAPH_IDS = itertools.count()
 
@@ -38,17 +39,27 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None 
     opts = Options.parse(options)
     specs = batch = None
     if opts.mesh is not None:
-        inputs = input_specs(gm, example_inputs, opts.mesh, opts.plan)
+        inputs, at_use = input_specs(gm, example_inputs, opts.mesh, opts.plan)
+        gather_at_use(gm, at_use, opts.mesh)
         batch = batch_split(gm, example_inputs, inputs)
         # aot_autograd passes the graph's tensor attributes first, then its inputs.
         specs = attribute_specs(gm, opts.mesh, opts.plan) + inputs
     compiler = GraphCompiler(opts, specs, batch)
     return aot_autograd(
+        partition_fn=_partition,
         fw_compiler=compiler.forward,
         bw_compiler=compiler.backward,
         inference_compiler=compiler.inference,
         decompositions=decompositions(opts),
     )(gm, example_inputs)
+
+
+def _partition(joint, joint_inputs, **kwargs):
+    """aot_autograd's default partition of the joint graph into forward and backward (what the
+    model's forward computes in the forward, the rest in the backward), after
+    marking what the backward recomputes rather than the forward saves (`recompute_gathered`)."""
+    recompute_gathered(joint)
+    return default_partition(joint, joint_inputs, **kwargs)
 
 
 def decompositions(opts: Options) -> dict:
@@ -98,12 +109,14 @@ class LoweredOps:
 
 class Layouts(NamedTuple):
     """How a graph's inputs and outputs are laid out over the mesh: a partition spec per
-    position (None: whole on every device), or None for all of them whole; and which outputs
-    are the new values of inputs the graph updates, (output, input) positions."""
+    position (None: whole on every device), or None for all of them whole; which outputs are the
+    new values of inputs the graph updates, (output, input) positions; and whether outputs
+    without a spec are left to XLA's partitioner instead of whole (`open`)."""
 
     inputs: list | None
     results: list | None
     updated: tuple = ()
+    open: bool = False
 
 
 def _mutations() -> tuple[list, set]:
@@ -143,22 +156,36 @@ class GraphCompiler:
         self.batch = batch
         # Set for one rank's graphs run on every device (tpuc.spmd): the process groups by name.
         self.process_groups = None
+        # The layout XLA's partitioner gave each output of the forward left to it, by the name
+        # of the node it is (the backward's placeholder of a saved value has that name).
+        self.read_layouts: dict = {}
 
     def forward(self, gm, example_inputs):
         layouts = self.layouts(gm)
-        # The backward's gradients come back laid out as the forward's inputs they belong to.
+        # The backward's gradients come back laid out as the forward's inputs they belong to, and
+        # the inputs it saves for the backward (its placeholders, by name) stay laid out so.
         self.primal_layouts = layouts.inputs
+        placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        self.saved_primals = dict(zip(placeholders, layouts.inputs or ()))
+        # What else it returns (the values it saves, its outputs) XLA's partitioner lays out as
+        # they are computed, and the backward takes them so (`read_layouts`, by name), instead
+        # of the forward gathering each whole.
+        if layouts.inputs is not None:
+            layouts = layouts._replace(open=True)
         return self.compile(gm, "forward", self.weight_inputs(), layouts)
 
     def backward(self, gm, example_inputs):
-        # Saved activations and tangents arrive as the forward returned them (split along a
-        # batch, or whole); the gradients (one output per forward input, None where none is
-        # needed) are split as their inputs are.
+        # Saved values and tangents arrive as the forward returned them (inputs as they came,
+        # values split along a batch, or whole); the gradients (one output per forward input,
+        # None where none is needed) are split as their inputs are.
         primals = getattr(self, "primal_layouts", None)
         returned = _returned(gm)
         grads = primals if primals is not None and len(returned) == len(primals) else None
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        saved = [self.batch_spec(p) for p in placeholders] if self.batch else None
+        known = {**self.read_layouts, **getattr(self, "saved_primals", {})}
+        saved = None
+        if self.batch or any(spec is not None for spec in known.values()):
+            saved = [known[p.name] if p.name in known else self.batch_spec(p) for p in placeholders]
         return self.compile(gm, "backward", None, Layouts(saved, grads))
 
     def inference(self, gm, example_inputs):
@@ -175,15 +202,19 @@ class GraphCompiler:
         if primals is None:
             return Layouts(None, None, updated)
         results = [primals[i] for i in mutated]
-        if self.batch:
-            results += [self.batch_spec(node) for node in _returned(gm)[len(mutated):]]
+        position = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+        # An input returned as it is (saved for the backward) keeps its layout.
+        results += [primals[position[node]] if node in position else self.batch_spec(node)
+                    for node in _returned(gm)[len(mutated):]]
         return Layouts(primals, results, updated)
 
     def batch_spec(self, node) -> list | None:
-        """A value's layout when the inputs split a batch: split like them when its first
+        """A value's layout when the inputs split a batch (else None): split like them when its first
         dimension has a batch-major size (activations, which a training forward saves for the
         backward, and outputs per example; `batch_split`), else whole. A guess (a weight of
         such a size is split too) only costs communication: layouts never change values."""
+        if not self.batch:
+            return None
         rows, axes = self.batch
         value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
         if isinstance(value, torch.Tensor) and value.dim() and int(value.shape[0]) in rows:
@@ -295,7 +326,7 @@ class GraphCompiler:
                 layouts: "Layouts | None" = None) -> "PreparedGraph":
         """`gm` serialized for the compiler, with how its arguments and outputs map to the
         compiled graph's: everything about compiling it that its sizes do not change."""
-        specs, result_specs, updated = layouts or Layouts(None, None)
+        specs, result_specs, updated, open_results = layouts or Layouts(None, None)
         own_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         gm, constants = _lift_constants(gm, name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -335,6 +366,7 @@ class GraphCompiler:
         laid_out_results = None if result_specs is None else [
             result_specs[i] if i < len(result_specs) and _fits(returned[i], result_specs[i]) else None
             for i in tensor_outputs]
+        names = [returned[i].name for i in tensor_outputs]
         if unused or on_host:
             gm = _without(gm, unused, tensor_outputs)
             tensor_outputs = list(range(len(tensor_outputs)))
@@ -343,7 +375,7 @@ class GraphCompiler:
         laid_out = None if specs is None else [specs[i] if i < own_inputs else None for i in inputs]
         donate = _donations(updated, placeholders, returned, inputs, outputs)
         return PreparedGraph(gm, serialize(gm, tensor_outputs), inputs, outputs, single, constants, stable,
-                             laid_out, laid_out_results, donate)
+                             laid_out, laid_out_results, donate, open_results, names)
 
     def compile_prepared(self, prepared: "PreparedGraph", name: str, args: list | None = None) -> CompiledGraph:
         """The prepared graph compiled; one with symbolic sizes for the shapes of `args`, the
@@ -359,7 +391,9 @@ class GraphCompiler:
         donate = p.donate if in_place and input_dims is None else None
         compiled = self.session.compile(p.program, name, self.opts.matmul_precision, p.stable, self.opts.cache_dir,
                                         p.laid_out, self.process_groups, p.laid_out_results, input_dims, buckets,
-                                        donate)
+                                        donate, p.open_results)
+        if p.open_results:
+            self.read_layouts.update(zip(p.output_names, compiled.result_specs))
         if compiled.not_padded is not None:
             warnings.warn(f"tpuc: {name}: compiled for each size, not per bucket of sizes: {compiled.not_padded}",
                           stacklevel=2)
@@ -376,7 +410,8 @@ class GraphCompiler:
 class PreparedGraph(NamedTuple):
     """A graph ready to compile (`GraphCompiler.prepare`): the graph as the compiler reads it,
     and how the call's arguments and outputs map to the compiled graph's (as `CompiledGraph`
-    takes them), with the inputs' stability and layouts."""
+    takes them), with the inputs' stability and layouts, whether outputs without a layout are
+    left to XLA's partitioner, and the names of the nodes the compiled outputs are."""
 
     gm: torch.fx.GraphModule
     program: bytes
@@ -388,6 +423,8 @@ class PreparedGraph(NamedTuple):
     laid_out: list | None
     laid_out_results: list | None
     donate: list
+    open_results: bool
+    output_names: list
 
 
 def _donations(updated: tuple, placeholders: list, returned: list, inputs: list, outputs: list) -> list:

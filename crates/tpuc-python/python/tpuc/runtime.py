@@ -61,17 +61,19 @@ class Session:
                 stable: list[bool] | None = None, cache_dir: str | None = None,
                 specs: list | None = None, process_groups: dict | None = None,
                 result_specs: list | None = None, input_dims: list | None = None,
-                buckets: str | None = None, donate: list | None = None) -> _tpuc.CompiledGraph:
+                buckets: str | None = None, donate: list | None = None,
+                open_results: bool = False) -> _tpuc.CompiledGraph:
         """The executable of `program` (its serialized form holds the ops, the input and output
         types, and the source locations), compiled once per distinct graph and options in this
         process. `stable` flags the inputs that stay the same between calls (see
         `_tpuc.Runtime.compile`); `cache_dir` as `Options.cache_dir`; `specs` lays each input out
-        over the session's mesh, `result_specs` each output (whole where None); `process_groups`
+        over the session's mesh, `result_specs` each output (whole where None, or laid out by XLA's
+        partitioner with `open_results`: `result_specs` of what comes back); `process_groups`
         makes it one rank's program run on every device; `input_dims` fixes the sizes of a program
         with symbolic ones, compiled for their `buckets` when given; `donate` pairs inputs the
         graph updates in place with their new values (`_tpuc.Runtime.compile`)."""
         compiled = self.runtime.compile(program, name, matmul_precision, stable, cache_dir, specs,
-                                        process_groups, result_specs, input_dims, buckets, donate)
+                                        process_groups, result_specs, input_dims, buckets, donate, open_results)
         if compiled.reused:
             if compiled.bucket is not None:
                 STATS["bucket_hits"] += 1

@@ -13,7 +13,8 @@ import torch
 
 from . import _tpuc
 
-# The attribute mark_sharding sets on a tensor: (mesh text, spec as lists of axes).
+# The attribute mark_sharding and shard set on a tensor: (mesh text, spec as lists of axes, the
+# spec its uses see where that differs, a weight the plan fsdp gathers at use, else None).
 ATTRIBUTE = "_tpuc_sharding"
 
 
@@ -86,7 +87,7 @@ def normalize_spec(spec: Iterable, mesh: Mesh | str | None = None) -> list[list[
 def mark_sharding(tensor: torch.Tensor, mesh: Mesh | str, spec: Iterable) -> torch.Tensor:
     """Lays `tensor` (a model's input or parameter) out over `mesh` as `spec` says, for graphs
     torch.compile(backend="tpuc", options={"mesh": mesh}) compiles; returns the tensor."""
-    setattr(tensor, ATTRIBUTE, (mesh_text(mesh), normalize_spec(spec, mesh)))
+    setattr(tensor, ATTRIBUTE, (mesh_text(mesh), normalize_spec(spec, mesh), None))
     return tensor
 
 
@@ -112,9 +113,9 @@ def shard(model: torch.nn.Module, mesh: Mesh | str, plan) -> torch.nn.Module:
     ready, rules = plan_parts(plan)
     named = list(model.named_parameters()) + list(model.named_buffers())
     weights = [(name, list(t.shape)) for name, t in named]
-    specs = _tpuc.resolve_plan(mesh_text(mesh), ready, rules, weights, [])
-    for (_, tensor), spec in zip(named, specs):
-        setattr(tensor, ATTRIBUTE, (mesh_text(mesh), spec))
+    layouts = _tpuc.resolve_plan(mesh_text(mesh), ready, rules, weights, [])
+    for (_, tensor), (spec, at_use) in zip(named, layouts):
+        setattr(tensor, ATTRIBUTE, (mesh_text(mesh), spec, at_use))
     return model
 
 
@@ -131,23 +132,24 @@ def qualified_name(source_name: str) -> str | None:
     return ".".join(keys) if keys else None
 
 
-def input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence, mesh: str, plan) -> list:
+def input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence, mesh: str, plan) -> tuple[list, list]:
     """The spec of each input of the Dynamo graph `gm`: its own mark (mark_sharding, shard) if it
-    has one, else the plan's, weights by their names and the rest as inputs."""
+    has one, else the plan's, weights by their names and the rest as inputs; and, per input, the
+    spec its uses see where that differs (a weight the plan fsdp gathers at use), else None."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     ready, rules = plan_parts(plan)
     weights, inputs, where = [], [], []
     specs: list = [None] * len(placeholders)
+    at_use: list = [None] * len(placeholders)
     for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
         if not isinstance(value, torch.Tensor):
             continue
         marked = getattr(value, ATTRIBUTE, None)
         if marked is not None:
-            marked_mesh, spec = marked
+            marked_mesh, specs[i], at_use[i] = marked
             if marked_mesh != mesh:
                 raise ValueError(f"input {node.name} is marked for the mesh {marked_mesh}, but the graph "
                                  f"compiles for {mesh}")
-            specs[i] = spec
             continue
         grapharg = node.meta.get("grapharg")
         name = qualified_name(grapharg.source.name) if grapharg is not None else None
@@ -156,8 +158,46 @@ def input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence, mesh: str, p
     resolved = _tpuc.resolve_plan(mesh, ready, rules, weights, inputs)
     by_weight, by_input = iter(resolved[: len(weights)]), iter(resolved[len(weights):])
     for is_weight, i in where:
-        specs[i] = next(by_weight) if is_weight else next(by_input)
-    return specs
+        specs[i], at_use[i] = next(by_weight) if is_weight else next(by_input)
+    return specs, at_use
+
+
+# Ops that only re-read a tensor's elements in another shape or order: cheap to compute again.
+_RESHAPING = ("aten.t.", "aten.permute.", "aten.transpose.", "aten.view.", "aten._unsafe_view.",
+              "aten.reshape.", "aten.expand.", "aten.unsqueeze.", "aten.squeeze.")
+
+
+def recompute_gathered(joint: torch.fx.GraphModule) -> None:
+    """Marks for recomputation in the backward what aot_autograd's joint graph only reshapes from
+    a weight gathered at use (`gather_at_use`), so that the backward gathers the weight again from
+    its part, as FSDP does, instead of the forward keeping the whole weight for it."""
+    policy = torch.utils.checkpoint.CheckpointPolicy.MUST_RECOMPUTE
+    for node in joint.graph.nodes:
+        if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        if str(node.target).startswith(_RESHAPING) and node.args[0].meta.get("recompute") == policy:
+            node.meta["recompute"] = policy
+
+
+def gather_at_use(gm: torch.fx.GraphModule, at_use: list, mesh: str) -> None:
+    """Constrains each input of the Dynamo graph `gm` that `at_use` gives a spec (from
+    `input_specs`) to it before any use, in place: aot_autograd then traces the constraint into
+    the forward and, through its gradient, the backward."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    changed = False
+    for node, spec in zip(placeholders, at_use):
+        if spec is None or not node.users:
+            continue
+        with gm.graph.inserting_after(node):
+            used = gm.graph.call_function(torch.ops.tpuc.sharding_constraint.default,
+                                          (node, mesh, spec_text(spec)))
+        used.meta["val"] = node.meta.get("val")
+        # The backward gathers again rather than keeping the whole weight from the forward.
+        used.meta["recompute"] = torch.utils.checkpoint.CheckpointPolicy.MUST_RECOMPUTE
+        node.replace_all_uses_with(used, delete_user_cb=lambda user: user is not used)
+        changed = True
+    if changed:
+        gm.recompile()
 
 
 def batch_split(gm: torch.fx.GraphModule, example_inputs: Sequence, specs: list) -> tuple | None:
@@ -211,7 +251,8 @@ def attribute_specs(gm: torch.fx.GraphModule, mesh: str, plan) -> list:
             unmarked.append(i)
     weights = [(qualified_name(sources.get(named[i][0], "")) or named[i][0], list(named[i][1].shape))
                for i in unmarked]
-    for i, spec in zip(unmarked, _tpuc.resolve_plan(mesh, ready, rules, weights, [])):
+    # An attribute is used as it is laid out: an optimizer's step works on each device's part.
+    for i, (spec, _) in zip(unmarked, _tpuc.resolve_plan(mesh, ready, rules, weights, [])):
         specs[i] = spec
     # An optimizer's parameters in its own order, which its state's keys follow.
     params = sorted((tuple(map(int, m.groups())), i) for i, (name, _) in enumerate(named)
@@ -258,6 +299,11 @@ def sharding_constraint(x: torch.Tensor, mesh: Mesh | str, spec: Iterable) -> to
     `tpuc::sharding_constraint(x, mesh, spec)`, the spec's text giving each dimension's axes
     separated by commas, several axes of a dimension joined by `+`."""
     # Plain Python Dynamo traces through; the compiler checks the mesh and the axes.
-    text = ",".join("+".join(axes) for axes in normalize_spec(spec))
     mesh = str(mesh) if isinstance(mesh, Mesh) else mesh.replace(" ", "")
-    return torch.ops.tpuc.sharding_constraint(x, mesh, text)
+    return torch.ops.tpuc.sharding_constraint(x, mesh, spec_text(normalize_spec(spec)))
+
+
+def spec_text(spec: list) -> str:
+    """A spec (lists of axes) as the constraint op's argument: each dimension's axes separated by
+    commas, several axes of a dimension joined by `+`."""
+    return ",".join("+".join(axes) for axes in spec)
