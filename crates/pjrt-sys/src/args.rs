@@ -285,6 +285,24 @@ pjrt_structs! {
         pub num_output_types: usize,
     }
 
+    /// What XLA's compiled program needs of each device's memory (sizes in bytes), and of the
+    /// host's.
+    pub struct PJRT_Executable_GetCompiledMemoryStats_Args {
+        pub executable: *mut PJRT_Executable,
+        pub generated_code_size_in_bytes: i64,
+        pub argument_size_in_bytes: i64,
+        pub output_size_in_bytes: i64,
+        pub alias_size_in_bytes: i64,
+        pub temp_size_in_bytes: i64,
+        pub host_generated_code_size_in_bytes: i64,
+        pub host_argument_size_in_bytes: i64,
+        pub host_output_size_in_bytes: i64,
+        pub host_alias_size_in_bytes: i64,
+        pub host_temp_size_in_bytes: i64,
+        pub peak_memory_in_bytes: i64,
+        pub total_size_in_bytes: i64,
+    }
+
     /// The shardings extension's (`pjrt_c_api_shardings_extension.h`) query of an executable's
     /// output shardings: serialized `xla.OpSharding` protos, owned by the executable; both
     /// arrays null when the plugin does not know them.

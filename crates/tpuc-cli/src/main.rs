@@ -515,8 +515,9 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
     let bucket = runner
         .bucket()
         .map_or_else(String::new, |b| format!(" (compiled for the bucket {b})"));
+    let memory = runner.compiled_memory()?;
     eprintln!(
-        "{}{bucket} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms{cached}, weights {:.1} ms ({} per device), run {:.2} ms{steady}",
+        "{}{bucket} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms{cached}, weights {:.1} ms ({} per device; the program: {} of arguments, {} of temporaries), run {:.2} ms{steady}",
         request.model.display(),
         runner.devices(),
         ms(t.lower),
@@ -524,6 +525,8 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
         ms(t.compile),
         ms(t.weights),
         size(runner.weight_bytes_per_device()?.into_iter().max().unwrap_or(0)),
+        size(memory.arguments),
+        size(memory.temporaries),
         ms(elapsed)
     );
     let mut failed = 0;

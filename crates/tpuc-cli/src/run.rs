@@ -320,6 +320,11 @@ impl Runner {
         self.compiled.prepared.is_some()
     }
 
+    /// What XLA's compiled program needs of each device's memory.
+    pub fn compiled_memory(&self) -> Result<tpuc_pjrt::CompiledMemory> {
+        Ok(self.compiled.executable.compiled_memory()?)
+    }
+
     /// The bytes of weights each device holds.
     pub fn weight_bytes_per_device(&self) -> Result<Vec<usize>> {
         let mut bytes = vec![0; self.devices()];

@@ -10,6 +10,17 @@ use crate::DType;
 use pjrt_sys::*;
 use std::sync::Arc;
 
+/// Bytes of one device's memory a compiled program uses ([`Executable::compiled_memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompiledMemory {
+    pub arguments: usize,
+    pub outputs: usize,
+    /// Of the outputs, those written in place of arguments.
+    pub aliased: usize,
+    pub temporaries: usize,
+    pub code: usize,
+}
+
 /// A loaded executable. Execution is thread-safe: several threads may run it at once.
 pub struct Executable {
     loaded: *mut PJRT_LoadedExecutable,
@@ -100,6 +111,26 @@ impl Executable {
         args.executable = self.executable;
         pjrt_call!(self.client.plugin, PJRT_Executable_NumPartitions, &mut args)?;
         Ok(args.num_partitions)
+    }
+
+    /// What the compiled program needs of each device's memory, as XLA's buffer assignment
+    /// computed it (for an SPMD program, one device's part).
+    pub fn compiled_memory(&self) -> Result<CompiledMemory> {
+        let mut args = PJRT_Executable_GetCompiledMemoryStats_Args::new();
+        args.executable = self.executable;
+        pjrt_call!(
+            self.client.plugin,
+            PJRT_Executable_GetCompiledMemoryStats,
+            &mut args
+        )?;
+        let bytes = |n: i64| usize::try_from(n).unwrap_or(0);
+        Ok(CompiledMemory {
+            arguments: bytes(args.argument_size_in_bytes),
+            outputs: bytes(args.output_size_in_bytes),
+            aliased: bytes(args.alias_size_in_bytes),
+            temporaries: bytes(args.temp_size_in_bytes),
+            code: bytes(args.generated_code_size_in_bytes),
+        })
     }
 
     /// How the program lays each output out over its devices, as XLA compiled it (what its

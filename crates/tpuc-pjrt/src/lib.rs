@@ -45,7 +45,7 @@ pub use compile_cache::{compile_with_cache, CacheOutcome, CompileCache};
 pub use compile_options::{CompileOptions, Partitioner};
 pub use device::{Device, Memory};
 pub use error::{Error, ErrorCode, Result};
-pub use executable::Executable;
+pub use executable::{CompiledMemory, Executable};
 pub use host::{HostBytes, HostTensor, Scalar};
 pub use plugin::{AttributeValue, Plugin};
 pub use sharded::{download_sharded, ShardLayout};

@@ -656,3 +656,24 @@ fn outputs_left_to_the_partitioner_say_how_it_laid_them_out() {
         );
     }
 }
+
+#[test]
+fn compiled_memory_counts_each_devices_part() {
+    // The 8x2 f32 matrix (64 bytes) split over four devices: 16 bytes of arguments each.
+    let client = client(4);
+    let exe = client
+        .compile_mlir(
+            row_sum_module(Partitioner::Shardy).as_bytes(),
+            &CompileOptions::spmd(4, Partitioner::Shardy),
+        )
+        .unwrap();
+    let split = exe.compiled_memory().unwrap();
+    assert_eq!(split.arguments, 16, "{split:?}");
+    assert_eq!(split.outputs, 8, "{split:?}");
+    let one = client
+        .compile_mlir(ADD.as_bytes(), &CompileOptions::single_device())
+        .unwrap();
+    // Two f32[6] arguments, one f32[6] result.
+    let whole = one.compiled_memory().unwrap();
+    assert_eq!((whole.arguments, whole.outputs), (48, 24), "{whole:?}");
+}

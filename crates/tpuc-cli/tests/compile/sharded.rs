@@ -136,15 +136,29 @@ fn plans_on_more_devices() -> Result<(), Failed> {
 /// Under fsdp each device holds about 1/N of the weights (within 10%).
 fn fsdp_divides_the_weights() -> Result<(), Failed> {
     let llama = lowering_dir().join("llama_block_batch8.pt2");
-    let whole: usize = {
+    let (whole, whole_arguments) = {
         let runner =
             Runner::new(&llama, None, &RunOptions::default()).map_err(|e| format!("{e:#}"))?;
-        runner.weight_bytes_per_device()?[0]
+        (
+            runner.weight_bytes_per_device()?[0],
+            runner.compiled_memory()?.arguments,
+        )
     };
     for n in [2, 4, 8] {
         let mesh: Mesh = format!("fsdp={n}").parse()?;
         let options = run_options(mesh, "fsdp".parse()?, ShardingDialect::Shardy);
         let runner = Runner::new(&llama, None, &options).map_err(|e| format!("{e:#}"))?;
+        // XLA's own account of one device's arguments (weights and the batch, all split)
+        // drops alike.
+        let arguments = runner.compiled_memory()?.arguments as f64;
+        let expected = whole_arguments as f64 / n as f64;
+        if (arguments - expected).abs() > 0.1 * expected {
+            return Err(format!(
+                "fsdp={n}: the compiled program takes {arguments} bytes of arguments per \
+                 device, not about {expected} ({whole_arguments} on one device)"
+            )
+            .into());
+        }
         let per_device = runner.weight_bytes_per_device()?;
         let ideal = whole as f64 / n as f64;
         for (d, &bytes) in per_device.iter().enumerate() {
