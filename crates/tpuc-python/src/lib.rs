@@ -447,6 +447,28 @@ struct DeviceBuffer {
     buffers: Vec<Buffer>,
 }
 
+#[pymethods]
+impl DeviceBuffer {
+    /// Copies the tensor (whole on one device) into `address`/`nbytes`, a contiguous CPU tensor
+    /// of its dtype and shape, waiting for the computation that produces it.
+    fn copy_to_host(&self, py: Python<'_>, address: usize, nbytes: usize) -> PyResult<()> {
+        let [buffer] = self.buffers.as_slice() else {
+            return Err(error(format!(
+                "the tensor is split over {} devices: it has no one copy to read",
+                self.buffers.len()
+            )));
+        };
+        let dst: &mut [u8] = if nbytes == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller passes a live, contiguous tensor of `nbytes` bytes it does not
+            // touch during the call.
+            unsafe { std::slice::from_raw_parts_mut(address as *mut u8, nbytes) }
+        };
+        py.detach(|| buffer.copy_to_host(dst)).map_err(error)
+    }
+}
+
 mod dlpack;
 
 /// A graph compiled on a plugin.
@@ -836,6 +858,29 @@ impl CompiledGraph {
                 dlpack::capsule(py, dlpack::Memory::Host(part), ty.elem, wanted)
             })
             .collect()
+    }
+
+    /// Runs the graph on `args` (on one device) and returns its outputs where they are, on the
+    /// device, for the next execution to read.
+    fn run_on_device(
+        &self,
+        py: Python<'_>,
+        args: Vec<PyRef<'_, DeviceBuffer>>,
+    ) -> PyResult<Vec<DeviceBuffer>> {
+        let mut per_device = self.execute(py, &args)?;
+        if per_device.len() != 1 {
+            return Err(error(format!(
+                "the graph runs on {} devices; run_on_device keeps one device's results",
+                per_device.len()
+            )));
+        }
+        Ok(per_device
+            .swap_remove(0)
+            .into_iter()
+            .map(|buffer| DeviceBuffer {
+                buffers: vec![buffer],
+            })
+            .collect())
     }
 
     /// Runs the graph on `args` and copies output `i` to `outputs[i]` = (address, nbytes) of a

@@ -27,6 +27,31 @@ fn as_strided(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(take_flat(cx, x, &positions, &size)?)])
 }
 
+/// as_strided_scatter: `self` with the elements an as_strided view of it (size, stride,
+/// storage offset, over its row-major elements) addresses replaced by `src`.
+fn as_strided_scatter(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let src = cx.tensor(n, "src")?;
+    let size = cx.ints(n, "size", None)?;
+    let stride = cx.ints(n, "stride", None)?;
+    let offset = cx.opt_int(n, "storage_offset")?.unwrap_or(0);
+    if size.len() != stride.len() || size.iter().any(|&d| d < 0) || cx.b.shape(src) != size {
+        return err(format!(
+            "not supported: as_strided_scatter of a {:?} source with size {size:?} and stride \
+             {stride:?}",
+            cx.b.shape(src)
+        ));
+    }
+    let numel = cx.b.ty(x).numel();
+    let positions = strided_positions(&size, &stride, offset);
+    if let Some(bad) = positions.iter().find(|&&p| p < 0 || p >= numel) {
+        return err(format!(
+            "as_strided_scatter writes position {bad}, outside the input's {numel} elements"
+        ));
+    }
+    Ok(vec![Some(put_flat(cx, x, &positions, src)?)])
+}
+
 /// The row-major strides of `shape`.
 fn contiguous_strides(shape: &[i64]) -> Vec<i64> {
     let mut strides = vec![1; shape.len()];
@@ -479,6 +504,7 @@ pub fn register(r: &mut Registry) {
     );
     r.add_complex(&["aten.permute.default"], permute);
     r.add(&["aten.as_strided.default"], as_strided);
+    r.add(&["aten.as_strided_scatter.default"], as_strided_scatter);
     r.add(&["aten.diagonal.default"], diagonal);
     r.add(&["aten.diagonal_scatter.default"], diagonal_scatter);
     r.add(&["aten.unfold.default"], unfold);

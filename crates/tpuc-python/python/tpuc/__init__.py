@@ -17,6 +17,9 @@ from ._tpuc import TpucError, supported_ops
 from .backend import Options, tpuc_backend
 from .ranks import RankProgram, process_groups, spmd
 from .sharding import Mesh, mark_sharding, shard, sharding_constraint
+from . import device as _device
+
+_device.enable()
 
 __all__ = ["Mesh", "Options", "RankProgram", "TpucError", "mark_sharding", "process_groups", "shard",
            "sharding_constraint", "spmd", "supported_ops", "tpuc_backend"]

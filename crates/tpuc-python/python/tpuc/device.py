@@ -1,0 +1,530 @@
+"""The `tpuc` eager device: tensors whose data are PJRT device buffers, each ATen op run on the
+device through tpuc's own lowering and runtime (strict eager: every op compiled alone, once per
+op, argument types and non-tensor arguments, then executed; results stay on the device).
+
+The mechanism is a wrapper tensor subclass (no C++, no allocator): PyTorch's PrivateUse1 device,
+renamed `tpuc`, gives the tensors their device; `__torch_dispatch__` receives every ATen op on
+them; factory functions (`torch.ones(..., device="tpuc")`) reach kernels registered for the
+PrivateUse1 key. Why this and not a C++ backend: docs/ARCHITECTURE.md ("The tpuc device").
+
+Aliasing follows PyTorch's: a tensor is a view (sizes, strides, offset) of a storage that holds
+one device buffer; views share the storage; an in-place op computes its new value functionally
+and writes it into the storage (the whole buffer replaced, or the view's elements scattered into
+it), so every view of the storage sees it. Buffers themselves never change.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import warnings
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from . import _tpuc
+from .runtime import STATS, dtype_name, session
+
+NAME = "tpuc"
+_RENAME_LOCK = threading.Lock()
+
+
+def _register_device() -> None:
+    """Names PyTorch's PrivateUse1 device `tpuc` (once per process) and registers its kernels."""
+    with _RENAME_LOCK:
+        if torch._C._get_privateuse1_backend_name() == NAME:
+            return
+        # The name, `torch.tpuc`, the device guard and hooks PyTorch expects of a backend.
+        torch.utils.backend_registration._setup_privateuseone_for_python_backend(
+            rename=NAME, backend_module=_DeviceModule())
+        _register_kernels()
+
+
+class _DeviceModule:
+    """`torch.tpuc`: what PyTorch and its users ask of a device module."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def device_count() -> int:
+        return 1
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def synchronize(device=None) -> None:
+        # Executions are ordered by their buffers; waiting for every one is reading one. The CPU
+        # plugin runs each execution to completion before returning its buffers.
+        return None
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        # Random ops on the device draw their seeds from torch's default (CPU) generator.
+        torch.default_generator.manual_seed(seed)
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        # torch.manual_seed calls this after seeding the default generator: nothing else to seed.
+        return None
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def get_amp_supported_dtype() -> list:
+        return [torch.float32, torch.bfloat16, torch.float16]
+
+
+class _Storage:
+    """The device memory a tensor and its views share: one dense, row-major buffer of `shape`."""
+
+    __slots__ = ("buffer", "shape", "dtype", "numel")
+
+    def __init__(self, buffer: _tpuc.DeviceBuffer, shape: list, dtype: torch.dtype):
+        self.buffer, self.shape, self.dtype = buffer, list(shape), dtype
+        self.numel = 1
+        for size in shape:
+            self.numel *= size
+
+
+def _contiguous_strides(shape) -> list:
+    strides, step = [], 1
+    for size in reversed(list(shape)):
+        strides.append(step)
+        step *= max(size, 1)
+    return strides[::-1]
+
+
+class TpucTensor(torch.Tensor):
+    """A tensor on the tpuc device: a view (its sizes, strides and offset) of a `_Storage`."""
+
+    @staticmethod
+    def __new__(cls, storage: _Storage, size, stride, offset: int, requires_grad: bool = False):
+        tensor = torch.Tensor._make_wrapper_subclass(
+            cls, size, strides=stride, storage_offset=offset, dtype=storage.dtype,
+            device=torch.device(NAME, 0), requires_grad=requires_grad)
+        tensor._tpuc_storage = storage
+        return tensor
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents=None):
+        # As PyTorch prints a tensor of another device: the device, then the dtype, then autograd.
+        text = torch._tensor_str._str(self.detach().cpu())[:-1]
+        device = f", device='{self.device}'"
+        at = text.rfind(", dtype=")
+        text = text + device if at < 0 else text[:at] + device + text[at:]
+        if self.grad_fn is not None:
+            text += f", grad_fn=<{type(self.grad_fn).__name__}>"
+        elif self.requires_grad:
+            text += ", requires_grad=True"
+        return text + ")"
+
+    def plain(self) -> bool:
+        """Whether the tensor is its storage's whole buffer, in its shape."""
+        storage = self._tpuc_storage
+        return (self.storage_offset() == 0 and list(self.shape) == storage.shape
+                and list(self.stride()) == _contiguous_strides(self.shape))
+
+
+def _wrap(buffer: _tpuc.DeviceBuffer, shape, dtype: torch.dtype) -> TpucTensor:
+    shape = list(shape)
+    return TpucTensor(_Storage(buffer, shape, dtype), shape, _contiguous_strides(shape), 0)
+
+
+# ---------------------------------------------------------------- host <-> device
+
+
+def _session():
+    return session(None)
+
+
+def upload(tensor: torch.Tensor) -> TpucTensor:
+    """A CPU tensor's value on the device (its own copy: later changes of `tensor` are not seen)."""
+    own = tensor.detach().contiguous().clone()
+    buffer = _session().runtime.buffer(own.data_ptr(), own.numel() * own.element_size(),
+                                       dtype_name(own.dtype), list(own.shape), own.untyped_storage())
+    STATS["uploads"] += 1
+    return _wrap(buffer, own.shape, own.dtype)
+
+
+def download(tensor: TpucTensor) -> torch.Tensor:
+    """The tensor's value as a new CPU tensor."""
+    out = torch.empty(tensor.shape, dtype=tensor.dtype)
+    _materialize(tensor).copy_to_host(out.data_ptr(), out.numel() * out.element_size())
+    return out
+
+
+# ---------------------------------------------------------------- ops run on the device
+
+
+aten = torch.ops.aten
+
+
+class _OpProgram:
+    """One op compiled for its argument types: the executable, how its arguments are gathered
+    and what each output is."""
+
+    __slots__ = ("compiled", "roles", "constants", "outputs", "mutated")
+
+    def __init__(self, compiled, roles, constants, outputs, mutated):
+        self.compiled, self.roles, self.constants = compiled, roles, constants
+        self.outputs, self.mutated = outputs, mutated
+
+
+_PROGRAMS: dict = {}
+_COMPILER = None
+
+
+def _compiler():
+    global _COMPILER
+    if _COMPILER is None:
+        from .backend import GraphCompiler
+        from .options import Options
+        _COMPILER = GraphCompiler(Options.parse({"strict": True, "hoist_weights": False}))
+    return _COMPILER
+
+
+def _key_of(value):
+    """What of an argument an op's program depends on: a tensor's dtype and shape, any other
+    value itself."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.dtype, tuple(value.shape))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_key_of(v) for v in value))
+    if isinstance(value, torch.device):
+        return ("device", value.type)
+    return (type(value).__name__, value)
+
+
+def _written(func) -> list[int]:
+    """Positions of the arguments `func` writes (in-place ops, `out=`)."""
+    return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _program(func, args, kwargs) -> _OpProgram:
+    """`func` on arguments like these, compiled (once per key)."""
+    flat, spec = tree_flatten((args, kwargs))
+    key = (func, tuple(_key_of(v) for v in flat))
+    found = _PROGRAMS.get(key)
+    if found is not None:
+        return found
+    positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
+    names = [a.name for a in func._schema.arguments]
+    written = {names[i] for i in _written(func)}
+    # The flat positions of the written arguments' tensors.
+    copied = set()
+    if written:
+        marks, _ = tree_flatten(tree_unflatten(list(range(len(flat))), spec))
+        bound_positions = dict(zip(names, args)) | kwargs
+        ids = {id(bound_positions[n]) for n in written if isinstance(bound_positions.get(n), torch.Tensor)}
+        copied = {i for i, v in enumerate(flat) if id(v) in ids}
+
+    def functional(*tensors):
+        values = list(flat)
+        for i, t in zip(positions, tensors):
+            values[i] = t
+        # What the op writes, it writes into copies: the program computes their new values.
+        values = [v.clone() if i in copied else v for i, v in enumerate(values)]
+        call_args, call_kwargs = tree_unflatten(values, spec)
+        result = func(*call_args, **call_kwargs)
+        # The new values of the written arguments, then what the op returns of its own.
+        bound = dict(zip(names, call_args)) | call_kwargs
+        new = [bound[name] for name in names if name in written and isinstance(bound.get(name), torch.Tensor)]
+        own = [] if written else [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
+        return (*new, *own)
+
+    examples = [torch.empty(flat[i].shape, dtype=flat[i].dtype) for i in positions]
+    compiler = _compiler()
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from .backend import decompositions
+    gm = make_fx(functional, decomposition_table=decompositions(compiler.opts), tracing_mode="fake")(*examples)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    name = f"eager_{func.__name__.replace('.', '_')}"
+    prepared = compiler.prepare(gm, name)
+    compiled = _session().compile(prepared.program, name, compiler.opts.matmul_precision, None,
+                                  compiler.opts.cache_dir)
+    constants = [upload(c)._tpuc_storage.buffer for c in prepared.constants]
+    found = _PROGRAMS[key] = _OpProgram(compiled, compiled.arg_roles, constants, prepared.outputs,
+                                        len([n for n in names if n in written]))
+    return found
+
+
+# Ops tpuc cannot lower, run on the CPU instead (each said once).
+_ON_CPU: set = set()
+
+
+def _on_cpu(func, args, kwargs):
+    """`func` run by PyTorch on the CPU: the device's tensors copied there, what it writes and
+    returns copied back."""
+    cpu_args, cpu_kwargs = tree_map(lambda v: download(v) if isinstance(v, TpucTensor) else v, (args, kwargs))
+    result = func(*cpu_args, **cpu_kwargs)
+    names = [a.name for a in func._schema.arguments]
+    bound, cpu_bound = dict(zip(names, args)) | kwargs, dict(zip(names, cpu_args)) | cpu_kwargs
+    written = [names[i] for i in _written(func) if isinstance(bound.get(names[i]), TpucTensor)]
+    for name in written:
+        _write(bound[name], upload(cpu_bound[name]))
+    if written:
+        targets = [bound[name] for name in written]
+        return targets[0] if len(targets) == 1 else tuple(targets)
+    return tree_map(lambda r: upload(r) if isinstance(r, torch.Tensor) else r, result)
+
+
+def _reads_device_tensors(func, args, kwargs) -> bool:
+    """Whether `func` reads a tensor of the device (not only writes one, as a factory's `out=`)."""
+    names = [a.name for a in func._schema.arguments]
+    written = {names[i] for i in _written(func)}
+    bound = dict(zip(names, args)) | kwargs
+    return any(isinstance(v, TpucTensor) for name, value in bound.items() if name not in written
+               for v in tree_flatten(value)[0])
+
+
+def _check_out_shapes(func, args, kwargs) -> None:
+    """Refuses an `out=` tensor the op would resize (device tensors keep their shape), by the
+    shapes PyTorch's meta kernels give."""
+    outs = [a.name for a in func._schema.arguments if a.kwarg_only and a.alias_info is not None
+            and a.alias_info.is_write and isinstance(kwargs.get(a.name), TpucTensor)]
+    if not outs:
+        return
+    metas = tree_map(lambda v: _meta_of(v).clone() if isinstance(v, TpucTensor) else v, (args, kwargs))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        func(*metas[0], **metas[1])
+    for name in outs:
+        given, wanted = list(kwargs[name].shape), list(metas[1][name].shape)
+        if given != wanted:
+            raise _tpuc.TpucError(
+                f"{func}: the out= tensor {name} of the tpuc device has shape {given}, the result "
+                f"{wanted}: resizing device tensors is not supported")
+
+
+def _run(func, args, kwargs):
+    """`func` run on the device: its program executed on the arguments' buffers (on the CPU
+    when tpuc cannot lower it)."""
+    flat, _ = tree_flatten((args, kwargs))
+    for t in flat:
+        if isinstance(t, torch.Tensor) and not isinstance(t, TpucTensor):
+            raise _tpuc.TpucError(
+                f"{func}: expected every tensor on the tpuc device, got one on {t.device} "
+                "(move it with .to('tpuc'))")
+    _check_out_shapes(func, args, kwargs)
+    if func in _ON_CPU:
+        return _on_cpu(func, args, kwargs)
+    try:
+        program = _program(func, args, kwargs)
+    except _tpuc.TpucError as error:
+        if "unsupported op" not in str(error):
+            raise
+        if _reads_device_tensors(func, args, kwargs):
+            if os.environ.get("TPUC_STRICT") == "1":
+                raise
+            warnings.warn(f"tpuc: {func} cannot run on the tpuc device; it runs on the CPU (its tensors "
+                          "copied there and back)", stacklevel=3)
+        _ON_CPU.add(func)
+        return _on_cpu(func, args, kwargs)
+    tensors = [v for v in flat if isinstance(v, torch.Tensor)]
+    pool = [_materialize(t) for t in tensors] + program.constants
+    arguments = []
+    for role, index in program.roles:
+        if role == "input":
+            arguments.append(pool[index])
+        elif role == "seed":
+            arguments.append(_session().buffers.seed())
+        else:
+            raise _tpuc.TpucError(f"{func}: the op's program takes a {role} argument the device cannot give")
+    results = program.compiled.run_on_device(arguments)
+    types = program.compiled.output_specs
+    values = []
+    for kind, what in program.outputs:
+        if kind == "tensor":
+            dtype_text, shape = types[what]
+            values.append(_wrap(results[what], shape, getattr(torch, dtype_text)))
+        elif kind == "arg":
+            values.append(tensors[what])
+        else:
+            values.append(what)
+    if program.mutated:
+        names = [a.name for a in func._schema.arguments]
+        bound = dict(zip(names, args)) | kwargs
+        written = [bound[names[i]] for i in _written(func) if isinstance(bound.get(names[i]), torch.Tensor)]
+        for target, value in zip(written, values):
+            _write(target, value)
+        return written[0] if len(written) == 1 else tuple(written)
+    own = values
+    if len(func._schema.returns) == 1 and not isinstance(func._schema.returns[0].type, torch.ListType):
+        return own[0] if own else None
+    return own if isinstance(func._schema.returns[0].type, torch.ListType) else tuple(own)
+
+
+def _materialize(tensor: TpucTensor) -> _tpuc.DeviceBuffer:
+    """The tensor's elements as a buffer of its shape: its storage's own, or read through the
+    view (an as_strided program over the storage)."""
+    storage = tensor._tpuc_storage
+    if tensor.plain():
+        return storage.buffer
+    base = _wrap(storage.buffer, storage.shape, storage.dtype)
+    if (tensor.storage_offset() == 0 and tensor.numel() == storage.numel
+            and list(tensor.stride()) == _contiguous_strides(tensor.shape)):
+        # The storage's elements in another shape.
+        return _run(aten.view.default, (base, list(tensor.shape)), {})._tpuc_storage.buffer
+    view = _run(aten.as_strided.default, (base, list(tensor.shape), list(tensor.stride()), tensor.storage_offset()), {})
+    return view._tpuc_storage.buffer
+
+
+def _write(target: TpucTensor, value: TpucTensor) -> None:
+    """Writes `value` (a plain tensor of `target`'s shape) into `target`'s elements, for every
+    view of its storage to see."""
+    storage = target._tpuc_storage
+    if list(value.shape) != list(target.shape) and value.dim() and torch.Size(
+            torch.broadcast_shapes(value.shape, target.shape)) != target.shape:
+        raise _tpuc.TpucError(
+            f"a tensor of the tpuc device of shape {list(target.shape)} cannot take a value of shape "
+            f"{list(value.shape)}: resizing device tensors (an out= of another size, resize_) is not "
+            "supported")
+    if value.dtype != target.dtype or list(value.shape) != list(target.shape):
+        value = _run(aten._to_copy.default, (value.expand(target.shape),), {"dtype": target.dtype})
+    if target.plain():
+        storage.buffer = _materialize(value)
+        return
+    base = _wrap(storage.buffer, storage.shape, storage.dtype)
+    new = _run(aten.as_strided_scatter.default,
+               (base, value, list(target.shape), list(target.stride()), target.storage_offset()), {})
+    storage.buffer = new._tpuc_storage.buffer
+
+
+def _meta_of(tensor: TpucTensor) -> torch.Tensor:
+    """A meta tensor laid out as `tensor` over a storage of its storage's size."""
+    storage = tensor._tpuc_storage
+    base = torch.empty(storage.numel, dtype=storage.dtype, device="meta")
+    return base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+
+
+def _view(func, args, kwargs):
+    """A view op: the same storage, the sizes, strides and offset PyTorch's meta kernels give."""
+    source = next(a for a in tree_flatten((args, kwargs))[0] if isinstance(a, TpucTensor))
+    storage = source._tpuc_storage
+    meta_args, meta_kwargs = tree_map(lambda v: _meta_of(v) if isinstance(v, TpucTensor) else v, (args, kwargs))
+    result = func(*meta_args, **meta_kwargs)
+
+    def rewrap(meta):
+        if not isinstance(meta, torch.Tensor):
+            return meta
+        if meta.dtype != storage.dtype:
+            raise _tpuc.TpucError(f"{func}: a view in another dtype ({meta.dtype}) is not supported on the tpuc device")
+        return TpucTensor(storage, meta.shape, meta.stride(), meta.storage_offset())
+
+    return tree_map(rewrap, result)
+
+
+# ---------------------------------------------------------------- ops handled apart
+
+
+def _to_copy(args, kwargs):
+    (source,) = args
+    device = kwargs.get("device")
+    dtype = kwargs.get("dtype") or source.dtype
+    if device is not None and torch.device(device).type == "cpu":
+        return download(source).to(dtype)
+    return _run(aten._to_copy.default, (source,), {"dtype": dtype})
+
+
+def _copy(args, kwargs):
+    target, source = args[0], args[1]
+    if not isinstance(target, TpucTensor):
+        return target.copy_(download(source))
+    if not isinstance(source, TpucTensor):
+        source = upload(source.to(target.dtype).expand(target.shape))
+    _write(target, source)
+    return target
+
+
+def _local_scalar_dense(args, kwargs):
+    return download(args[0]).item()
+
+
+_SPECIAL = {
+    aten._to_copy.default: _to_copy,
+    aten.copy_.default: _copy,
+    aten._local_scalar_dense.default: _local_scalar_dense,
+}
+
+
+def _scalars(value):
+    """A 0-dimensional CPU tensor (a Python number the dispatcher wrapped, or a scalar tensor
+    PyTorch lets mix with any device's) as the number it holds."""
+    if isinstance(value, torch.Tensor) and not isinstance(value, TpucTensor) and value.dim() == 0 \
+            and value.device.type == "cpu":
+        return value.item()
+    return value
+
+
+def _dispatch(func, args, kwargs):
+    if func not in _SPECIAL:
+        args, kwargs = tree_map(_scalars, (args, kwargs))
+    special = _SPECIAL.get(func)
+    if special is not None:
+        return special(args, kwargs)
+    if func.is_view:
+        return _view(func, args, kwargs)
+    return _run(func, args, kwargs)
+
+
+# ---------------------------------------------------------------- factories
+
+
+def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return upload(torch.zeros(size, dtype=dtype or torch.get_default_dtype()))
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return _empty(size, dtype)
+
+
+def _factory_on_cpu(op, *args, **kwargs):
+    """A factory op for the tpuc device (arange, full, rand...): computed on the CPU, uploaded."""
+    kwargs = {k: (torch.device("cpu") if k == "device" else v) for k, v in kwargs.items()}
+    result = op(*args, **kwargs)
+    return tree_map(lambda r: upload(r) if isinstance(r, torch.Tensor) else r, result)
+
+
+_LIBRARIES: list = []
+
+
+# Factories PyTorch composes from `empty` and an `out=` op that resizes it: made on the CPU
+# (random ones from torch's generator, as on the CPU) and uploaded.
+_CPU_FACTORIES = ("arange", "arange.start", "arange.start_step", "linspace", "logspace", "eye", "eye.m",
+                  "randperm", "rand", "randn", "randint", "randint.low", "full", "scalar_tensor", "tril_indices",
+                  "triu_indices")
+
+
+def _register_kernels() -> None:
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("empty.memory_format", _empty, "PrivateUse1")
+    lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+    for name in _CPU_FACTORIES:
+        op = getattr(aten, name.split(".")[0])
+        overload = getattr(op, name.split(".")[1] if "." in name else "default")
+        lib.impl(name, functools.partial(_factory_on_cpu, overload), "PrivateUse1")
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(_factory_on_cpu, "PrivateUse1")
+    _LIBRARIES.extend([lib, fallback])
+
+
+@functools.cache
+def enable() -> None:
+    """Makes `torch.device("tpuc")` available (done when tpuc is imported)."""
+    _register_device()

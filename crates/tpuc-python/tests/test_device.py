@@ -1,0 +1,170 @@
+"""The tpuc eager device: tensors held on the PJRT device, each ATen op lowered and run there
+(strict eager), views sharing their storage, ops tpuc cannot lower run on the CPU."""
+import copy
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import tpuc
+from tpuc.runtime import STATS
+
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def test_tensors_move_to_the_device_and_back():
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    t = x.to("tpuc")
+    assert t.device == torch.device("tpuc", 0) and t.is_tpuc and not x.is_tpuc
+    assert t.shape == x.shape and t.dtype == x.dtype
+    back = t.cpu()
+    assert back.device.type == "cpu" and torch.equal(back, x)
+    assert t.cpu().numpy().tolist() == x.tolist()
+    # The device's copy is its own: changing the source later changes nothing on the device.
+    x.add_(1)
+    assert torch.equal(t.cpu(), x - 1)
+    assert repr(t) == "tensor([[0., 1., 2.],\n        [3., 4., 5.]], device='tpuc:0')"
+    assert repr(torch.zeros(2, dtype=torch.float16, device="tpuc")) == \
+        "tensor([0., 0.], device='tpuc:0', dtype=torch.float16)"
+    assert t.sum().item() == 15.0
+    assert bool((t >= 0).all()) and not bool((t > 4).all())
+    assert torch.tpuc.is_available() and torch.tpuc.device_count() == 1
+    assert t.to(torch.int32).cpu().dtype == torch.int32
+
+
+def test_ops_run_on_the_device_and_match_the_cpu():
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 5), torch.randn(5, 3)
+    da, db = a.to("tpuc"), b.to("tpuc")
+    cases = [
+        (lambda x, y: (x @ y).relu(), (a, b), (da, db)),
+        (lambda x, y: (x * 2.5 + 1).sin().sum(dim=1), (a, b), (da, db)),
+        (lambda x, y: torch.softmax(x, dim=-1).max(dim=0).values, (a, b), (da, db)),
+        (lambda x, y: x.to(torch.int64) + 1.5, (a, b), (da, db)),  # promotion as on the CPU
+        (lambda x, y: x[1:3, ::2] - x.mean(), (a, b), (da, db)),
+    ]
+    for fn, cpu_args, dev_args in cases:
+        expected, got = fn(*cpu_args), fn(*dev_args)
+        assert got.device.type == "tpuc"
+        assert got.dtype == expected.dtype
+        torch.testing.assert_close(got.cpu(), expected, **TOL)
+
+
+def test_an_op_compiles_once_for_its_argument_types():
+    x = torch.randn(3, 7).to("tpuc")
+    (x * x).cos()
+    before = STATS["compiles"]
+    for _ in range(3):
+        (x * x).cos()
+    assert STATS["compiles"] == before
+    # Another shape is another program.
+    y = torch.randn(2, 7).to("tpuc")
+    (y * y).cos()
+    assert STATS["compiles"] == before + 2
+
+
+def test_views_share_their_storage():
+    base = torch.zeros(4, 4, device="tpuc")
+    column = base[:, 1]
+    transposed = base.t()
+    column.add_(3)
+    # The update through one view is seen in the base and in every other view of it.
+    expected = torch.zeros(4, 4)
+    expected[:, 1] = 3
+    assert torch.equal(base.cpu(), expected)
+    assert torch.equal(transposed.cpu(), expected.t())
+    transposed[0].fill_(7)  # the base's first column
+    expected[:, 0] = 7
+    assert torch.equal(base.cpu(), expected)
+    base[1:3, 2:4] = 1
+    expected[1:3, 2:4] = 1
+    assert torch.equal(base.cpu(), expected)
+    index = torch.tensor([0, 3]).to("tpuc")
+    base[index] = torch.full((4,), 9.0).to("tpuc")
+    expected[torch.tensor([0, 3])] = 9.0
+    assert torch.equal(base.cpu(), expected)
+    assert torch.equal(column.cpu(), expected[:, 1])
+    # out= writes into the given tensor.
+    out = torch.empty(4, 4, device="tpuc")
+    torch.add(base, 1, out=out)
+    assert torch.equal(out.cpu(), expected + 1)
+    # copy_ across devices, both ways.
+    target = torch.zeros(2, 2, device="tpuc")
+    target.copy_(torch.ones(2, 2))
+    assert torch.equal(target.cpu(), torch.ones(2, 2))
+    host = torch.zeros(2, 2)
+    host.copy_(target * 3)
+    assert torch.equal(host, torch.full((2, 2), 3.0))
+
+
+def test_bad_uses_are_clear_errors():
+    x = torch.randn(3).to("tpuc")
+    with pytest.raises(tpuc.TpucError, match="expected every tensor on the tpuc device, got one on cpu"):
+        x + torch.randn(3)
+    with pytest.raises(tpuc.TpucError, match="resizing device tensors"):
+        torch.add(x, 1, out=torch.empty(2, device="tpuc"))
+
+
+def test_factories_make_device_tensors():
+    assert torch.equal(torch.ones(2, 3, device="tpuc").cpu(), torch.ones(2, 3))
+    assert torch.equal(torch.zeros(3, dtype=torch.int64, device="tpuc").cpu(), torch.zeros(3, dtype=torch.int64))
+    assert torch.equal(torch.arange(5, device="tpuc").cpu(), torch.arange(5))
+    assert torch.equal(torch.full((2,), 4.5, device="tpuc").cpu(), torch.full((2,), 4.5))
+    # Random factories draw from torch's generator, as on the CPU.
+    torch.manual_seed(3)
+    expected = torch.randn(4, 4)
+    torch.manual_seed(3)
+    assert torch.equal(torch.randn(4, 4, device="tpuc").cpu(), expected)
+
+
+def test_ops_tpuc_cannot_lower_run_on_the_cpu_with_a_warning():
+    x = torch.randn(4, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        u, s, vh = torch.linalg.svd(x.to("tpuc"), full_matrices=False)
+    assert u.device.type == "tpuc"
+    torch.testing.assert_close(((u * s) @ vh).cpu(), x, **TOL)
+    assert any("_linalg_svd" in str(w.message) and "runs on the CPU" in str(w.message) for w in caught)
+    # Strict settings make it an error.
+    script = ("import torch, tpuc\n"
+              "torch.linalg.svd(torch.randn(4, 3).to('tpuc'))\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TPUC_STRICT="1", TF_CPP_MIN_LOG_LEVEL="3"))
+    assert run.returncode != 0 and "unsupported op" in run.stderr, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("optimizer", [torch.optim.SGD, torch.optim.AdamW], ids=["sgd", "adamw"])
+def test_training_on_the_device_matches_the_cpu(optimizer):
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    dev = copy.deepcopy(cpu).to("tpuc")
+    assert all(p.device.type == "tpuc" for p in dev.parameters())
+    x, y = torch.randn(5, 8), torch.randn(5, 4)
+    xd, yd = x.to("tpuc"), y.to("tpuc")
+    opt_cpu, opt_dev = optimizer(cpu.parameters(), lr=1e-2), optimizer(dev.parameters(), lr=1e-2)
+    for _ in range(3):
+        loss_cpu = torch.nn.functional.mse_loss(cpu(x), y)
+        loss_cpu.backward()
+        opt_cpu.step()
+        opt_cpu.zero_grad()
+        loss_dev = torch.nn.functional.mse_loss(dev(xd), yd)
+        loss_dev.backward()
+        opt_dev.step()
+        opt_dev.zero_grad()
+        assert abs(loss_dev.item() - loss_cpu.item()) < 1e-5
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(q.cpu(), p, **TOL)
+
+
+def test_random_ops_on_the_device_follow_torch_manual_seed():
+    x = torch.ones(1000).to("tpuc")
+    torch.manual_seed(1)
+    first = torch.nn.functional.dropout(x, 0.5).cpu()
+    torch.manual_seed(1)
+    again = torch.nn.functional.dropout(x, 0.5).cpu()
+    assert torch.equal(first, again)
+    kept = (first != 0).float().mean().item()
+    assert 0.4 < kept < 0.6 and set(first.unique().tolist()) == {0.0, 2.0}
