@@ -113,6 +113,9 @@ class TpucTensor(torch.Tensor):
             cls, size, strides=stride, storage_offset=offset, dtype=storage.dtype,
             device=torch.device(NAME, 0), requires_grad=requires_grad)
         tensor._tpuc_storage = storage
+        # Whether it is its storage's whole buffer, in its shape (its layout never changes).
+        tensor._tpuc_plain = (offset == 0 and list(size) == storage.shape
+                              and list(stride) == _contiguous_strides(size))
         return tensor
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -135,9 +138,7 @@ class TpucTensor(torch.Tensor):
 
     def plain(self) -> bool:
         """Whether the tensor is its storage's whole buffer, in its shape."""
-        storage = self._tpuc_storage
-        return (self.storage_offset() == 0 and list(self.shape) == storage.shape
-                and list(self.stride()) == _contiguous_strides(self.shape))
+        return self._tpuc_plain
 
 
 def _wrap(buffer: _tpuc.DeviceBuffer, shape, dtype: torch.dtype) -> TpucTensor:
@@ -178,11 +179,12 @@ class _OpProgram:
     """One op compiled for its argument types: the executable, how its arguments are gathered
     and what each output is."""
 
-    __slots__ = ("compiled", "roles", "constants", "outputs", "mutated")
+    __slots__ = ("compiled", "roles", "constants", "outputs", "types", "mutated")
 
-    def __init__(self, compiled, roles, constants, outputs, mutated):
+    def __init__(self, compiled, roles, constants, outputs, types, mutated):
         self.compiled, self.roles, self.constants = compiled, roles, constants
-        self.outputs, self.mutated = outputs, mutated
+        # What each output of the call is, and (dtype, shape) of each compiled output.
+        self.outputs, self.types, self.mutated = outputs, types, mutated
 
 
 _PROGRAMS: dict = {}
@@ -210,28 +212,56 @@ def _key_of(value):
     return (type(value).__name__, value)
 
 
-def _written(func) -> list[int]:
-    """Positions of the arguments `func` writes (in-place ops, `out=`)."""
-    return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+class _Schema:
+    """What the device needs of an op's schema, read once per op."""
+
+    __slots__ = ("names", "written", "outs", "returns_list", "returns_one")
+
+    def __init__(self, func):
+        arguments = func._schema.arguments
+        self.names = [a.name for a in arguments]
+        # The arguments it writes (in-place ops, `out=`), and of them the keyword-only `out=`s.
+        self.written = [a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write]
+        self.outs = [a.name for a in arguments if a.kwarg_only and a.name in self.written]
+        returns = func._schema.returns
+        self.returns_list = bool(returns) and isinstance(returns[0].type, torch.ListType)
+        self.returns_one = len(returns) == 1 and not self.returns_list
+
+    def bind(self, args, kwargs) -> dict:
+        return dict(zip(self.names, args)) | kwargs
+
+
+@functools.cache
+def _schema(func) -> _Schema:
+    return _Schema(func)
+
+
+def _leaves(args, kwargs) -> list:
+    """An op's arguments, lists opened, in the order tracing takes its tensors (ATen's argument
+    lists hold no nested lists)."""
+    out = []
+    for value in (*args, *kwargs.values()):
+        if type(value) in (list, tuple):
+            out.extend(value)
+        else:
+            out.append(value)
+    return out
 
 
 def _program(func, args, kwargs) -> _OpProgram:
     """`func` on arguments like these, compiled (once per key)."""
-    flat, spec = tree_flatten((args, kwargs))
-    key = (func, tuple(_key_of(v) for v in flat))
+    key = (func, tuple(_key_of(v) for v in args), tuple((k, _key_of(v)) for k, v in kwargs.items()))
     found = _PROGRAMS.get(key)
     if found is not None:
         return found
+    flat, spec = tree_flatten((args, kwargs))
     positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
-    names = [a.name for a in func._schema.arguments]
-    written = {names[i] for i in _written(func)}
+    schema = _schema(func)
+    names, written = schema.names, set(schema.written)
     # The flat positions of the written arguments' tensors.
-    copied = set()
-    if written:
-        marks, _ = tree_flatten(tree_unflatten(list(range(len(flat))), spec))
-        bound_positions = dict(zip(names, args)) | kwargs
-        ids = {id(bound_positions[n]) for n in written if isinstance(bound_positions.get(n), torch.Tensor)}
-        copied = {i for i, v in enumerate(flat) if id(v) in ids}
+    bound_values = schema.bind(args, kwargs)
+    ids = {id(bound_values[n]) for n in written if isinstance(bound_values.get(n), torch.Tensor)}
+    copied = {i for i, v in enumerate(flat) if id(v) in ids}
 
     def functional(*tensors):
         values = list(flat)
@@ -242,7 +272,7 @@ def _program(func, args, kwargs) -> _OpProgram:
         call_args, call_kwargs = tree_unflatten(values, spec)
         result = func(*call_args, **call_kwargs)
         # The new values of the written arguments, then what the op returns of its own.
-        bound = dict(zip(names, call_args)) | call_kwargs
+        bound = schema.bind(call_args, call_kwargs)
         new = [bound[name] for name in names if name in written and isinstance(bound.get(name), torch.Tensor)]
         own = [] if written else [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
         return (*new, *own)
@@ -259,8 +289,9 @@ def _program(func, args, kwargs) -> _OpProgram:
     compiled = _session().compile(prepared.program, name, compiler.opts.matmul_precision, None,
                                   compiler.opts.cache_dir)
     constants = [upload(c)._tpuc_storage.buffer for c in prepared.constants]
-    found = _PROGRAMS[key] = _OpProgram(compiled, compiled.arg_roles, constants, prepared.outputs,
-                                        len([n for n in names if n in written]))
+    types = [(getattr(torch, dtype_text), shape) for dtype_text, shape in compiled.output_specs]
+    found = _PROGRAMS[key] = _OpProgram(compiled, compiled.arg_roles, constants, prepared.outputs, types,
+                                        bool(ids))
     return found
 
 
@@ -273,9 +304,9 @@ def _on_cpu(func, args, kwargs):
     returns copied back."""
     cpu_args, cpu_kwargs = tree_map(lambda v: download(v) if isinstance(v, TpucTensor) else v, (args, kwargs))
     result = func(*cpu_args, **cpu_kwargs)
-    names = [a.name for a in func._schema.arguments]
-    bound, cpu_bound = dict(zip(names, args)) | kwargs, dict(zip(names, cpu_args)) | cpu_kwargs
-    written = [names[i] for i in _written(func) if isinstance(bound.get(names[i]), TpucTensor)]
+    schema = _schema(func)
+    bound, cpu_bound = schema.bind(args, kwargs), schema.bind(cpu_args, cpu_kwargs)
+    written = [name for name in schema.written if isinstance(bound.get(name), TpucTensor)]
     for name in written:
         _write(bound[name], upload(cpu_bound[name]))
     if written:
@@ -286,9 +317,8 @@ def _on_cpu(func, args, kwargs):
 
 def _reads_device_tensors(func, args, kwargs) -> bool:
     """Whether `func` reads a tensor of the device (not only writes one, as a factory's `out=`)."""
-    names = [a.name for a in func._schema.arguments]
-    written = {names[i] for i in _written(func)}
-    bound = dict(zip(names, args)) | kwargs
+    schema = _schema(func)
+    written, bound = set(schema.written), schema.bind(args, kwargs)
     return any(isinstance(v, TpucTensor) for name, value in bound.items() if name not in written
                for v in tree_flatten(value)[0])
 
@@ -296,8 +326,7 @@ def _reads_device_tensors(func, args, kwargs) -> bool:
 def _check_out_shapes(func, args, kwargs) -> None:
     """Refuses an `out=` tensor the op would resize (device tensors keep their shape), by the
     shapes PyTorch's meta kernels give."""
-    outs = [a.name for a in func._schema.arguments if a.kwarg_only and a.alias_info is not None
-            and a.alias_info.is_write and isinstance(kwargs.get(a.name), TpucTensor)]
+    outs = [name for name in _schema(func).outs if isinstance(kwargs.get(name), TpucTensor)]
     if not outs:
         return
     metas = tree_map(lambda v: _meta_of(v).clone() if isinstance(v, TpucTensor) else v, (args, kwargs))
@@ -315,7 +344,7 @@ def _check_out_shapes(func, args, kwargs) -> None:
 def _run(func, args, kwargs):
     """`func` run on the device: its program executed on the arguments' buffers (on the CPU
     when tpuc cannot lower it)."""
-    flat, _ = tree_flatten((args, kwargs))
+    flat = _leaves(args, kwargs)
     for t in flat:
         if isinstance(t, torch.Tensor) and not isinstance(t, TpucTensor):
             raise _tpuc.TpucError(
@@ -347,27 +376,25 @@ def _run(func, args, kwargs):
         else:
             raise _tpuc.TpucError(f"{func}: the op's program takes a {role} argument the device cannot give")
     results = program.compiled.run_on_device(arguments)
-    types = program.compiled.output_specs
     values = []
     for kind, what in program.outputs:
         if kind == "tensor":
-            dtype_text, shape = types[what]
-            values.append(_wrap(results[what], shape, getattr(torch, dtype_text)))
+            dtype, shape = program.types[what]
+            values.append(_wrap(results[what], shape, dtype))
         elif kind == "arg":
             values.append(tensors[what])
         else:
             values.append(what)
+    schema = _schema(func)
     if program.mutated:
-        names = [a.name for a in func._schema.arguments]
-        bound = dict(zip(names, args)) | kwargs
-        written = [bound[names[i]] for i in _written(func) if isinstance(bound.get(names[i]), torch.Tensor)]
+        bound = schema.bind(args, kwargs)
+        written = [bound[name] for name in schema.written if isinstance(bound.get(name), torch.Tensor)]
         for target, value in zip(written, values):
             _write(target, value)
         return written[0] if len(written) == 1 else tuple(written)
-    own = values
-    if len(func._schema.returns) == 1 and not isinstance(func._schema.returns[0].type, torch.ListType):
-        return own[0] if own else None
-    return own if isinstance(func._schema.returns[0].type, torch.ListType) else tuple(own)
+    if schema.returns_one:
+        return values[0] if values else None
+    return values if schema.returns_list else tuple(values)
 
 
 def _materialize(tensor: TpucTensor) -> _tpuc.DeviceBuffer:
@@ -473,7 +500,7 @@ def _scalars(value):
 
 
 def _dispatch(func, args, kwargs):
-    if func not in _SPECIAL:
+    if func not in _SPECIAL and any(type(a) is torch.Tensor for a in args):
         args, kwargs = tree_map(_scalars, (args, kwargs))
     special = _SPECIAL.get(func)
     if special is not None:
