@@ -27,8 +27,11 @@ CONFORMANCE = os.path.join(ROOT, "docs", "conformance.json")
 
 
 def core_ops() -> list[str]:
+    # Every aten op the dispatcher knows (dir(torch.ops.aten) lists only those looked up so far).
+    names = sorted({n.split("::", 1)[1].split(".", 1)[0] for n in torch._C._dispatch_get_all_op_names()
+                    if n.startswith("aten::")})
     ops = []
-    for name in dir(torch.ops.aten):
+    for name in names:
         packet = getattr(torch.ops.aten, name, None)
         if not hasattr(packet, "overloads"):
             continue
@@ -49,6 +52,9 @@ NOT_SUPPORTED_BECAUSE = {
     "aten.sym_numel.default": "a symbolic size; tpuc compiles static shapes, where it is a constant "
                               "folded away before tpuc sees the graph",
     "aten.sym_storage_offset.default": "a symbolic storage offset (see sym_numel)",
+    "aten.resize_.default": "changes a tensor's size in place; functional graphs never contain it "
+                            "(aot_autograd and torch.export remove it), and a device tensor keeps its "
+                            "size (docs/eager.md)",
 }
 
 

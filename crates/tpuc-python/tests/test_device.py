@@ -155,8 +155,37 @@ def test_training_on_the_device_matches_the_cpu(optimizer):
         opt_dev.step()
         opt_dev.zero_grad()
         assert abs(loss_dev.item() - loss_cpu.item()) < 1e-5
+        if _ == 0:
+            after_first = STATS["compiles"]
+    # Later steps compile nothing: their changing numbers (Adam's bias corrections) are inputs.
+    assert STATS["compiles"] == after_first
     for p, q in zip(cpu.parameters(), dev.parameters()):
         torch.testing.assert_close(q.cpu(), p, **TOL)
+
+
+def test_python_numbers_are_inputs_of_an_ops_program():
+    x = torch.randn(3, 5)
+    d = x.to("tpuc")
+    torch.testing.assert_close((d * 0.5).cpu(), x * 0.5, **TOL)
+    before = STATS["compiles"]
+    for value in (0.25, -3.0, 1e-8):
+        torch.testing.assert_close((d * value).cpu(), x * value, **TOL)
+        torch.testing.assert_close(d.add(d, alpha=value).cpu(), x.add(x, alpha=value), **TOL)
+    # Zero and negative zero are two numbers.
+    positive = torch.rand(4) + 1
+    dp = positive.to("tpuc")
+    assert not torch.signbit((dp * 0.0).cpu()).any() and torch.signbit((dp * -0.0).cpu()).all()
+    # alpha= is a number where add takes it (not a tensor operand): one program per value.
+    assert STATS["compiles"] == before + 3 + 1  # the new shape of `positive`
+    # Numbers that shape what is computed stay part of the program, and stay right.
+    for beta, threshold in ((1.0, 20.0), (2.0, 0.5)):
+        torch.testing.assert_close(torch.nn.functional.softplus(d, beta, threshold).cpu(),
+                                   torch.nn.functional.softplus(x, beta, threshold), **TOL)
+    i = torch.arange(6).reshape(2, 3)
+    for value in (0.5, 2.5):
+        got = i.to("tpuc") * value
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.cpu(), i * value, **TOL)
 
 
 def test_random_ops_on_the_device_follow_torch_manual_seed():
@@ -168,3 +197,32 @@ def test_random_ops_on_the_device_follow_torch_manual_seed():
     assert torch.equal(first, again)
     kept = (first != 0).float().mean().item()
     assert 0.4 < kept < 0.6 and set(first.unique().tolist()) == {0.0, 2.0}
+
+
+def test_importing_tpuc_gives_the_device_and_stays_cheap():
+    script = ("import sys, tpuc, torch\n"
+              "print('tpuc.backend' in sys.modules, torch._C._get_privateuse1_backend_name())\n"
+              "print(torch.ones(2, device='tpuc').sum().item(), 'tpuc.backend' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    # The compile backend's modules come with the first op's compile, not with the import.
+    assert run.stdout.split() == ["False", "tpuc", "2.0", "True"], run.stdout
+    assert run.stderr == "", run.stderr
+
+
+def test_the_op_cache_says_what_it_did():
+    before = torch.tpuc.cache_stats()
+    x = torch.randn(3, 3).to("tpuc")
+    x.atan2(x)                      # a new op
+    x.atan2(x)                      # a hit
+    x[:2].atan2(x[:2])              # the op again, other shapes
+    x.clamp(min=0.25)               # a number the op takes as a number...
+    x.clamp(min=0.5)                # ...so another value is another program
+    after = torch.tpuc.cache_stats()
+    reasons = {k: after["miss_reasons"][k] - before["miss_reasons"][k] for k in after["miss_reasons"]}
+    assert reasons["new argument types"] >= 1 and reasons["new argument values"] >= 1, reasons
+    assert after["requests"] - before["requests"] >= 5
+    assert after["hits"] - before["hits"] >= 1
+    assert after["misses"] - before["misses"] == sum(reasons.values())
+    assert after["compile_seconds"] > before["compile_seconds"]

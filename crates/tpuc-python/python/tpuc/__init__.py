@@ -13,13 +13,35 @@ or lay parts out yourself with ``tpuc.Mesh``, ``tpuc.mark_sharding``, ``tpuc.sha
 model, ``tpuc.sharding_constraint`` (docs/sharding.md). ``tpuc.spmd(fn, mesh)`` runs one rank's
 program of a torch.distributed computation (DTensor, functional collectives) on every device.
 """
-from ._tpuc import TpucError, supported_ops
-from .backend import Options, tpuc_backend
-from .ranks import RankProgram, process_groups, spmd
-from .sharding import Mesh, mark_sharding, shard, sharding_constraint
+import importlib
+
 from . import device as _device
 
 _device.enable()
 
-__all__ = ["Mesh", "Options", "RankProgram", "TpucError", "mark_sharding", "process_groups", "shard",
-           "sharding_constraint", "spmd", "supported_ops", "tpuc_backend"]
+# The package's names, each imported from its module when first used: `import tpuc` (for the
+# device) stays cheap, and the compile backend (Dynamo, aot_autograd) is imported when a program
+# uses it.
+_WHERE = {
+    "TpucError": "._tpuc", "supported_ops": "._tpuc",
+    "Options": ".backend", "tpuc_backend": ".backend",
+    "RankProgram": ".ranks", "process_groups": ".ranks", "spmd": ".ranks",
+    "Mesh": ".sharding", "mark_sharding": ".sharding", "shard": ".sharding",
+    "sharding_constraint": ".sharding",
+}
+
+__all__ = sorted(_WHERE)
+
+
+_SUBMODULES = {"backend", "decompositions", "graph", "options", "ranks", "runtime", "sharding"}
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tpuc' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

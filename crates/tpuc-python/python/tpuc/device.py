@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 import warnings
 
 import torch
@@ -78,6 +79,10 @@ class _DeviceModule:
     @staticmethod
     def _is_in_bad_fork() -> bool:
         return False
+
+    @staticmethod
+    def cache_stats() -> dict:
+        return cache_stats()
 
     @staticmethod
     def get_amp_supported_dtype() -> list:
@@ -179,16 +184,40 @@ class _OpProgram:
     """One op compiled for its argument types: the executable, how its arguments are gathered
     and what each output is."""
 
-    __slots__ = ("compiled", "roles", "constants", "outputs", "types", "mutated")
+    __slots__ = ("compiled", "roles", "constants", "outputs", "types", "mutated", "scalar_dtype")
 
     def __init__(self, compiled, roles, constants, outputs, types, mutated):
         self.compiled, self.roles, self.constants = compiled, roles, constants
         # What each output of the call is, and (dtype, shape) of each compiled output.
         self.outputs, self.types, self.mutated = outputs, types, mutated
+        # The dtype of the Python floats it takes as inputs (`_lifted`), if it takes any.
+        self.scalar_dtype = None
 
 
 _PROGRAMS: dict = {}
 _COMPILER = None
+
+# What the op programs' cache did: requests, hits, misses by reason, and the time misses cost.
+_CACHE = {"requests": 0, "hits": 0, "misses": 0, "loaded_from_disk": 0, "compile_seconds": 0.0,
+          "miss_reasons": {"new op": 0, "new argument types": 0, "new argument values": 0}}
+# The argument types each op was compiled for (numbers as their type).
+_SEEN: dict = {}
+
+
+def cache_stats() -> dict:
+    """What the cache of op programs did in this process (`torch.tpuc.cache_stats()`): requests,
+    hits, misses by reason (a new op; an op seen before with other argument dtypes or shapes; the
+    same types with other numbers, which are part of its program), programs loaded from the
+    on-disk cache rather than compiled, and the seconds misses took."""
+    return {**_CACHE, "miss_reasons": dict(_CACHE["miss_reasons"])}
+
+
+def _missed(func, types) -> None:
+    seen = _SEEN.setdefault(func, set())
+    reason = "new op" if not seen else "new argument values" if types in seen else "new argument types"
+    seen.add(types)
+    _CACHE["misses"] += 1
+    _CACHE["miss_reasons"][reason] += 1
 
 
 def _compiler():
@@ -209,6 +238,8 @@ def _key_of(value):
         return (type(value).__name__, tuple(_key_of(v) for v in value))
     if isinstance(value, torch.device):
         return ("device", value.type)
+    if type(value) is float:
+        return ("float", value.hex())  # -0.0 and 0.0 are two values, a NaN is one
     return (type(value).__name__, value)
 
 
@@ -248,18 +279,116 @@ def _leaves(args, kwargs) -> list:
     return out
 
 
-def _program(func, args, kwargs) -> _OpProgram:
-    """`func` on arguments like these, compiled (once per key)."""
+# Programs whose Python float arguments are inputs (`_lifted`), by the op and its arguments'
+# types: one program serves every value.
+_LIFTED: dict = {}
+# Two values no op computes from: an op traced with each of them, whose programs differ only
+# where the values stand, takes its floats as plain operands.
+_SENTINELS = (0.1234567890123457, 0.8765432109876543)
+
+
+def _floats_as_types(value):
+    return ("float",) if type(value) is float else _key_of(value)
+
+
+def _program(func, args, kwargs) -> tuple[_OpProgram, list]:
+    """`func` on arguments like these, compiled (once per key), and the values of the Python
+    floats it takes as inputs (the program serves all their values) if any."""
+    _CACHE["requests"] += 1
     key = (func, tuple(_key_of(v) for v in args), tuple((k, _key_of(v)) for k, v in kwargs.items()))
     found = _PROGRAMS.get(key)
     if found is not None:
-        return found
+        _CACHE["hits"] += 1
+        return found, []
+    types = (func, tuple(_floats_as_types(v) for v in args), tuple((k, _floats_as_types(v)) for k, v in kwargs.items()))
+    found = _LIFTED.get(types)
+    if found is not None:
+        _CACHE["hits"] += 1
+        return found, [v for v in _leaves(args, kwargs) if type(v) is float]
+    _missed(func, types)
+    started = time.perf_counter()
+    try:
+        return _program_missed(func, args, kwargs, key, types)
+    finally:
+        _CACHE["compile_seconds"] += time.perf_counter() - started
+
+
+def _program_missed(func, args, kwargs, key, types) -> tuple[_OpProgram, list]:
     flat, spec = tree_flatten((args, kwargs))
+    lifted = _lifted(func, flat, spec)
+    if lifted is not None:
+        _LIFTED[types] = lifted
+        return lifted, [v for v in flat if type(v) is float]
+    found = _PROGRAMS[key] = _compile(func, flat, spec, _trace(func, flat, spec))
+    return found, []
+
+
+def _lifted(func, flat, spec) -> _OpProgram | None:
+    """`func`'s program with its Python floats as 0-dimensional inputs, when its traces with two
+    sentinel values differ only where the values stand, each an operand an op takes as a tensor;
+    None when not (a value that shapes the program, or one an op takes as a number)."""
+    floats = [i for i, v in enumerate(flat) if type(v) is float]
+    tensors = [v for v in flat if isinstance(v, torch.Tensor)]
+    if not floats or not tensors or not all(t.dtype.is_floating_point for t in tensors):
+        return None
+    traces = []
+    for sentinel in _SENTINELS:
+        values = list(flat)
+        for k, i in enumerate(floats):
+            values[i] = sentinel + k * 1e-9
+        try:
+            traces.append(_trace(func, values, spec))
+        except Exception:  # noqa: BLE001 - a value the op refuses: it is not an operand
+            return None
+    codes = [gm.code for gm in traces]
+    for k in range(len(floats)):
+        for code, sentinel in zip(range(2), _SENTINELS):
+            codes[code] = codes[code].replace(repr(sentinel + k * 1e-9), f"_lifted_{k}")
+    if codes[0] != codes[1]:
+        return None
+    gm = traces[0]
+    dtype = max((t.dtype for t in tensors), key=lambda d: torch.finfo(d).bits)
+    marks = {_SENTINELS[0] + k * 1e-9: k for k in range(len(floats))}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    with gm.graph.inserting_after(placeholders[-1]):
+        inputs = []
+        for k in range(len(floats)):
+            node = gm.graph.placeholder(f"lifted_{k}")
+            node.meta["val"] = torch.empty((), dtype=dtype)
+            inputs.append(node)
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        arguments = node.target._schema.arguments
+        new_args = list(node.args)
+        for j, value in enumerate(node.args):
+            if type(value) is float and value in marks:
+                if j >= len(arguments) or not isinstance(arguments[j].type, torch.TensorType):
+                    return None
+                new_args[j] = inputs[marks[value]]
+        new_kwargs = dict(node.kwargs)
+        for name, value in node.kwargs.items():
+            if type(value) is float and value in marks:
+                schema_arg = next((a for a in arguments if a.name == name), None)
+                if schema_arg is None or not isinstance(schema_arg.type, torch.TensorType):
+                    return None
+                new_kwargs[name] = inputs[marks[value]]
+        node.args, node.kwargs = tuple(new_args), new_kwargs
+    gm.recompile()
+    if any(repr(v) in gm.code for v in marks):
+        return None
+    program = _compile(func, flat, spec, gm)
+    program.scalar_dtype = dtype
+    return program
+
+
+def _trace(func, flat, spec) -> torch.fx.GraphModule:
+    """`func` on arguments like `flat` (tensors as placeholders, in order), traced alone."""
     positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
     schema = _schema(func)
     names, written = schema.names, set(schema.written)
     # The flat positions of the written arguments' tensors.
-    bound_values = schema.bind(args, kwargs)
+    bound_values = schema.bind(*tree_unflatten(flat, spec))
     ids = {id(bound_values[n]) for n in written if isinstance(bound_values.get(n), torch.Tensor)}
     copied = {i for i, v in enumerate(flat) if id(v) in ids}
 
@@ -278,21 +407,30 @@ def _program(func, args, kwargs) -> _OpProgram:
         return (*new, *own)
 
     examples = [torch.empty(flat[i].shape, dtype=flat[i].dtype) for i in positions]
-    compiler = _compiler()
     from torch.fx.experimental.proxy_tensor import make_fx
     from .backend import decompositions
-    gm = make_fx(functional, decomposition_table=decompositions(compiler.opts), tracing_mode="fake")(*examples)
+    gm = make_fx(functional, decomposition_table=decompositions(_compiler().opts), tracing_mode="fake")(*examples)
     gm.graph.eliminate_dead_code()
     gm.recompile()
+    return gm
+
+
+def _compile(func, flat, spec, gm: torch.fx.GraphModule) -> _OpProgram:
+    """The traced `gm` of `func` compiled through the backend's compiler and the driver."""
+    compiler = _compiler()
+    schema = _schema(func)
     name = f"eager_{func.__name__.replace('.', '_')}"
     prepared = compiler.prepare(gm, name)
     compiled = _session().compile(prepared.program, name, compiler.opts.matmul_precision, None,
                                   compiler.opts.cache_dir)
+    if compiled.cache == "hit":
+        _CACHE["loaded_from_disk"] += 1
     constants = [upload(c)._tpuc_storage.buffer for c in prepared.constants]
     types = [(getattr(torch, dtype_text), shape) for dtype_text, shape in compiled.output_specs]
-    found = _PROGRAMS[key] = _OpProgram(compiled, compiled.arg_roles, constants, prepared.outputs, types,
-                                        bool(ids))
-    return found
+    args, kwargs = tree_unflatten(flat, spec)
+    bound = schema.bind(args, kwargs)
+    mutated = any(isinstance(bound.get(name), torch.Tensor) for name in schema.written)
+    return _OpProgram(compiled, compiled.arg_roles, constants, prepared.outputs, types, mutated)
 
 
 # Ops tpuc cannot lower, run on the CPU instead (each said once).
@@ -354,7 +492,7 @@ def _run(func, args, kwargs):
     if func in _ON_CPU:
         return _on_cpu(func, args, kwargs)
     try:
-        program = _program(func, args, kwargs)
+        program, lifted = _program(func, args, kwargs)
     except _tpuc.TpucError as error:
         if "unsupported op" not in str(error):
             raise
@@ -366,7 +504,7 @@ def _run(func, args, kwargs):
         _ON_CPU.add(func)
         return _on_cpu(func, args, kwargs)
     tensors = [v for v in flat if isinstance(v, torch.Tensor)]
-    pool = [_materialize(t) for t in tensors] + program.constants
+    pool = [_materialize(t) for t in tensors] + [_scalar_buffer(v, program) for v in lifted] + program.constants
     arguments = []
     for role, index in program.roles:
         if role == "input":
@@ -395,6 +533,23 @@ def _run(func, args, kwargs):
     if schema.returns_one:
         return values[0] if values else None
     return values if schema.returns_list else tuple(values)
+
+
+# Lifted floats on the device, by value and dtype: the same ones recur (an epsilon, a decay).
+_SCALARS: dict = {}
+
+
+def _scalar_buffer(value: float, program: _OpProgram) -> _tpuc.DeviceBuffer:
+    """A lifted float (`_lifted`) on the device, as the program's 0-dimensional input."""
+    key = (value.hex(), program.scalar_dtype)  # -0.0 is not 0.0 here
+    found = _SCALARS.get(key)
+    if found is None:
+        if len(_SCALARS) >= 256:
+            _SCALARS.clear()
+        host = torch.tensor(value, dtype=program.scalar_dtype)
+        found = _SCALARS[key] = _session().runtime.buffer(
+            host.data_ptr(), host.element_size(), dtype_name(host.dtype), [], host.untyped_storage())
+    return found
 
 
 def _materialize(tensor: TpucTensor) -> _tpuc.DeviceBuffer:
