@@ -19,8 +19,8 @@ class RMSNorm(nn.Module):
 def rope(x, base=10000.0):
     """Rotary position embedding over the last dimension of (batch, heads, seq, head_dim)."""
     seq, dim = x.shape[-2], x.shape[-1]
-    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv)
+    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32, device=x.device) / dim))
+    angles = torch.outer(torch.arange(seq, dtype=torch.float32, device=x.device), inv)
     cos, sin = angles.cos(), angles.sin()
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
@@ -107,7 +107,7 @@ class GPTBlock(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
         q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-        mask = torch.tril(torch.ones(s, s, dtype=torch.bool))
+        mask = torch.tril(torch.ones(s, s, dtype=torch.bool, device=x.device))
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
         x = x + self.proj((att @ v).transpose(1, 2).reshape(b, s, d))
         return x + self.mlp(self.ln2(x))

@@ -226,3 +226,62 @@ def test_the_op_cache_says_what_it_did():
     assert after["hits"] - before["hits"] >= 1
     assert after["misses"] - before["misses"] == sum(reasons.values())
     assert after["compile_seconds"] > before["compile_seconds"]
+
+
+def _on_device(value):
+    if isinstance(value, list):
+        return [v.to("tpuc") for v in value]
+    return value.to("tpuc")
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen", "resnet18", "dlrm", "mingpt", "unet"])
+def test_the_zoo_runs_on_the_device_as_on_the_cpu(name):
+    from models import zoo
+    model, inputs = next((m, i) for n, m, i in zoo() if n == name)
+    with torch.no_grad():
+        expected = model(*inputs)
+        got = copy.deepcopy(model).to("tpuc")(*[_on_device(i) for i in inputs])
+    assert got.device.type == "tpuc"
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_llama_trains_on_the_device_as_on_the_cpu():
+    from models import Llama
+    torch.manual_seed(0)
+    cpu = Llama().train()
+    dev = copy.deepcopy(cpu).to("tpuc")
+    tokens = torch.randint(0, 64, (2, 12))
+    opt_cpu = torch.optim.AdamW(cpu.parameters(), lr=1e-3)
+    opt_dev = torch.optim.AdamW(dev.parameters(), lr=1e-3)
+    for _ in range(2):
+        for model, opt, x in ((cpu, opt_cpu, tokens), (dev, opt_dev, tokens.to("tpuc"))):
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(q.cpu(), p, rtol=1e-4, atol=1e-5)
+
+
+def test_debug_mode_finds_the_first_op_that_goes_wrong(monkeypatch):
+    import tpuc.device as device
+    x = torch.randn(4).to("tpuc")
+    # A wrong lowering for one op: sin computed by cos's program.
+    real = device._program
+
+    def perturbed(func, args, kwargs):
+        return real(torch.ops.aten.cos.default if func == torch.ops.aten.sin.default else func, args, kwargs)
+
+    monkeypatch.setattr(device, "_program", perturbed)
+    try:
+        device.debug(compare=True)
+        y = x * 2  # right: passes
+        with pytest.raises(tpuc.TpucError, match=r"aten\.sin\.default differs from the CPU's result by .*test_device\.py:\d+: .*y\.sin\(\)"):
+            y.sin()
+        device.debug(finite=True)
+        zero = torch.zeros(4).to("tpuc")
+        with pytest.raises(tpuc.TpucError, match=r"aten\.div\.Tensor made a NaN or an infinity from finite inputs"):
+            x / zero
+    finally:
+        device.debug(False)
+    # Strict mode again: the wrong program is not looked for, nor the infinity.
+    assert torch.isinf((x / torch.zeros(4).to("tpuc")).cpu()).all()

@@ -461,6 +461,11 @@ def _reads_device_tensors(func, args, kwargs) -> bool:
                for v in tree_flatten(value)[0])
 
 
+# Ops whose index tensors may be CPU tensors while the indexed tensor is on the device.
+_TAKES_CPU_INDICES = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
+                      aten._index_put_impl_.default}
+
+
 def _check_out_shapes(func, args, kwargs) -> None:
     """Refuses an `out=` tensor the op would resize (device tensors keep their shape), by the
     shapes PyTorch's meta kernels give."""
@@ -482,6 +487,10 @@ def _check_out_shapes(func, args, kwargs) -> None:
 def _run(func, args, kwargs):
     """`func` run on the device: its program executed on the arguments' buffers (on the CPU
     when tpuc cannot lower it)."""
+    if func in _TAKES_CPU_INDICES:
+        # As on other devices, indices may come from the CPU.
+        args = tuple(tree_map(lambda v: upload(v) if isinstance(v, torch.Tensor) and not isinstance(v, TpucTensor)
+                              else v, list(args)))
     flat = _leaves(args, kwargs)
     for t in flat:
         if isinstance(t, torch.Tensor) and not isinstance(t, TpucTensor):
@@ -513,7 +522,12 @@ def _run(func, args, kwargs):
             arguments.append(_session().buffers.seed())
         else:
             raise _tpuc.TpucError(f"{func}: the op's program takes a {role} argument the device cannot give")
-    results = program.compiled.run_on_device(arguments)
+    try:
+        results = program.compiled.run_on_device(arguments)
+    except _tpuc.TpucError as error:
+        if not _DEBUG["on"]:
+            raise
+        raise _tpuc.TpucError(f"{func} failed at {_user_line()}: {error}") from error
     values = []
     for kind, what in program.outputs:
         if kind == "tensor":
@@ -524,6 +538,8 @@ def _run(func, args, kwargs):
         else:
             values.append(what)
     schema = _schema(func)
+    if _DEBUG["on"]:
+        _check(func, args, kwargs, values, program.mutated)
     if program.mutated:
         bound = schema.bind(args, kwargs)
         written = [bound[name] for name in schema.written if isinstance(bound.get(name), torch.Tensor)]
@@ -533,6 +549,56 @@ def _run(func, args, kwargs):
     if schema.returns_one:
         return values[0] if values else None
     return values if schema.returns_list else tuple(values)
+
+
+# Debug mode (`debug`): what each op's results are checked for.
+_DEBUG = {"on": False, "finite": False, "compare": False, "rtol": 1e-4, "atol": 1e-5}
+
+
+def debug(on: bool = True, *, finite: bool = False, compare: bool = False, rtol: float = 1e-4,
+          atol: float = 1e-5) -> None:
+    """Debug mode: every op's results are read back when it runs, so that an error names the op
+    and the line of the user's code that ran it; `finite` stops at the first op that makes a NaN
+    or an infinity from finite inputs; `compare` runs every op on the CPU too and stops at the
+    first whose result differs beyond `rtol`/`atol`, saying by how much. `debug(False)` returns
+    to strict mode."""
+    _DEBUG.update(on=on, finite=finite, compare=compare, rtol=rtol, atol=atol)
+
+
+def _user_line() -> str:
+    """The innermost line of the caller's code (outside torch and tpuc) running now."""
+    import traceback
+    for frame in reversed(traceback.extract_stack()):
+        path = frame.filename.replace("\\", "/")
+        if "/torch/" not in path and "/tpuc/" not in path and not path.startswith("<"):
+            return f"{frame.filename}:{frame.lineno}: {frame.line}"
+    return "(no line outside torch)"
+
+
+def _check(func, args, kwargs, values, mutated: bool) -> None:
+    """Debug mode's checks of `func`'s results `values` (the new values of what it writes when
+    `mutated`)."""
+    results = [download(v) for v in values if isinstance(v, TpucTensor)]
+    cpu_args, cpu_kwargs = tree_map(lambda v: download(v) if isinstance(v, TpucTensor) else v, (args, kwargs))
+    if _DEBUG["finite"]:
+        inputs_finite = all(torch.isfinite(t).all() for t in _leaves(cpu_args, cpu_kwargs)
+                            if isinstance(t, torch.Tensor) and t.is_floating_point())
+        for r in results:
+            if inputs_finite and r.is_floating_point() and not torch.isfinite(r).all():
+                raise _tpuc.TpucError(f"{func} made a NaN or an infinity from finite inputs, at {_user_line()}")
+    if _DEBUG["compare"]:
+        result = func(*cpu_args, **cpu_kwargs)
+        if mutated:
+            bound = _schema(func).bind(cpu_args, cpu_kwargs)
+            expected = [bound[n] for n in _schema(func).written if isinstance(bound.get(n), torch.Tensor)]
+        else:
+            expected = [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
+        for got, want in zip(results, expected):
+            if got.shape != want.shape or not torch.allclose(got.to(want.dtype), want, rtol=_DEBUG["rtol"],
+                                                             atol=_DEBUG["atol"], equal_nan=True):
+                difference = (got.double() - want.double()).abs().max().item() if got.shape == want.shape \
+                    else f"shape {list(got.shape)} against {list(want.shape)}"
+                raise _tpuc.TpucError(f"{func} differs from the CPU's result by {difference}, at {_user_line()}")
 
 
 # Lifted floats on the device, by value and dtype: the same ones recur (an epsilon, a decay).
