@@ -660,9 +660,10 @@ fn read_layouts(
 ) -> Result<bool> {
     let tilings = executable.output_tilings()?;
     let sizes: Vec<i64> = mesh.axes.iter().map(|a| a.size).collect();
+    let result_types = module.main.result_types();
     let mut all_read = true;
     for &i in open {
-        let rank = module.main.result_types()[i].rank();
+        let rank = result_types[i].rank();
         let layout = tilings
             .as_ref()
             .and_then(|t| t.get(i))

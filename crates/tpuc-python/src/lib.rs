@@ -458,13 +458,9 @@ impl DeviceBuffer {
                 self.buffers.len()
             )));
         };
-        let dst: &mut [u8] = if nbytes == 0 {
-            &mut []
-        } else {
-            // SAFETY: the caller passes a live, contiguous tensor of `nbytes` bytes it does not
-            // touch during the call.
-            unsafe { std::slice::from_raw_parts_mut(address as *mut u8, nbytes) }
-        };
+        // SAFETY: the caller passes a live, contiguous tensor of `nbytes` bytes it does not touch
+        // during the call.
+        let dst = unsafe { host_bytes_mut(address, nbytes) };
         py.detach(|| buffer.copy_to_host(dst)).map_err(error)
     }
 }
@@ -905,13 +901,9 @@ impl CompiledGraph {
         let per_device = self.execute(py, &args)?;
         py.detach(|| {
             for (i, &(address, nbytes)) in outputs.iter().enumerate() {
-                let dst: &mut [u8] = if nbytes == 0 {
-                    &mut []
-                } else {
-                    // SAFETY: the caller passes a live, contiguous tensor of `nbytes` bytes it
-                    // does not touch while the graph runs.
-                    unsafe { std::slice::from_raw_parts_mut(address as *mut u8, nbytes) }
-                };
+                // SAFETY: the caller passes a live, contiguous tensor of `nbytes` bytes it does
+                // not touch while the graph runs.
+                let dst = unsafe { host_bytes_mut(address, nbytes) };
                 let (ty, wanted) = (
                     &self.compiled.result_types[i],
                     self.wanted(shapes.as_ref(), i),
@@ -972,6 +964,19 @@ unsafe fn host_bytes<'a>(address: usize, nbytes: usize) -> &'a [u8] {
     }
     // SAFETY: as the caller promises.
     unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) }
+}
+
+/// The `nbytes` writable bytes at `address` (none when `nbytes` is 0, whatever the address).
+///
+/// # Safety
+/// `address` must hold `nbytes` writable bytes nothing else reads or writes while the slice is
+/// used.
+unsafe fn host_bytes_mut<'a>(address: usize, nbytes: usize) -> &'a mut [u8] {
+    if nbytes == 0 {
+        return &mut [];
+    }
+    // SAFETY: as the caller promises.
+    unsafe { std::slice::from_raw_parts_mut(address as *mut u8, nbytes) }
 }
 
 /// The leading `shape` part of `buffer`, a dense `element_type` tensor of shape `dims` in

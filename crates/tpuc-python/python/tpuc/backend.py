@@ -156,9 +156,11 @@ class GraphCompiler:
         self.batch = batch
         # Set for one rank's graphs run on every device (tpuc.spmd): the process groups by name.
         self.process_groups = None
-        # The layout XLA's partitioner gave each output of the forward left to it, by the name
-        # of the node it is (the backward's placeholder of a saved value has that name).
+        # The layout XLA's partitioner gave each output of the forward left to it, and the layout
+        # of each input it received, by node name (the backward's placeholder of a saved value
+        # has the name of the forward's node it is).
         self.read_layouts: dict = {}
+        self.saved_primals: dict = {}
 
     def forward(self, gm, example_inputs):
         layouts = self.layouts(gm)
@@ -182,7 +184,7 @@ class GraphCompiler:
         returned = _returned(gm)
         grads = primals if primals is not None and len(returned) == len(primals) else None
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        known = {**self.read_layouts, **getattr(self, "saved_primals", {})}
+        known = {**self.read_layouts, **self.saved_primals}
         saved = None
         if self.batch or any(spec is not None for spec in known.values()):
             saved = [known[p.name] if p.name in known else self.batch_spec(p) for p in placeholders]

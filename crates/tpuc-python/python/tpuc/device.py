@@ -261,6 +261,11 @@ class _Schema:
     def bind(self, args, kwargs) -> dict:
         return dict(zip(self.names, args)) | kwargs
 
+    def written_tensors(self, args, kwargs) -> list:
+        """The tensors the op writes, of these arguments, in the schema's order."""
+        bound = self.bind(args, kwargs)
+        return [bound[name] for name in self.written if isinstance(bound.get(name), torch.Tensor)]
+
 
 @functools.cache
 def _schema(func) -> _Schema:
@@ -331,24 +336,27 @@ def _lifted(func, flat, spec) -> _OpProgram | None:
     tensors = [v for v in flat if isinstance(v, torch.Tensor)]
     if not floats or not tensors or not all(t.dtype.is_floating_point for t in tensors):
         return None
-    traces = []
-    for sentinel in _SENTINELS:
+    # Each float its own stand-in, in each of the two traces.
+    stand_ins = [[sentinel + k * 1e-9 for k in range(len(floats))] for sentinel in _SENTINELS]
+    traces, codes = [], []
+    for values_of_floats in stand_ins:
         values = list(flat)
-        for k, i in enumerate(floats):
-            values[i] = sentinel + k * 1e-9
+        for i, value in zip(floats, values_of_floats):
+            values[i] = value
         try:
-            traces.append(_trace(func, values, spec))
+            gm = _trace(func, values, spec)
         except Exception:  # noqa: BLE001 - a value the op refuses: it is not an operand
             return None
-    codes = [gm.code for gm in traces]
-    for k in range(len(floats)):
-        for code, sentinel in zip(range(2), _SENTINELS):
-            codes[code] = codes[code].replace(repr(sentinel + k * 1e-9), f"_lifted_{k}")
+        code = gm.code
+        for k, value in enumerate(values_of_floats):
+            code = code.replace(repr(value), f"_lifted_{k}")
+        traces.append(gm)
+        codes.append(code)
     if codes[0] != codes[1]:
         return None
     gm = traces[0]
     dtype = max((t.dtype for t in tensors), key=lambda d: torch.finfo(d).bits)
-    marks = {_SENTINELS[0] + k * 1e-9: k for k in range(len(floats))}
+    marks = {value: k for k, value in enumerate(stand_ins[0])}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     with gm.graph.inserting_after(placeholders[-1]):
         inputs = []
@@ -386,10 +394,9 @@ def _trace(func, flat, spec) -> torch.fx.GraphModule:
     """`func` on arguments like `flat` (tensors as placeholders, in order), traced alone."""
     positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
     schema = _schema(func)
-    names, written = schema.names, set(schema.written)
+    written = bool(schema.written)
     # The flat positions of the written arguments' tensors.
-    bound_values = schema.bind(*tree_unflatten(flat, spec))
-    ids = {id(bound_values[n]) for n in written if isinstance(bound_values.get(n), torch.Tensor)}
+    ids = {id(t) for t in schema.written_tensors(*tree_unflatten(flat, spec))}
     copied = {i for i, v in enumerate(flat) if id(v) in ids}
 
     def functional(*tensors):
@@ -401,8 +408,7 @@ def _trace(func, flat, spec) -> torch.fx.GraphModule:
         call_args, call_kwargs = tree_unflatten(values, spec)
         result = func(*call_args, **call_kwargs)
         # The new values of the written arguments, then what the op returns of its own.
-        bound = schema.bind(call_args, call_kwargs)
-        new = [bound[name] for name in names if name in written and isinstance(bound.get(name), torch.Tensor)]
+        new = schema.written_tensors(call_args, call_kwargs)
         own = [] if written else [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
         return (*new, *own)
 
@@ -427,9 +433,7 @@ def _compile(func, flat, spec, gm: torch.fx.GraphModule) -> _OpProgram:
         _CACHE["loaded_from_disk"] += 1
     constants = [upload(c)._tpuc_storage.buffer for c in prepared.constants]
     types = [(getattr(torch, dtype_text), shape) for dtype_text, shape in compiled.output_specs]
-    args, kwargs = tree_unflatten(flat, spec)
-    bound = schema.bind(args, kwargs)
-    mutated = any(isinstance(bound.get(name), torch.Tensor) for name in schema.written)
+    mutated = bool(schema.written_tensors(*tree_unflatten(flat, spec)))
     return _OpProgram(compiled, compiled.arg_roles, constants, prepared.outputs, types, mutated)
 
 
@@ -437,18 +441,21 @@ def _compile(func, flat, spec, gm: torch.fx.GraphModule) -> _OpProgram:
 _ON_CPU: set = set()
 
 
+def _downloaded(args, kwargs) -> tuple:
+    """An op's arguments with the device's tensors copied to the CPU."""
+    return tree_map(lambda v: download(v) if isinstance(v, TpucTensor) else v, (args, kwargs))
+
+
 def _on_cpu(func, args, kwargs):
     """`func` run by PyTorch on the CPU: the device's tensors copied there, what it writes and
     returns copied back."""
-    cpu_args, cpu_kwargs = tree_map(lambda v: download(v) if isinstance(v, TpucTensor) else v, (args, kwargs))
+    cpu_args, cpu_kwargs = _downloaded(args, kwargs)
     result = func(*cpu_args, **cpu_kwargs)
     schema = _schema(func)
-    bound, cpu_bound = schema.bind(args, kwargs), schema.bind(cpu_args, cpu_kwargs)
-    written = [name for name in schema.written if isinstance(bound.get(name), TpucTensor)]
-    for name in written:
-        _write(bound[name], upload(cpu_bound[name]))
-    if written:
-        targets = [bound[name] for name in written]
+    targets = schema.written_tensors(args, kwargs)
+    for target, value in zip(targets, schema.written_tensors(cpu_args, cpu_kwargs)):
+        _write(target, upload(value))
+    if targets:
         return targets[0] if len(targets) == 1 else tuple(targets)
     return tree_map(lambda r: upload(r) if isinstance(r, torch.Tensor) else r, result)
 
@@ -487,10 +494,6 @@ def _check_out_shapes(func, args, kwargs) -> None:
 def _run(func, args, kwargs):
     """`func` run on the device: its program executed on the arguments' buffers (on the CPU
     when tpuc cannot lower it)."""
-    if func in _TAKES_CPU_INDICES:
-        # As on other devices, indices may come from the CPU.
-        args = tuple(tree_map(lambda v: upload(v) if isinstance(v, torch.Tensor) and not isinstance(v, TpucTensor)
-                              else v, list(args)))
     flat = _leaves(args, kwargs)
     for t in flat:
         if isinstance(t, torch.Tensor) and not isinstance(t, TpucTensor):
@@ -541,8 +544,7 @@ def _run(func, args, kwargs):
     if _DEBUG["on"]:
         _check(func, args, kwargs, values, program.mutated)
     if program.mutated:
-        bound = schema.bind(args, kwargs)
-        written = [bound[name] for name in schema.written if isinstance(bound.get(name), torch.Tensor)]
+        written = schema.written_tensors(args, kwargs)
         for target, value in zip(written, values):
             _write(target, value)
         return written[0] if len(written) == 1 else tuple(written)
@@ -579,7 +581,7 @@ def _check(func, args, kwargs, values, mutated: bool) -> None:
     """Debug mode's checks of `func`'s results `values` (the new values of what it writes when
     `mutated`)."""
     results = [download(v) for v in values if isinstance(v, TpucTensor)]
-    cpu_args, cpu_kwargs = tree_map(lambda v: download(v) if isinstance(v, TpucTensor) else v, (args, kwargs))
+    cpu_args, cpu_kwargs = _downloaded(args, kwargs)
     if _DEBUG["finite"]:
         inputs_finite = all(torch.isfinite(t).all() for t in _leaves(cpu_args, cpu_kwargs)
                             if isinstance(t, torch.Tensor) and t.is_floating_point())
@@ -589,8 +591,7 @@ def _check(func, args, kwargs, values, mutated: bool) -> None:
     if _DEBUG["compare"]:
         result = func(*cpu_args, **cpu_kwargs)
         if mutated:
-            bound = _schema(func).bind(cpu_args, cpu_kwargs)
-            expected = [bound[n] for n in _schema(func).written if isinstance(bound.get(n), torch.Tensor)]
+            expected = _schema(func).written_tensors(cpu_args, cpu_kwargs)
         else:
             expected = [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
         for got, want in zip(results, expected):
@@ -663,7 +664,7 @@ def _meta_of(tensor: TpucTensor) -> torch.Tensor:
 
 def _view(func, args, kwargs):
     """A view op: the same storage, the sizes, strides and offset PyTorch's meta kernels give."""
-    source = next(a for a in tree_flatten((args, kwargs))[0] if isinstance(a, TpucTensor))
+    source = next(a for a in _leaves(args, kwargs) if isinstance(a, TpucTensor))
     storage = source._tpuc_storage
     meta_args, meta_kwargs = tree_map(lambda v: _meta_of(v) if isinstance(v, TpucTensor) else v, (args, kwargs))
     result = func(*meta_args, **meta_kwargs)
@@ -720,8 +721,17 @@ def _scalars(value):
     return value
 
 
+def _from_cpu(value):
+    """A CPU tensor an index op takes with the device's tensors, on the device."""
+    return upload(value) if isinstance(value, torch.Tensor) and not isinstance(value, TpucTensor) else value
+
+
 def _dispatch(func, args, kwargs):
-    if func not in _SPECIAL and any(type(a) is torch.Tensor for a in args):
+    # The CPU tensors an op takes with the device's as on other devices: an index op's indices,
+    # and 0-dimensional tensors (numbers).
+    if func in _TAKES_CPU_INDICES:
+        args = tuple(tree_map(_from_cpu, list(args)))
+    elif func not in _SPECIAL and any(type(a) is torch.Tensor for a in args):
         args, kwargs = tree_map(_scalars, (args, kwargs))
     special = _SPECIAL.get(func)
     if special is not None:
