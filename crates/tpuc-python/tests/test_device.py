@@ -1,5 +1,6 @@
 """The tpuc eager device: tensors held on the PJRT device, each ATen op lowered and run there
-(strict eager), views sharing their storage, ops tpuc cannot lower run on the CPU."""
+(strict eager) or recorded and run in fused runs (fused mode), views sharing their storage, ops
+tpuc cannot lower run on the CPU."""
 import copy
 import os
 import subprocess
@@ -10,9 +11,29 @@ import pytest
 import torch
 
 import tpuc
+import tpuc.device
+from tpuc import fusion
 from tpuc.runtime import STATS
 
 TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def _set_mode(name):
+    if name == "fused":
+        tpuc.device.fused()
+    elif name == "debug":
+        tpuc.device.debug()
+    else:
+        tpuc.device.fused(False)
+        tpuc.device.debug(False)
+
+
+@pytest.fixture(params=["strict", "fused"])
+def mode(request):
+    """Runs the test in strict eager and in fused mode."""
+    _set_mode(request.param)
+    yield request.param
+    _set_mode("strict")
 
 
 def test_tensors_move_to_the_device_and_back():
@@ -35,7 +56,7 @@ def test_tensors_move_to_the_device_and_back():
     assert t.to(torch.int32).cpu().dtype == torch.int32
 
 
-def test_ops_run_on_the_device_and_match_the_cpu():
+def test_ops_run_on_the_device_and_match_the_cpu(mode):
     torch.manual_seed(0)
     a, b = torch.randn(4, 5), torch.randn(5, 3)
     da, db = a.to("tpuc"), b.to("tpuc")
@@ -66,7 +87,7 @@ def test_an_op_compiles_once_for_its_argument_types():
     assert STATS["compiles"] == before + 2
 
 
-def test_views_share_their_storage():
+def test_views_share_their_storage(mode):
     base = torch.zeros(4, 4, device="tpuc")
     column = base[:, 1]
     transposed = base.t()
@@ -100,7 +121,7 @@ def test_views_share_their_storage():
     assert torch.equal(host, torch.full((2, 2), 3.0))
 
 
-def test_bad_uses_are_clear_errors():
+def test_bad_uses_are_clear_errors(mode):
     x = torch.randn(3).to("tpuc")
     with pytest.raises(tpuc.TpucError, match="expected every tensor on the tpuc device, got one on cpu"):
         x + torch.randn(3)
@@ -108,7 +129,7 @@ def test_bad_uses_are_clear_errors():
         torch.add(x, 1, out=torch.empty(2, device="tpuc"))
 
 
-def test_factories_make_device_tensors():
+def test_factories_make_device_tensors(mode):
     assert torch.equal(torch.ones(2, 3, device="tpuc").cpu(), torch.ones(2, 3))
     assert torch.equal(torch.zeros(3, dtype=torch.int64, device="tpuc").cpu(), torch.zeros(3, dtype=torch.int64))
     assert torch.equal(torch.arange(5, device="tpuc").cpu(), torch.arange(5))
@@ -120,8 +141,9 @@ def test_factories_make_device_tensors():
     assert torch.equal(torch.randn(4, 4, device="tpuc").cpu(), expected)
 
 
-def test_ops_tpuc_cannot_lower_run_on_the_cpu_with_a_warning():
+def test_ops_tpuc_cannot_lower_run_on_the_cpu_with_a_warning(mode):
     x = torch.randn(4, 3)
+    tpuc.device._ON_CPU.clear()  # said once per op and process: say it again
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         u, s, vh = torch.linalg.svd(x.to("tpuc"), full_matrices=False)
@@ -137,7 +159,7 @@ def test_ops_tpuc_cannot_lower_run_on_the_cpu_with_a_warning():
 
 
 @pytest.mark.parametrize("optimizer", [torch.optim.SGD, torch.optim.AdamW], ids=["sgd", "adamw"])
-def test_training_on_the_device_matches_the_cpu(optimizer):
+def test_training_on_the_device_matches_the_cpu(optimizer, mode):
     torch.manual_seed(0)
     cpu = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     dev = copy.deepcopy(cpu).to("tpuc")
@@ -145,7 +167,9 @@ def test_training_on_the_device_matches_the_cpu(optimizer):
     x, y = torch.randn(5, 8), torch.randn(5, 4)
     xd, yd = x.to("tpuc"), y.to("tpuc")
     opt_cpu, opt_dev = optimizer(cpu.parameters(), lr=1e-2), optimizer(dev.parameters(), lr=1e-2)
-    for _ in range(3):
+    # Fused mode's first step differs from the others (the optimizer makes its state).
+    settled = 0 if mode == "strict" else 1
+    for _ in range(4):
         loss_cpu = torch.nn.functional.mse_loss(cpu(x), y)
         loss_cpu.backward()
         opt_cpu.step()
@@ -155,9 +179,10 @@ def test_training_on_the_device_matches_the_cpu(optimizer):
         opt_dev.step()
         opt_dev.zero_grad()
         assert abs(loss_dev.item() - loss_cpu.item()) < 1e-5
-        if _ == 0:
+        if _ == settled:
             after_first = STATS["compiles"]
-    # Later steps compile nothing: their changing numbers (Adam's bias corrections) are inputs.
+    # Later steps compile nothing: their changing numbers (Adam's bias corrections) are inputs;
+    # in fused mode, each step is one run of the same structure.
     assert STATS["compiles"] == after_first
     for p, q in zip(cpu.parameters(), dev.parameters()):
         torch.testing.assert_close(q.cpu(), p, **TOL)
@@ -188,7 +213,7 @@ def test_python_numbers_are_inputs_of_an_ops_program():
         torch.testing.assert_close(got.cpu(), i * value, **TOL)
 
 
-def test_random_ops_on_the_device_follow_torch_manual_seed():
+def test_random_ops_on_the_device_follow_torch_manual_seed(mode):
     x = torch.ones(1000).to("tpuc")
     torch.manual_seed(1)
     first = torch.nn.functional.dropout(x, 0.5).cpu()
@@ -234,9 +259,18 @@ def _on_device(value):
     return value.to("tpuc")
 
 
+@pytest.mark.parametrize("eager_mode", ["strict", "debug", "fused"])
 @pytest.mark.parametrize("name", ["llama", "qwen", "resnet18", "dlrm", "mingpt", "unet"])
-def test_the_zoo_runs_on_the_device_as_on_the_cpu(name):
+def test_the_zoo_runs_on_the_device_as_on_the_cpu(name, eager_mode):
     from models import zoo
+    _set_mode(eager_mode)
+    try:
+        _zoo_forward(zoo, name)
+    finally:
+        _set_mode("strict")
+
+
+def _zoo_forward(zoo, name):
     model, inputs = next((m, i) for n, m, i in zoo() if n == name)
     with torch.no_grad():
         expected = model(*inputs)
@@ -245,7 +279,7 @@ def test_the_zoo_runs_on_the_device_as_on_the_cpu(name):
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_llama_trains_on_the_device_as_on_the_cpu():
+def test_llama_trains_on_the_device_as_on_the_cpu(mode):
     from models import Llama
     torch.manual_seed(0)
     cpu = Llama().train()
@@ -285,3 +319,61 @@ def test_debug_mode_finds_the_first_op_that_goes_wrong(monkeypatch):
         device.debug(False)
     # Strict mode again: the wrong program is not looked for, nor the infinity.
     assert torch.isinf((x / torch.zeros(4).to("tpuc")).cpu()).all()
+
+
+@pytest.fixture
+def fused():
+    _set_mode("fused")
+    yield
+    _set_mode("strict")
+
+
+def test_fused_mode_runs_recorded_ops_as_one_program_per_structure(fused):
+    x = torch.randn(16, 16)
+    d = x.to("tpuc")
+    before, compiles = torch.tpuc.cache_stats(), STATS["compiles"]
+    for step in (0.0, 1.0, 2.0, 3.0):
+        y, z = d, x
+        for _ in range(10):
+            y, z = (y * 0.5 + step).sin(), (z * 0.5 + step).sin()
+        # Nothing ran yet: the values are pending until one is read.
+        assert type(y._tpuc_storage.buffer) is fusion.Pending
+        torch.testing.assert_close(y.sum().item(), z.sum().item(), rtol=1e-5, atol=1e-5)
+    after = torch.tpuc.cache_stats()
+    # One program served the four runs (the step's number is an input of it).
+    assert after["miss_reasons"]["new recorded run"] - before["miss_reasons"]["new recorded run"] == 1
+    assert after["hits"] - before["hits"] == 3 and STATS["compiles"] == compiles + 1
+    # synchronize runs what was recorded; views and in-place ops through them are recorded too.
+    base = torch.zeros(4, 4, device="tpuc")
+    base[:, 1].add_(2)
+    base.t()[0] += 1
+    torch.tpuc.synchronize()
+    assert type(base._tpuc_storage.value()) is not fusion.Pending
+    expected = torch.zeros(4, 4)
+    expected[:, 1] += 2
+    expected.t()[0] += 1
+    assert torch.equal(base.cpu(), expected)
+    # A run ends after max_ops ops.
+    tpuc.device.fused(max_ops=4)
+    requests = torch.tpuc.cache_stats()["requests"]
+    y = d
+    for _ in range(12):
+        y = y + 1
+    torch.testing.assert_close(y.cpu(), x + 12)
+    assert torch.tpuc.cache_stats()["requests"] - requests == 3
+    with pytest.raises(tpuc.TpucError, match="max_ops must be a positive integer, not 0"):
+        tpuc.device.fused(max_ops=0)
+
+
+def test_fused_runs_load_from_the_disk_cache_in_a_second_process(tmp_path):
+    script = ("import torch, tpuc, tpuc.device\n"
+              "tpuc.device.fused()\n"
+              "x = torch.arange(6.0).to('tpuc')\n"
+              "print((x * 2 + 1).sin().sum().item(), torch.tpuc.cache_stats()['loaded_from_disk'])\n")
+    env = dict(os.environ, TPUC_CACHE_DIR=str(tmp_path / "cache"), TF_CPP_MIN_LOG_LEVEL="3")
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+            for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0 and run.stderr == "", run.stderr[-2000:]
+    (first, from_disk_first), (second, from_disk_second) = (r.stdout.split() for r in runs)
+    assert first == second and from_disk_first == "0" and from_disk_second == "1"

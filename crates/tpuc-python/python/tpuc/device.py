@@ -23,7 +23,7 @@ import warnings
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from . import _tpuc
+from . import _tpuc, fusion
 from .runtime import STATS, dtype_name, session
 
 NAME = "tpuc"
@@ -38,6 +38,8 @@ def _register_device() -> None:
         # The name, `torch.tpuc`, the device guard and hooks PyTorch expects of a backend.
         torch.utils.backend_registration._setup_privateuseone_for_python_backend(
             rename=NAME, backend_module=_DeviceModule())
+        global _DEVICE
+        _DEVICE = torch.device(NAME, 0)
         _register_kernels()
 
 
@@ -58,9 +60,10 @@ class _DeviceModule:
 
     @staticmethod
     def synchronize(device=None) -> None:
-        # Executions are ordered by their buffers; waiting for every one is reading one. The CPU
-        # plugin runs each execution to completion before returning its buffers.
-        return None
+        # Fused mode's recorded ops run. Executions are ordered by their buffers; waiting for
+        # every one is reading one. The CPU plugin runs each execution to completion before
+        # returning its buffers.
+        fusion.flush()
 
     @staticmethod
     def manual_seed(seed: int) -> None:
@@ -90,15 +93,23 @@ class _DeviceModule:
 
 
 class _Storage:
-    """The device memory a tensor and its views share: one dense, row-major buffer of `shape`."""
+    """The device memory a tensor and its views share: one dense, row-major buffer of `shape`
+    (in fused mode, perhaps one that recorded ops will compute: a `fusion.Pending`)."""
 
     __slots__ = ("buffer", "shape", "dtype", "numel")
 
-    def __init__(self, buffer: _tpuc.DeviceBuffer, shape: list, dtype: torch.dtype):
+    def __init__(self, buffer, shape: list, dtype: torch.dtype):
         self.buffer, self.shape, self.dtype = buffer, list(shape), dtype
         self.numel = 1
         for size in shape:
             self.numel *= size
+
+    def value(self):
+        """Its buffer, or the recorded value it will be (once computed, its buffer)."""
+        value = self.buffer
+        if type(value) is fusion.Pending and value.buffer is not None:
+            self.buffer = value = value.buffer
+        return value
 
 
 def _contiguous_strides(shape) -> list:
@@ -109,18 +120,29 @@ def _contiguous_strides(shape) -> list:
     return strides[::-1]
 
 
+_DEVICE = None  # torch.device("tpuc", 0), once the device has its name
+# The longest chain of views a view is read through by replaying them (`_value`); a longer one
+# is read by its sizes and strides.
+_VIEW_CHAIN = 16
+
+
 class TpucTensor(torch.Tensor):
-    """A tensor on the tpuc device: a view (its sizes, strides and offset) of a `_Storage`."""
+    """A tensor on the tpuc device: a view (its sizes, strides and offset) of a `_Storage`, and
+    for a view made by a view op, that op (`_tpuc_view`: op, arguments, which output)."""
 
     @staticmethod
-    def __new__(cls, storage: _Storage, size, stride, offset: int, requires_grad: bool = False):
+    def __new__(cls, storage: _Storage, size, stride, offset: int, requires_grad: bool = False,
+                plain: bool | None = None, view: tuple | None = None, depth: int = 0):
         tensor = torch.Tensor._make_wrapper_subclass(
             cls, size, strides=stride, storage_offset=offset, dtype=storage.dtype,
-            device=torch.device(NAME, 0), requires_grad=requires_grad)
+            device=_DEVICE, requires_grad=requires_grad)
         tensor._tpuc_storage = storage
         # Whether it is its storage's whole buffer, in its shape (its layout never changes).
-        tensor._tpuc_plain = (offset == 0 and list(size) == storage.shape
-                              and list(stride) == _contiguous_strides(size))
+        if plain is None:
+            plain = (offset == 0 and list(size) == storage.shape
+                     and list(stride) == _contiguous_strides(size))
+        tensor._tpuc_plain = plain
+        tensor._tpuc_view, tensor._tpuc_depth = view, depth
         return tensor
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -148,7 +170,7 @@ class TpucTensor(torch.Tensor):
 
 def _wrap(buffer: _tpuc.DeviceBuffer, shape, dtype: torch.dtype) -> TpucTensor:
     shape = list(shape)
-    return TpucTensor(_Storage(buffer, shape, dtype), shape, _contiguous_strides(shape), 0)
+    return TpucTensor(_Storage(buffer, shape, dtype), shape, _contiguous_strides(shape), 0, plain=True)
 
 
 # ---------------------------------------------------------------- host <-> device
@@ -169,8 +191,13 @@ def upload(tensor: torch.Tensor) -> TpucTensor:
 
 def download(tensor: TpucTensor) -> torch.Tensor:
     """The tensor's value as a new CPU tensor."""
-    out = torch.empty(tensor.shape, dtype=tensor.dtype)
-    _materialize(tensor).copy_to_host(out.data_ptr(), out.numel() * out.element_size())
+    return _host(_materialize(tensor), tensor.dtype, tensor.shape)
+
+
+def _host(buffer: _tpuc.DeviceBuffer, dtype: torch.dtype, shape) -> torch.Tensor:
+    """A buffer's elements as a new CPU tensor."""
+    out = torch.empty(shape, dtype=dtype)
+    buffer.copy_to_host(out.data_ptr(), out.numel() * out.element_size())
     return out
 
 
@@ -181,34 +208,64 @@ aten = torch.ops.aten
 
 
 class _OpProgram:
-    """One op compiled for its argument types: the executable, how its arguments are gathered
-    and what each output is."""
+    """A traced graph compiled: the executable, how its arguments are gathered and what each
+    output is."""
 
-    __slots__ = ("compiled", "roles", "constants", "outputs", "types", "mutated", "scalar_dtype")
+    __slots__ = ("compiled", "roles", "constants", "outputs", "types")
 
-    def __init__(self, compiled, roles, constants, outputs, types, mutated):
+    def __init__(self, compiled, roles, constants, outputs, types):
         self.compiled, self.roles, self.constants = compiled, roles, constants
-        # What each output of the call is, and (dtype, shape) of each compiled output.
-        self.outputs, self.types, self.mutated = outputs, types, mutated
-        # The dtype of the Python floats it takes as inputs (`_lifted`), if it takes any.
-        self.scalar_dtype = None
+        # What each output of the graph is, and (dtype, shape) of each compiled output.
+        self.outputs, self.types = outputs, types
 
 
-_PROGRAMS: dict = {}
+class _OpTrace:
+    """One op traced for its arguments' types (`_op_trace`): its graph, whose placeholders are
+    the op's tensors in argument order and then the Python floats it takes as inputs
+    (`_lifted`), what each output of the graph is, and its program once strict mode compiled it."""
+
+    __slots__ = ("func", "gm", "types", "scalar_dtype", "mutated", "outputs", "lowered", "program")
+
+    def __init__(self, func, gm, types, scalar_dtype, mutated):
+        self.func, self.gm, self.types = func, gm, types
+        # The dtype of the Python floats it takes as inputs, if it takes any.
+        self.scalar_dtype = scalar_dtype
+        self.mutated = mutated
+        placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+        returned = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        # Per output: ("arg", the placeholder it returns) or ("new", dtype, shape).
+        self.outputs = []
+        for node in returned:
+            if node in placeholders:
+                self.outputs.append(("arg", placeholders[node]))
+            else:
+                value = node.meta["val"]
+                self.outputs.append(("new", value.dtype, list(value.shape)))
+        from .graph import unsupported_ops
+        self.lowered = not unsupported_ops(gm, _compiler().supported)
+        self.program = None
+
+
+# Op traces by the op and its arguments' types and values, and (`_LIFTED`) those whose Python
+# floats are inputs by the op and its arguments' types: one trace serves every value.
+_TRACES: dict = {}
+_LIFTED: dict = {}
 _COMPILER = None
 
 # What the op programs' cache did: requests, hits, misses by reason, and the time misses cost.
 _CACHE = {"requests": 0, "hits": 0, "misses": 0, "loaded_from_disk": 0, "compile_seconds": 0.0,
-          "miss_reasons": {"new op": 0, "new argument types": 0, "new argument values": 0}}
+          "miss_reasons": {"new op": 0, "new argument types": 0, "new argument values": 0,
+                           "new recorded run": 0}}
 # The argument types each op was compiled for (numbers as their type).
 _SEEN: dict = {}
 
 
 def cache_stats() -> dict:
-    """What the cache of op programs did in this process (`torch.tpuc.cache_stats()`): requests,
+    """What the cache of programs did in this process (`torch.tpuc.cache_stats()`): requests,
     hits, misses by reason (a new op; an op seen before with other argument dtypes or shapes; the
-    same types with other numbers, which are part of its program), programs loaded from the
-    on-disk cache rather than compiled, and the seconds misses took."""
+    same types with other numbers, which are part of its program; in fused mode, a recorded run
+    of ops of a new structure), programs loaded from the on-disk cache rather than compiled, and
+    the seconds misses took (tracing included)."""
     return {**_CACHE, "miss_reasons": dict(_CACHE["miss_reasons"])}
 
 
@@ -284,9 +341,6 @@ def _leaves(args, kwargs) -> list:
     return out
 
 
-# Programs whose Python float arguments are inputs (`_lifted`), by the op and its arguments'
-# types: one program serves every value.
-_LIFTED: dict = {}
 # Two values no op computes from: an op traced with each of them, whose programs differ only
 # where the values stand, takes its floats as plain operands.
 _SENTINELS = (0.1234567890123457, 0.8765432109876543)
@@ -296,42 +350,55 @@ def _floats_as_types(value):
     return ("float",) if type(value) is float else _key_of(value)
 
 
-def _program(func, args, kwargs) -> tuple[_OpProgram, list]:
-    """`func` on arguments like these, compiled (once per key), and the values of the Python
-    floats it takes as inputs (the program serves all their values) if any."""
-    _CACHE["requests"] += 1
+def _op_trace(func, args, kwargs) -> tuple[_OpTrace, list]:
+    """`func` on arguments like these, traced (once per key), and the values of the Python
+    floats it takes as inputs (the trace serves all their values) if any."""
     key = (func, tuple(_key_of(v) for v in args), tuple((k, _key_of(v)) for k, v in kwargs.items()))
-    found = _PROGRAMS.get(key)
+    found = _TRACES.get(key)
     if found is not None:
-        _CACHE["hits"] += 1
         return found, []
     types = (func, tuple(_floats_as_types(v) for v in args), tuple((k, _floats_as_types(v)) for k, v in kwargs.items()))
     found = _LIFTED.get(types)
     if found is not None:
-        _CACHE["hits"] += 1
         return found, [v for v in _leaves(args, kwargs) if type(v) is float]
-    _missed(func, types)
     started = time.perf_counter()
     try:
-        return _program_missed(func, args, kwargs, key, types)
+        flat, spec = tree_flatten((args, kwargs))
+        mutated = bool(_schema(func).written)
+        lifted = _lifted(func, flat, spec)
+        if lifted is not None:
+            found = _LIFTED[types] = _OpTrace(func, lifted[0], types, lifted[1], mutated)
+            return found, [v for v in flat if type(v) is float]
+        found = _TRACES[key] = _OpTrace(func, _trace(func, flat, spec), types, None, mutated)
+        return found, []
     finally:
         _CACHE["compile_seconds"] += time.perf_counter() - started
 
 
-def _program_missed(func, args, kwargs, key, types) -> tuple[_OpProgram, list]:
-    flat, spec = tree_flatten((args, kwargs))
-    lifted = _lifted(func, flat, spec)
-    if lifted is not None:
-        _LIFTED[types] = lifted
-        return lifted, [v for v in flat if type(v) is float]
-    found = _PROGRAMS[key] = _compile(func, flat, spec, _trace(func, flat, spec))
-    return found, []
+def _program(func, args, kwargs) -> tuple[_OpTrace, list]:
+    """`func`'s trace for these arguments with its program compiled (once per trace), and the
+    Python floats it takes as inputs."""
+    trace, floats = _op_trace(func, args, kwargs)
+    _compiled(trace)
+    return trace, floats
 
 
-def _lifted(func, flat, spec) -> _OpProgram | None:
-    """`func`'s program with its Python floats as 0-dimensional inputs, when its traces with two
-    sentinel values differ only where the values stand, each an operand an op takes as a tensor;
-    None when not (a value that shapes the program, or one an op takes as a number)."""
+def _compiled(trace: _OpTrace) -> _OpProgram:
+    """The trace's program, compiled when first asked for."""
+    _CACHE["requests"] += 1
+    if trace.program is not None:
+        _CACHE["hits"] += 1
+        return trace.program
+    _missed(trace.func, trace.types)
+    trace.program = _compile(f"eager_{trace.func.__name__.replace('.', '_')}", trace.gm)
+    return trace.program
+
+
+def _lifted(func, flat, spec) -> tuple[torch.fx.GraphModule, torch.dtype] | None:
+    """`func` traced with its Python floats as 0-dimensional inputs (and their dtype), when its
+    traces with two sentinel values differ only where the values stand, each an operand an op
+    takes as a tensor; None when not (a value that shapes the program, or one an op takes as a
+    number)."""
     floats = [i for i, v in enumerate(flat) if type(v) is float]
     tensors = [v for v in flat if isinstance(v, torch.Tensor)]
     if not floats or not tensors or not all(t.dtype.is_floating_point for t in tensors):
@@ -385,9 +452,7 @@ def _lifted(func, flat, spec) -> _OpProgram | None:
     gm.recompile()
     if any(repr(v) in gm.code for v in marks):
         return None
-    program = _compile(func, flat, spec, gm)
-    program.scalar_dtype = dtype
-    return program
+    return gm, dtype
 
 
 def _trace(func, flat, spec) -> torch.fx.GraphModule:
@@ -421,11 +486,10 @@ def _trace(func, flat, spec) -> torch.fx.GraphModule:
     return gm
 
 
-def _compile(func, flat, spec, gm: torch.fx.GraphModule) -> _OpProgram:
-    """The traced `gm` of `func` compiled through the backend's compiler and the driver."""
+def _compile(name: str, gm: torch.fx.GraphModule) -> _OpProgram:
+    """A traced graph compiled through the backend's compiler and the driver."""
+    started = time.perf_counter()
     compiler = _compiler()
-    schema = _schema(func)
-    name = f"eager_{func.__name__.replace('.', '_')}"
     prepared = compiler.prepare(gm, name)
     compiled = _session().compile(prepared.program, name, compiler.opts.matmul_precision, None,
                                   compiler.opts.cache_dir)
@@ -433,8 +497,28 @@ def _compile(func, flat, spec, gm: torch.fx.GraphModule) -> _OpProgram:
         _CACHE["loaded_from_disk"] += 1
     constants = [upload(c)._tpuc_storage.buffer for c in prepared.constants]
     types = [(getattr(torch, dtype_text), shape) for dtype_text, shape in compiled.output_specs]
-    mutated = bool(schema.written_tensors(*tree_unflatten(flat, spec)))
-    return _OpProgram(compiled, compiled.arg_roles, constants, prepared.outputs, types, mutated)
+    _CACHE["compile_seconds"] += time.perf_counter() - started
+    return _OpProgram(compiled, compiled.arg_roles, constants, prepared.outputs, types)
+
+
+def _execute(name, program: _OpProgram, buffers: list) -> list:
+    """The program run on `buffers` (its graph's inputs, its constants after them): its
+    compiled outputs."""
+    pool = buffers + program.constants
+    arguments = []
+    for role, index in program.roles:
+        if role == "input":
+            arguments.append(pool[index])
+        elif role == "seed":
+            arguments.append(_session().buffers.seed())
+        else:
+            raise _tpuc.TpucError(f"{name}: the program takes a {role} argument the device cannot give")
+    try:
+        return program.compiled.run_on_device(arguments)
+    except _tpuc.TpucError as error:
+        if not _DEBUG["on"]:
+            raise
+        raise _tpuc.TpucError(f"{name} failed at {_user_line()}: {error}") from error
 
 
 # Ops tpuc cannot lower, run on the CPU instead (each said once).
@@ -492,8 +576,8 @@ def _check_out_shapes(func, args, kwargs) -> None:
 
 
 def _run(func, args, kwargs):
-    """`func` run on the device: its program executed on the arguments' buffers (on the CPU
-    when tpuc cannot lower it)."""
+    """`func` run on the device: its program executed on the arguments' buffers, or recorded in
+    fused mode (on the CPU when tpuc cannot lower it)."""
     flat = _leaves(args, kwargs)
     for t in flat:
         if isinstance(t, torch.Tensor) and not isinstance(t, TpucTensor):
@@ -503,8 +587,14 @@ def _run(func, args, kwargs):
     _check_out_shapes(func, args, kwargs)
     if func in _ON_CPU:
         return _on_cpu(func, args, kwargs)
+    tensors = [v for v in flat if isinstance(v, torch.Tensor)]
+    if fusion.recording():
+        trace, lifted = _op_trace(func, args, kwargs)
+        if trace.lowered:
+            return _returned(func, args, kwargs, fusion.record(trace, tensors, lifted), trace.mutated)
+        fusion.flush()
     try:
-        program, lifted = _program(func, args, kwargs)
+        trace, lifted = _program(func, args, kwargs)
     except _tpuc.TpucError as error:
         if "unsupported op" not in str(error):
             raise
@@ -515,22 +605,9 @@ def _run(func, args, kwargs):
                           "copied there and back)", stacklevel=3)
         _ON_CPU.add(func)
         return _on_cpu(func, args, kwargs)
-    tensors = [v for v in flat if isinstance(v, torch.Tensor)]
-    pool = [_materialize(t) for t in tensors] + [_scalar_buffer(v, program) for v in lifted] + program.constants
-    arguments = []
-    for role, index in program.roles:
-        if role == "input":
-            arguments.append(pool[index])
-        elif role == "seed":
-            arguments.append(_session().buffers.seed())
-        else:
-            raise _tpuc.TpucError(f"{func}: the op's program takes a {role} argument the device cannot give")
-    try:
-        results = program.compiled.run_on_device(arguments)
-    except _tpuc.TpucError as error:
-        if not _DEBUG["on"]:
-            raise
-        raise _tpuc.TpucError(f"{func} failed at {_user_line()}: {error}") from error
+    program = trace.program
+    buffers = [_materialize(t) for t in tensors] + [_scalar_buffer(v, trace.scalar_dtype) for v in lifted]
+    results = _execute(str(func), program, buffers)
     values = []
     for kind, what in program.outputs:
         if kind == "tensor":
@@ -540,10 +617,16 @@ def _run(func, args, kwargs):
             values.append(tensors[what])
         else:
             values.append(what)
-    schema = _schema(func)
     if _DEBUG["on"]:
-        _check(func, args, kwargs, values, program.mutated)
-    if program.mutated:
+        _check(func, args, kwargs, values, trace.mutated)
+    return _returned(func, args, kwargs, values, trace.mutated)
+
+
+def _returned(func, args, kwargs, values: list, mutated: bool):
+    """What `func` returns, given its traced graph's outputs `values` (the new values of what it
+    writes, which are written, when `mutated`)."""
+    schema = _schema(func)
+    if mutated:
         written = schema.written_tensors(args, kwargs)
         for target, value in zip(written, values):
             _write(target, value)
@@ -551,6 +634,30 @@ def _run(func, args, kwargs):
     if schema.returns_one:
         return values[0] if values else None
     return values if schema.returns_list else tuple(values)
+
+
+def _run_trace(trace: _OpTrace, buffers: list) -> list:
+    """A recorded op run alone on `buffers` (fused mode, when its run does not compile): the
+    buffers of its new outputs. On the CPU, with a warning, when tpuc cannot lower it."""
+    func = trace.func
+    if func not in _ON_CPU:
+        try:
+            program = _compiled(trace)
+        except _tpuc.TpucError as error:
+            if "unsupported op" not in str(error) or os.environ.get("TPUC_STRICT") == "1":
+                raise
+            warnings.warn(f"tpuc: {func} cannot run on the tpuc device; it runs on the CPU (its tensors "
+                          "copied there and back)", stacklevel=2)
+            _ON_CPU.add(func)
+        else:
+            results = _execute(str(func), program, buffers)
+            pool = buffers + program.constants
+            return [results[what] if kind == "tensor" else pool[what]
+                    for (kind, what), output in zip(program.outputs, trace.outputs) if output[0] == "new"]
+    placeholders = [n for n in trace.gm.graph.nodes if n.op == "placeholder"]
+    cpu = [_host(b, n.meta["val"].dtype, n.meta["val"].shape) for b, n in zip(buffers, placeholders)]
+    results = trace.gm(*cpu)
+    return [upload(r)._tpuc_storage.buffer for r, output in zip(results, trace.outputs) if output[0] == "new"]
 
 
 # Debug mode (`debug`): what each op's results are checked for.
@@ -563,8 +670,21 @@ def debug(on: bool = True, *, finite: bool = False, compare: bool = False, rtol:
     and the line of the user's code that ran it; `finite` stops at the first op that makes a NaN
     or an infinity from finite inputs; `compare` runs every op on the CPU too and stops at the
     first whose result differs beyond `rtol`/`atol`, saying by how much. `debug(False)` returns
-    to strict mode."""
+    to strict mode; turning it on leaves fused mode."""
+    if on:
+        fusion.enable(False)
     _DEBUG.update(on=on, finite=finite, compare=compare, rtol=rtol, atol=atol)
+
+
+def fused(on: bool = True, *, max_ops: int = 1000) -> None:
+    """Fused mode: ops are recorded, not run, until a value is needed (`.cpu()`, `.item()`,
+    printing, a branch on a value, `torch.tpuc.synchronize()`), after each optimizer step, and
+    every `max_ops` ops; each recorded run is compiled as one program, cached by its structure.
+    `fused(False)` runs what was recorded and returns to strict mode; turning it on leaves debug
+    mode."""
+    if on:
+        _DEBUG["on"] = False
+    fusion.enable(on, max_ops=max_ops)
 
 
 def _user_line() -> str:
@@ -606,32 +726,45 @@ def _check(func, args, kwargs, values, mutated: bool) -> None:
 _SCALARS: dict = {}
 
 
-def _scalar_buffer(value: float, program: _OpProgram) -> _tpuc.DeviceBuffer:
-    """A lifted float (`_lifted`) on the device, as the program's 0-dimensional input."""
-    key = (value.hex(), program.scalar_dtype)  # -0.0 is not 0.0 here
+def _scalar_buffer(value: float, dtype: torch.dtype) -> _tpuc.DeviceBuffer:
+    """A lifted float (`_lifted`) on the device, as a program's 0-dimensional input."""
+    key = (value.hex(), dtype)  # -0.0 is not 0.0 here
     found = _SCALARS.get(key)
     if found is None:
         if len(_SCALARS) >= 256:
             _SCALARS.clear()
-        host = torch.tensor(value, dtype=program.scalar_dtype)
+        host = torch.tensor(value, dtype=dtype)
         found = _SCALARS[key] = _session().runtime.buffer(
             host.data_ptr(), host.element_size(), dtype_name(host.dtype), [], host.untyped_storage())
     return found
 
 
-def _materialize(tensor: TpucTensor) -> _tpuc.DeviceBuffer:
-    """The tensor's elements as a buffer of its shape: its storage's own, or read through the
-    view (an as_strided program over the storage)."""
+def _value(tensor: TpucTensor):
+    """The tensor's elements as a value of its shape: its storage's own, or read through the
+    view (the view ops that made it replayed on their source's value, else an as_strided op over
+    the storage); in fused mode, perhaps a value recorded ops will compute (`fusion.Pending`)."""
     storage = tensor._tpuc_storage
-    if tensor.plain():
-        return storage.buffer
-    base = _wrap(storage.buffer, storage.shape, storage.dtype)
+    if tensor._tpuc_plain:
+        return storage.value()
+    recipe = tensor._tpuc_view
+    if recipe is not None:
+        func, args, kwargs, index = recipe
+        result = _run(func, args, kwargs)
+        return (result if index is None else result[index])._tpuc_storage.value()
+    base = _wrap(storage.value(), storage.shape, storage.dtype)
     if (tensor.storage_offset() == 0 and tensor.numel() == storage.numel
             and list(tensor.stride()) == _contiguous_strides(tensor.shape)):
         # The storage's elements in another shape.
-        return _run(aten.view.default, (base, list(tensor.shape)), {})._tpuc_storage.buffer
+        return _run(aten.view.default, (base, list(tensor.shape)), {})._tpuc_storage.value()
     view = _run(aten.as_strided.default, (base, list(tensor.shape), list(tensor.stride()), tensor.storage_offset()), {})
-    return view._tpuc_storage.buffer
+    return view._tpuc_storage.value()
+
+
+def _materialize(tensor: TpucTensor) -> _tpuc.DeviceBuffer:
+    """The tensor's elements as a buffer of its shape (in fused mode, the recorded ops that
+    compute it run first)."""
+    value = _value(tensor)
+    return fusion.resolve(value) if type(value) is fusion.Pending else value
 
 
 def _write(target: TpucTensor, value: TpucTensor) -> None:
@@ -647,12 +780,12 @@ def _write(target: TpucTensor, value: TpucTensor) -> None:
     if value.dtype != target.dtype or list(value.shape) != list(target.shape):
         value = _run(aten._to_copy.default, (value.expand(target.shape),), {"dtype": target.dtype})
     if target.plain():
-        storage.buffer = _materialize(value)
+        storage.buffer = _value(value)
         return
-    base = _wrap(storage.buffer, storage.shape, storage.dtype)
+    base = _wrap(storage.value(), storage.shape, storage.dtype)
     new = _run(aten.as_strided_scatter.default,
                (base, value, list(target.shape), list(target.stride()), target.storage_offset()), {})
-    storage.buffer = new._tpuc_storage.buffer
+    storage.buffer = new._tpuc_storage.value()
 
 
 def _meta_of(tensor: TpucTensor) -> torch.Tensor:
@@ -662,21 +795,59 @@ def _meta_of(tensor: TpucTensor) -> torch.Tensor:
     return base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
 
+# The layouts view ops give, by the op and its arguments' layouts and values: each is
+# computed once by PyTorch's meta kernels.
+_VIEW_LAYOUTS: dict = {}
+
+
+def _layout_key(value):
+    if isinstance(value, TpucTensor):
+        return ("tensor", value.dtype, tuple(value.shape), value.stride(), value.storage_offset(),
+                value._tpuc_storage.numel)
+    if type(value) in (list, tuple):
+        return tuple(_layout_key(v) for v in value)
+    return _key_of(value)
+
+
+def _view_layouts(func, args, kwargs, storage: _Storage):
+    """(size, stride, offset) of the view `func` makes, or a list of them (a list of views),
+    from PyTorch's meta kernels."""
+    def meta(value):
+        if isinstance(value, TpucTensor):
+            return _meta_of(value)
+        if type(value) in (list, tuple):
+            return type(value)(meta(v) for v in value)
+        return value
+
+    result = func(*[meta(a) for a in args], **{k: meta(v) for k, v in kwargs.items()})
+
+    def layout(view):
+        if view.dtype != storage.dtype:
+            raise _tpuc.TpucError(f"{func}: a view in another dtype ({view.dtype}) is not supported on the tpuc device")
+        return (tuple(view.shape), view.stride(), view.storage_offset())
+
+    return layout(result) if isinstance(result, torch.Tensor) else [layout(v) for v in result]
+
+
 def _view(func, args, kwargs):
-    """A view op: the same storage, the sizes, strides and offset PyTorch's meta kernels give."""
+    """A view op: the same storage, the sizes, strides and offset PyTorch's meta kernels give;
+    each view remembers the op, to be read by replaying it."""
     source = next(a for a in _leaves(args, kwargs) if isinstance(a, TpucTensor))
     storage = source._tpuc_storage
-    meta_args, meta_kwargs = tree_map(lambda v: _meta_of(v) if isinstance(v, TpucTensor) else v, (args, kwargs))
-    result = func(*meta_args, **meta_kwargs)
+    key = (func, tuple(_layout_key(a) for a in args), tuple((k, _layout_key(v)) for k, v in kwargs.items()))
+    layouts = _VIEW_LAYOUTS.get(key)
+    if layouts is None:
+        layouts = _VIEW_LAYOUTS[key] = _view_layouts(func, args, kwargs, storage)
+    depth = source._tpuc_depth + 1
+    replayable = depth <= _VIEW_CHAIN
 
-    def rewrap(meta):
-        if not isinstance(meta, torch.Tensor):
-            return meta
-        if meta.dtype != storage.dtype:
-            raise _tpuc.TpucError(f"{func}: a view in another dtype ({meta.dtype}) is not supported on the tpuc device")
-        return TpucTensor(storage, meta.shape, meta.stride(), meta.storage_offset())
+    def view(layout, index):
+        recipe = (func, args, kwargs, index) if replayable else None
+        return TpucTensor(storage, *layout, view=recipe, depth=depth if replayable else 0)
 
-    return tree_map(rewrap, result)
+    if type(layouts) is tuple:
+        return view(layouts, None)
+    return [view(layout, i) for i, layout in enumerate(layouts)]
 
 
 # ---------------------------------------------------------------- ops handled apart
