@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""PyTorch's OpInfo database through torch.compile(backend="tpuc") in strict mode.
+"""PyTorch's OpInfo database through torch.compile(backend="tpuc") in strict mode, or on the
+tpuc device in strict or fused eager mode (`--mode`).
 
 For each OpInfo op and each dtype it defines among float32, bfloat16, float16, int64, int32 and
-bool: its first sample inputs are compiled with tpuc (no eager fallback) and the results are
-compared with eager torch using torch.testing.assert_close's default tolerances for the dtype
-(the tolerances OpInfo's tests use unless a test overrides them).
+bool: its first sample inputs are compiled with tpuc (no eager fallback), or moved to the tpuc
+device and the op run there (TPUC_STRICT=1: no CPU fallback; in fused mode the op's run is
+compiled when its results are read back), and the results are compared with eager torch using
+torch.testing.assert_close's default tolerances for the dtype (the tolerances OpInfo's tests use
+unless a test overrides them).
 
 Each (op, dtype) sample set is
   passed       every sample matches eager (indices of sorting-like ops may order equal
@@ -17,8 +20,9 @@ Each (op, dtype) sample set is
 The pass rate is passed / (passed + failed).
 
 usage: .venv/bin/python tools/conformance.py [--subset ci | --ops NAME ...] [--dtypes ...]
-                                             [--samples N] [--write]
-  --write  writes docs/conformance.md and docs/conformance.json (the full run writes these).
+                                             [--samples N] [--mode compiled|strict|fused] [--write]
+  --write  writes docs/conformance.md and docs/conformance.json (compiled), or
+           docs/conformance-<mode>.md (the eager modes); the full run writes these.
 """
 import argparse
 import json
@@ -54,21 +58,48 @@ def leaves(value):
 
 
 class Recorder:
-    """The ATen ops of the graphs tpuc compiles while a sample runs."""
+    """The ATen ops of the graphs tpuc compiles while a sample runs (on the device: of the ops it
+    traces, compiled or found in its cache)."""
 
     def __init__(self):
         import tpuc.backend as backend
+        import tpuc.device as device
+        from tpuc.graph import op_name
 
         self.ops = set()
         original = backend.GraphCompiler.compile_whole
 
         def compile_whole(compiler, gm, name, *rest):
-            from tpuc.graph import op_name
-
             self.ops.update(op_name(n) for n in gm.graph.nodes if n.op == "call_function")
             return original(compiler, gm, name, *rest)
 
         backend.GraphCompiler.compile_whole = compile_whole
+        op_trace = device._op_trace
+
+        def traced(func, args, kwargs):
+            trace, floats = op_trace(func, args, kwargs)
+            self.ops.update(op_name(n) for n in trace.gm.graph.nodes if n.op == "call_function")
+            return trace, floats
+
+        device._op_trace = traced
+
+
+def on_device(opinfo, sample):
+    """The op run on the tpuc device on the sample moved there, its results back on the CPU."""
+    import tpuc.device as device
+
+    def move(value, where):
+        if isinstance(value, torch.Tensor):
+            return value.to(where) if where == "tpuc" or isinstance(value, device.TpucTensor) else value
+        if isinstance(value, (list, tuple)):
+            return type(value)(move(v, where) for v in value)
+        if isinstance(value, dict):
+            return {k: move(v, where) for k, v in value.items()}
+        return value
+
+    result = opinfo.op(move(sample.input, "tpuc"), *move(list(sample.args), "tpuc"),
+                       **move(dict(sample.kwargs), "tpuc"))
+    return move(result, "cpu")
 
 
 # OpInfos whose eager results are uninitialized memory: nothing to compare.
@@ -83,7 +114,7 @@ RANDOM_OPS = {"rand", "randn", "rand_like", "randn_like", "randint", "randint_li
               "poisson", "geometric", "log_normal", "cauchy"}
 
 
-def run_sample(opinfo, sample, recorder):
+def run_sample(opinfo, sample, recorder, mode="compiled"):
     """'passed', ('failed', why), ('not reached', why) or ('skipped', why)."""
     def call(*_):
         return opinfo.op(sample.input, *sample.args, **sample.kwargs)
@@ -92,25 +123,32 @@ def run_sample(opinfo, sample, recorder):
         expected = call()
     except Exception as e:  # eager rejects it: nothing to compare
         return ("skipped", f"eager: {type(e).__name__}")
-    torch._dynamo.reset()
     recorder.ops.clear()
-    compiled = torch.compile(call, backend="tpuc", options={"strict": True}, fullgraph=False)
+    if mode == "compiled":
+        torch._dynamo.reset()
+        run = torch.compile(call, backend="tpuc", options={"strict": True}, fullgraph=False)
+    else:
+        def run():
+            return on_device(opinfo, sample)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            actual = compiled()
+            actual = run()
     except Exception as e:
         message = str(e)
         if "cannot lower these ops" in message:
             ops = [line.strip().split(" x")[0] for line in message.splitlines() if line.strip().startswith("aten.") or line.strip().startswith("prims.")]
             return ("not reached", ", ".join(ops) or message.splitlines()[-1][:120])
+        if "cannot run on the tpuc device" in message:
+            # The device's error under TPUC_STRICT=1: "<op> cannot run on the tpuc device: <why> ...".
+            return ("not reached", message.split(" (TPUC_STRICT=1)")[0][:160])
         if "not supported" in message or "unsupported dtype" in message:
             # A lowering refusing an argument (or dtype) it does not handle, by design.
             line = next((l for l in message.splitlines() if "not supported" in l or "unsupported dtype" in l), message)
             return ("not reached", line.strip()[:200])
         first = next((line for line in message.splitlines() if "Error" in line or "not supported" in line), message.splitlines()[0] if message else type(e).__name__)
         return ("failed", first.strip()[:200])
-    if not recorder.ops:
+    if not recorder.ops and mode == "compiled":
         return ("skipped", "no graph (Dynamo ran it eagerly)")
     random = sorted(op for op in recorder.ops if op.startswith("aten.") and op.split(".")[1] in RANDOM_OPS)
     if random:
@@ -214,10 +252,37 @@ def equal_up_to_ties(actual, expected, source):
     return True
 
 
-def run(op_names, dtype_names, samples):
+MODES = ("compiled", "strict", "fused")
+
+
+def run(op_names, dtype_names, samples, mode="compiled"):
     from torch.testing._internal.common_methods_invocations import op_db
 
-    recorder = Recorder()
+    if mode not in MODES:
+        raise SystemExit(f"conformance: mode must be one of {MODES}, not {mode!r}")
+    import tpuc.device
+
+    tpuc.device.fused(mode == "fused")
+    # On the device, an op tpuc cannot lower is an error, not a CPU fallback.
+    strict = os.environ.get("TPUC_STRICT")
+    os.environ["TPUC_STRICT"] = "1"
+    try:
+        return _run(op_db, op_names, dtype_names, samples, mode)
+    finally:
+        tpuc.device.fused(False)
+        if strict is None:
+            del os.environ["TPUC_STRICT"]
+        else:
+            os.environ["TPUC_STRICT"] = strict
+
+
+_RECORDER = []  # one per process: it wraps the compilers' entry points
+
+
+def _run(op_db, op_names, dtype_names, samples, mode):
+    if not _RECORDER:
+        _RECORDER.append(Recorder())
+    recorder = _RECORDER[0]
     wanted = set(op_names) if op_names else None
     results = []
     for opinfo in op_db:
@@ -237,7 +302,7 @@ def run(op_names, dtype_names, samples):
                 continue
             outcomes = []
             for sample in sample_list:
-                outcome = run_sample(opinfo, sample, recorder)
+                outcome = run_sample(opinfo, sample, recorder, mode)
                 outcomes.append(outcome)
                 ops |= recorder.ops
             kinds = [o if isinstance(o, str) else o[0] for o in outcomes]
@@ -259,20 +324,27 @@ def summary(results):
 
 
 def write(results, seconds, args):
+    """docs/conformance.md and .json (the compile backend), or docs/conformance-<mode>.md (the
+    device's eager modes: the sets that did not pass, beside the compile backend's report)."""
     counts, rate = summary(results)
-    passed_dtypes = {}
-    for r in results:
-        if r["status"] == "passed":
-            for op in r["aten"]:
-                passed_dtypes.setdefault(op, set()).add(r["dtype"])
-    with open(os.path.join(ROOT, "docs", "conformance.json"), "w") as f:
-        json.dump({"passed_dtypes_by_op": {k: sorted(v) for k, v in sorted(passed_dtypes.items())},
-                   "results": results}, f, indent=0)
+    compiled = args.mode == "compiled"
+    if compiled:
+        passed_dtypes = {}
+        for r in results:
+            if r["status"] == "passed":
+                for op in r["aten"]:
+                    passed_dtypes.setdefault(op, set()).add(r["dtype"])
+        with open(os.path.join(ROOT, "docs", "conformance.json"), "w") as f:
+            json.dump({"passed_dtypes_by_op": {k: sorted(v) for k, v in sorted(passed_dtypes.items())},
+                       "results": results}, f, indent=0)
+    title = "# OpInfo conformance" if compiled else f"# OpInfo conformance on the tpuc device, {args.mode} eager mode"
+    command = "tools/conformance.py --write" if compiled else f"tools/conformance.py --mode {args.mode} --write"
+    peer = "" if compiled else " The compile backend's: [conformance.md](conformance.md); listed here: the sets that did not pass."
     lines = [
-        "# OpInfo conformance",
+        title,
         "",
-        f"Generated by `tools/conformance.py --write` (torch {torch.__version__.split('+')[0]}, "
-        f"{args.samples} sample(s) per op and dtype, {seconds / 60:.0f} min).",
+        f"Generated by `{command}` (torch {torch.__version__.split('+')[0]}, "
+        f"{args.samples} sample(s) per op and dtype, {seconds / 60:.0f} min).{peer}",
         "",
         f"{len(results)} (op, dtype) sample sets: {counts['passed']} passed, {counts['failed']} failed, "
         f"{counts['not reached']} not reached (an op tpuc does not lower), {counts['skipped']} skipped. "
@@ -282,9 +354,11 @@ def write(results, seconds, args):
         "|---|---|---|---|",
     ]
     for r in results:
-        reason = r["reason"].replace("|", "\\|")
-        lines.append(f"| `{r['op']}` | {r['dtype']} | {r['status']} | {reason} |")
-    with open(os.path.join(ROOT, "docs", "conformance.md"), "w") as f:
+        if compiled or r["status"] in ("failed", "not reached"):
+            reason = r["reason"].replace("|", "\\|")
+            lines.append(f"| `{r['op']}` | {r['dtype']} | {r['status']} | {reason} |")
+    name = "conformance.md" if compiled else f"conformance-{args.mode}.md"
+    with open(os.path.join(ROOT, "docs", name), "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
@@ -294,13 +368,14 @@ def main():
     parser.add_argument("--ops", nargs="+")
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
     parser.add_argument("--samples", type=int, default=2)
+    parser.add_argument("--mode", choices=MODES, default="compiled")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     ops, dtypes = args.ops, args.dtypes
     if args.subset == "ci":
         ops, dtypes, args.samples = CI_OPS, CI_DTYPES, 1
     start = time.time()
-    results = run(ops, dtypes, args.samples)
+    results = run(ops, dtypes, args.samples, args.mode)
     seconds = time.time() - start
     counts, rate = summary(results)
     for r in results:

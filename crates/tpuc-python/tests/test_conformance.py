@@ -1,8 +1,11 @@
-"""PyTorch's OpInfo database through the backend in strict mode: the CI subset (a documented
-selection of common ops, float32 and int64, first sample). `tools/conformance.py --write` runs
-every op and dtype and writes docs/conformance.md."""
+"""PyTorch's OpInfo database through the backend in strict mode and on the tpuc device in strict
+and fused eager mode: the CI subset (a documented selection of common ops, float32 and int64,
+first sample). `tools/conformance.py --write` runs every op and dtype and writes
+docs/conformance.md (`--mode strict|fused`: docs/conformance-<mode>.md)."""
 import importlib.util
 import os
+
+import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
@@ -14,9 +17,10 @@ def load_runner():
     return module
 
 
-def test_opinfo_ci_subset_passes():
+@pytest.mark.parametrize("mode", ["compiled", "strict", "fused"])
+def test_opinfo_ci_subset_passes(mode):
     runner = load_runner()
-    results = runner.run(runner.CI_OPS, runner.CI_DTYPES, samples=1)
+    results = runner.run(runner.CI_OPS, runner.CI_DTYPES, samples=1, mode=mode)
     counts, rate = runner.summary(results)
     failures = [f"{r['op']} {r['dtype']}: {r['status']}: {r['reason']}" for r in results
                 if r["status"] in ("failed", "not reached")]

@@ -253,8 +253,13 @@ class GraphCompiler:
         inputs' and outputs' layouts over the mesh."""
         name = f"graph_{next(_GRAPH_IDS):03d}_{kind}"
         if _has_symbolic_sizes(gm):
-            return make_boxed_func(SpecializingGraph(gm, self, name, weights, layouts))
-        return self.compile_static(gm, name, weights, layouts)
+            compiled = make_boxed_func(SpecializingGraph(gm, self, name, weights, layouts))
+        else:
+            compiled = self.compile_static(gm, name, weights, layouts)
+        if self.opts.compare is not None:
+            from .compare import compared
+            return compared(gm, name, compiled, *self.opts.compare)
+        return compiled
 
     def compile_static(self, gm: torch.fx.GraphModule, name: str, weights: frozenset[int] | None = None,
                        layouts: "Layouts | None" = None):
@@ -405,7 +410,7 @@ class GraphCompiler:
             devices = self.session.runtime.devices
             constants = [c.expand(devices, *c.shape).contiguous() for c in constants]
         if self.opts.dump_dir:
-            _dump(self.opts.dump_dir, name, p.gm, compiled)
+            dump_graph(self.opts.dump_dir, name, p.gm, compiled)
         return CompiledGraph(compiled, self.session, p.inputs, p.outputs, p.single, constants)
 
 
@@ -680,7 +685,8 @@ def _feeds_only_sizes(node: torch.fx.Node) -> bool:
     return True
 
 
-def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None:
+def dump_graph(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None:
+    """Writes a compiled graph's FX graph, StableHLO, IR and timings into the dump directory."""
     os.makedirs(directory, exist_ok=True)
     base = os.path.join(directory, name)
     with open(base + ".fx.txt", "w") as f:

@@ -24,6 +24,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from . import _tpuc, fusion
+from .compare import difference
 from .runtime import STATS, dtype_name, session
 
 NAME = "tpuc"
@@ -219,12 +220,15 @@ class _OpProgram:
         self.outputs, self.types = outputs, types
 
 
+_TENSOR = object()  # a result that is a tensor, in an op's returns (`_OpTrace.returns`)
+
+
 class _OpTrace:
     """One op traced for its arguments' types (`_op_trace`): its graph, whose placeholders are
     the op's tensors in argument order and then the Python floats it takes as inputs
     (`_lifted`), what each output of the graph is, and its program once strict mode compiled it."""
 
-    __slots__ = ("func", "gm", "types", "scalar_dtype", "mutated", "outputs", "lowered", "program")
+    __slots__ = ("func", "gm", "types", "scalar_dtype", "mutated", "outputs", "returns", "lowered", "program")
 
     def __init__(self, func, gm, types, scalar_dtype, mutated):
         self.func, self.gm, self.types = func, gm, types
@@ -241,8 +245,12 @@ class _OpTrace:
             else:
                 value = node.meta["val"]
                 self.outputs.append(("new", value.dtype, list(value.shape)))
+        # Its results where some are no tensors (`_returned`), else None.
+        self.returns = gm.meta.get("tpuc_returns")
         from .graph import unsupported_ops
-        self.lowered = not unsupported_ops(gm, _compiler().supported)
+        # Whether it can be compiled: ops tpuc lowers, sizes known before it runs.
+        sized = all(type(size) is int for output in self.outputs if output[0] == "new" for size in output[2])
+        self.lowered = sized and not unsupported_ops(gm, _compiler().supported)
         self.program = None
 
 
@@ -303,9 +311,11 @@ def _key_of(value):
 class _Schema:
     """What the device needs of an op's schema, read once per op."""
 
-    __slots__ = ("names", "written", "outs", "returns_list", "returns_one")
+    __slots__ = ("names", "written", "outs", "returns_list", "returns_one", "inplace_view")
 
     def __init__(self, func):
+        # Whether it changes its argument's sizes and strides in place (squeeze_, t_, ...).
+        self.inplace_view = torch.Tag.inplace_view in func.tags
         arguments = func._schema.arguments
         self.names = [a.name for a in arguments]
         # The arguments it writes (in-place ops, `out=`), and of them the keyword-only `out=`s.
@@ -474,15 +484,19 @@ def _trace(func, flat, spec) -> torch.fx.GraphModule:
         result = func(*call_args, **call_kwargs)
         # The new values of the written arguments, then what the op returns of its own.
         new = schema.written_tensors(call_args, call_kwargs)
-        own = [] if written else [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
-        return (*new, *own)
+        leaves = [] if written else tree_flatten(result)[0]
+        returns[:] = [_TENSOR if isinstance(r, torch.Tensor) else r for r in leaves]
+        return (*new, *(r for r in leaves if isinstance(r, torch.Tensor)))
 
+    returns: list = []
     examples = [torch.empty(flat[i].shape, dtype=flat[i].dtype) for i in positions]
     from torch.fx.experimental.proxy_tensor import make_fx
     from .backend import decompositions
     gm = make_fx(functional, decomposition_table=decompositions(_compiler().opts), tracing_mode="fake")(*examples)
     gm.graph.eliminate_dead_code()
     gm.recompile()
+    # What the op returns, in order: a tensor (the graph's next output) or the value itself.
+    gm.meta["tpuc_returns"] = None if all(kind is _TENSOR for kind in returns) else returns
     return gm
 
 
@@ -498,7 +512,20 @@ def _compile(name: str, gm: torch.fx.GraphModule) -> _OpProgram:
     constants = [upload(c)._tpuc_storage.buffer for c in prepared.constants]
     types = [(getattr(torch, dtype_text), shape) for dtype_text, shape in compiled.output_specs]
     _CACHE["compile_seconds"] += time.perf_counter() - started
+    if compiler.opts.dump_dir:
+        _dump(compiler.opts.dump_dir, name, prepared.gm, compiled)
     return _OpProgram(compiled, compiled.arg_roles, constants, prepared.outputs, types)
+
+
+def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None:
+    """The dump directory's files of a program the device compiled (as the backend writes them,
+    numbered: an op compiles once per argument types), and the device's cache statistics."""
+    import json
+    from .backend import dump_graph
+
+    dump_graph(directory, f"{name}_{_CACHE['misses']}", gm, compiled)
+    with open(os.path.join(directory, "device_cache_stats.json"), "w") as out:
+        json.dump(cache_stats(), out, indent=1)
 
 
 def _execute(name, program: _OpProgram, buffers: list) -> list:
@@ -588,21 +615,19 @@ def _run(func, args, kwargs):
     if func in _ON_CPU:
         return _on_cpu(func, args, kwargs)
     tensors = [v for v in flat if isinstance(v, torch.Tensor)]
-    if fusion.recording():
-        trace, lifted = _op_trace(func, args, kwargs)
-        if trace.lowered:
-            return _returned(func, args, kwargs, fusion.record(trace, tensors, lifted), trace.mutated)
-        fusion.flush()
     try:
+        if fusion.recording():
+            trace, lifted = _op_trace(func, args, kwargs)
+            if trace.lowered:
+                return _returned(func, args, kwargs, fusion.record(trace, tensors, lifted), trace)
+            fusion.flush()
         trace, lifted = _program(func, args, kwargs)
-    except _tpuc.TpucError as error:
-        if "unsupported op" not in str(error):
+    except Exception as error:  # noqa: BLE001 - only what `_cannot_run` recognises is handled
+        reason = _cannot_run(error)
+        if reason is None:
             raise
         if _reads_device_tensors(func, args, kwargs):
-            if os.environ.get("TPUC_STRICT") == "1":
-                raise
-            warnings.warn(f"tpuc: {func} cannot run on the tpuc device; it runs on the CPU (its tensors "
-                          "copied there and back)", stacklevel=3)
+            _falls_back(func, reason, error)
         _ON_CPU.add(func)
         return _on_cpu(func, args, kwargs)
     program = trace.program
@@ -619,14 +644,41 @@ def _run(func, args, kwargs):
             values.append(what)
     if _DEBUG["on"]:
         _check(func, args, kwargs, values, trace.mutated)
-    return _returned(func, args, kwargs, values, trace.mutated)
+    return _returned(func, args, kwargs, values, trace)
 
 
-def _returned(func, args, kwargs, values: list, mutated: bool):
+def _cannot_run(error: Exception) -> str | None:
+    """Why an op whose trace or compile failed so cannot run on the device (and runs on the
+    CPU); None for any other failure."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    if isinstance(error, (DataDependentOutputException, DynamicOutputShapeException)):
+        return "what it returns depends on its tensors' values"
+    if isinstance(error, _tpuc.TpucError):
+        if "unsupported op" in str(error):
+            return "tpuc does not lower it"
+        if "symbolic sizes" in str(error):
+            return "its result's size depends on its tensors' values"
+    return None
+
+
+def _falls_back(func, reason: str, error: Exception) -> None:
+    """Says once that `func` runs on the CPU instead; an error under TPUC_STRICT=1."""
+    if os.environ.get("TPUC_STRICT") == "1":
+        raise _tpuc.TpucError(f"{func} cannot run on the tpuc device: {reason} (TPUC_STRICT=1): {error}") from error
+    _warn(f"tpuc: {func} cannot run on the tpuc device ({reason}); it runs on the CPU (its tensors copied "
+          "there and back)")
+
+
+def _returned(func, args, kwargs, values: list, trace: _OpTrace):
     """What `func` returns, given its traced graph's outputs `values` (the new values of what it
-    writes, which are written, when `mutated`)."""
+    writes, which are written, when it writes)."""
     schema = _schema(func)
-    if mutated:
+    if trace.returns is not None:
+        # Results that are no tensors (None, numbers) where it returns them.
+        given = iter(values)
+        values = [next(given) if kind is _TENSOR else kind for kind in trace.returns]
+    if trace.mutated:
         written = schema.written_tensors(args, kwargs)
         for target, value in zip(written, values):
             _write(target, value)
@@ -644,10 +696,10 @@ def _run_trace(trace: _OpTrace, buffers: list) -> list:
         try:
             program = _compiled(trace)
         except _tpuc.TpucError as error:
-            if "unsupported op" not in str(error) or os.environ.get("TPUC_STRICT") == "1":
+            reason = _cannot_run(error)
+            if reason is None:
                 raise
-            warnings.warn(f"tpuc: {func} cannot run on the tpuc device; it runs on the CPU (its tensors "
-                          "copied there and back)", stacklevel=2)
+            _falls_back(func, reason, error)
             _ON_CPU.add(func)
         else:
             results = _execute(str(func), program, buffers)
@@ -687,14 +739,38 @@ def fused(on: bool = True, *, max_ops: int = 1000) -> None:
     fusion.enable(on, max_ops=max_ops)
 
 
+def _user_frame():
+    """The innermost frame of the caller's code (outside torch and tpuc) running now, if any."""
+    import sys
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if "/torch/" not in path and "/tpuc/" not in path and not path.startswith("<"):
+            return frame
+        frame = frame.f_back
+    return None
+
+
 def _user_line() -> str:
     """The innermost line of the caller's code (outside torch and tpuc) running now."""
-    import traceback
-    for frame in reversed(traceback.extract_stack()):
-        path = frame.filename.replace("\\", "/")
-        if "/torch/" not in path and "/tpuc/" not in path and not path.startswith("<"):
-            return f"{frame.filename}:{frame.lineno}: {frame.line}"
-    return "(no line outside torch)"
+    import linecache
+    frame = _user_frame()
+    if frame is None:
+        return "(no line outside torch)"
+    path, line = frame.f_code.co_filename, frame.f_lineno
+    return f"{path}:{line}: {linecache.getline(path, line).strip()}"
+
+
+def _warn(message: str) -> None:
+    """A warning attributed to the caller's line (outside torch and tpuc)."""
+    frame = _user_frame()
+    if frame is None:
+        warnings.warn(message, stacklevel=2)
+        return
+    warnings.warn_explicit(message, UserWarning, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__"),
+                           registry=frame.f_globals.setdefault("__warningregistry__", {}),
+                           module_globals=frame.f_globals)
 
 
 def _check(func, args, kwargs, values, mutated: bool) -> None:
@@ -715,11 +791,9 @@ def _check(func, args, kwargs, values, mutated: bool) -> None:
         else:
             expected = [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
         for got, want in zip(results, expected):
-            if got.shape != want.shape or not torch.allclose(got.to(want.dtype), want, rtol=_DEBUG["rtol"],
-                                                             atol=_DEBUG["atol"], equal_nan=True):
-                difference = (got.double() - want.double()).abs().max().item() if got.shape == want.shape \
-                    else f"shape {list(got.shape)} against {list(want.shape)}"
-                raise _tpuc.TpucError(f"{func} differs from the CPU's result by {difference}, at {_user_line()}")
+            found = difference(got, want, _DEBUG["rtol"], _DEBUG["atol"])
+            if found is not None:
+                raise _tpuc.TpucError(f"{func} differs from the CPU's result by {found}, at {_user_line()}")
 
 
 # Lifted floats on the device, by value and dtype: the same ones recur (an epsilon, a decay).
@@ -839,7 +913,8 @@ def _view(func, args, kwargs):
     if layouts is None:
         layouts = _VIEW_LAYOUTS[key] = _view_layouts(func, args, kwargs, storage)
     depth = source._tpuc_depth + 1
-    replayable = depth <= _VIEW_CHAIN
+    # as_strided addresses the storage, not its source's elements: it is not replayed on them.
+    replayable = depth <= _VIEW_CHAIN and func is not aten.as_strided.default
 
     def view(layout, index):
         recipe = (func, args, kwargs, index) if replayable else None
@@ -909,7 +984,28 @@ def _dispatch(func, args, kwargs):
         return special(args, kwargs)
     if func.is_view:
         return _view(func, args, kwargs)
+    if _schema(func).inplace_view:
+        return _inplace_view(func, args, kwargs)
     return _run(func, args, kwargs)
+
+
+def _inplace_view(func, args, kwargs):
+    """An op changing its tensor's sizes and strides in place (squeeze_, t_, as_strided_): the
+    wrapper's own layout changed by PyTorch's meta kernel, over the same storage."""
+    target = args[0]
+    with torch.utils._mode_utils.no_dispatch():
+        meta_in_tls = torch._C._meta_in_tls_dispatch_include()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+        try:
+            func(*args, **kwargs)
+        finally:
+            torch._C._set_meta_in_tls_dispatch_include(meta_in_tls)
+    storage = target._tpuc_storage
+    target._tpuc_plain = (target.storage_offset() == 0 and list(target.shape) == storage.shape
+                          and list(target.stride()) == _contiguous_strides(target.shape))
+    # Its new layout is read over the storage (sizes and strides), not by replaying views.
+    target._tpuc_view, target._tpuc_depth = None, 0
+    return target
 
 
 # ---------------------------------------------------------------- factories
@@ -940,8 +1036,15 @@ _CPU_FACTORIES = ("arange", "arange.start", "arange.start_step", "linspace", "lo
                   "triu_indices")
 
 
+def _copy_from(source, target, non_blocking=False):
+    """copy_ across devices where PyTorch calls it below the Python key (`torch.tensor(data,
+    device="tpuc")`)."""
+    return _copy((target, source), {})
+
+
 def _register_kernels() -> None:
     lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_copy_from", _copy_from, "PrivateUse1")
     lib.impl("empty.memory_format", _empty, "PrivateUse1")
     lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     for name in _CPU_FACTORIES:

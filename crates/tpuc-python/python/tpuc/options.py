@@ -46,6 +46,12 @@ class Options:
                       its own bucket), or "off" (one executable per size). A graph with an op
                       padding would change and tpuc cannot make exact is compiled per size, said
                       once. See docs/buckets.md.
+    compare:          a debugging aid: every call of a compiled graph is checked against PyTorch
+                      on the CPU, and when an output differs, the graph's nodes are run one by one
+                      on the tpuc device against the CPU to name the first node whose result
+                      diverges, with the line of the user's code that made it. True (rtol 1e-4,
+                      atol 1e-5) or {"rtol": ..., "atol": ...}; off by default (it costs an eager
+                      run of each graph per call).
     cache_dir:        where compiled executables are kept between processes, so that a graph
                       compiled once is loaded instead of compiled again (default
                       $TPUC_CACHE_DIR, else $XDG_CACHE_HOME/tpuc or ~/.cache/tpuc; "off" for no
@@ -64,6 +70,7 @@ class Options:
     plan: Any = None
     buckets: Any = "pow2"
     cache_dir: str | None = None
+    compare: Any = None
 
     @staticmethod
     def parse(given: dict[str, Any] | None) -> "Options":
@@ -90,11 +97,24 @@ class Options:
             plan_parts(options.plan)  # a plan of the wrong kind is refused here
         elif options.plan is not None:
             raise ValueError("the option plan needs a mesh, e.g. options={'mesh': 'fsdp=2,tp=2', 'plan': 'fsdp,tp'}")
-        options = dataclasses.replace(options, buckets=_bucket_policy(options.buckets))
+        options = dataclasses.replace(options, buckets=_bucket_policy(options.buckets),
+                                      compare=_tolerance(options.compare))
         precisions = _tpuc.matmul_precisions()
         if options.matmul_precision not in precisions:
             raise ValueError(f"matmul_precision must be one of {precisions}, not {options.matmul_precision!r}")
         return options
+
+
+def _tolerance(given) -> tuple[float, float] | None:
+    """The compare option as (rtol, atol), None when off."""
+    if given is None or given is False:
+        return None
+    if given is True:
+        return (1e-4, 1e-5)
+    if isinstance(given, dict) and set(given) <= {"rtol", "atol"} and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in given.values()):
+        return (float(given.get("rtol", 1e-4)), float(given.get("atol", 1e-5)))
+    raise ValueError(f"compare must be True, False or {{'rtol': ..., 'atol': ...}} with numbers >= 0, not {given!r}")
 
 
 def _bucket_policy(given) -> str | None:
