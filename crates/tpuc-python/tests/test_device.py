@@ -56,9 +56,16 @@ def test_tensors_move_to_the_device_and_back():
     assert t.to(torch.int32).cpu().dtype == torch.int32
 
 
+def _batch_norm(x, stats):
+    mean, var = stats[0].clone(), stats[1].clone()
+    out = torch.ops.aten._native_batch_norm_legit(x, None, None, mean, var, True, 0.1, 1e-5)
+    return (*out, mean, var)
+
+
 def test_ops_run_on_the_device_and_match_the_cpu(mode):
     torch.manual_seed(0)
     a, b = torch.randn(4, 5), torch.randn(5, 3)
+    stats = torch.stack([torch.zeros(5), torch.ones(5)])
     da, db = a.to("tpuc"), b.to("tpuc")
     cases = [
         (lambda x, y: (x @ y).relu(), (a, b), (da, db)),
@@ -66,12 +73,17 @@ def test_ops_run_on_the_device_and_match_the_cpu(mode):
         (lambda x, y: torch.softmax(x, dim=-1).max(dim=0).values, (a, b), (da, db)),
         (lambda x, y: x.to(torch.int64) + 1.5, (a, b), (da, db)),  # promotion as on the CPU
         (lambda x, y: x[1:3, ::2] - x.mean(), (a, b), (da, db)),
+        # A conjugate is a flag on a tensor in PyTorch (ifft of real input conjugates a view).
+        (lambda x, y: torch.fft.ifft(x), (a, b), (da, db)),
+        # Batch norm in training: its output and statistics, its running ones updated in place.
+        (_batch_norm, (a, stats), (da, stats.to("tpuc"))),
     ]
     for fn, cpu_args, dev_args in cases:
         expected, got = fn(*cpu_args), fn(*dev_args)
-        assert got.device.type == "tpuc"
-        assert got.dtype == expected.dtype
-        torch.testing.assert_close(got.cpu(), expected, **TOL)
+        for e, g in zip(torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(got)):
+            assert g.device.type == "tpuc"
+            assert g.dtype == e.dtype
+            torch.testing.assert_close(g.cpu(), e, **TOL)
 
 
 def test_an_op_compiles_once_for_its_argument_types():
@@ -134,6 +146,9 @@ def test_bad_uses_are_clear_errors(mode):
         x + torch.randn(3)
     with pytest.raises(tpuc.TpucError, match="resizing device tensors"):
         torch.add(x, 1, out=torch.empty(2, device="tpuc"))
+    x.resize_(3)  # its own size: nothing to do
+    with pytest.raises(tpuc.TpucError, match=r"resizing a tensor of the tpuc device \(\[3\] to \[5\]\) is not supported"):
+        x.resize_(5)
 
 
 def test_factories_make_device_tensors(mode):
@@ -454,3 +469,23 @@ def test_compare_names_the_first_node_of_a_compiled_graph_that_diverges(monkeypa
     for bad in ("yes", {"rtol": -1}, {"tolerance": 1}):
         with pytest.raises(ValueError, match="compare must be True, False or"):
             tpuc.Options.parse({"compare": bad})
+
+
+def test_torch_compile_over_device_tensors_runs_them_on_the_device(mode):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x = torch.randn(3, 8)
+    expected = model(x)
+    on_device = copy.deepcopy(model).to("tpuc")
+    compiled = torch.compile(on_device, backend="tpuc")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = compiled(x.to("tpuc"))
+        got.sum().backward()
+    # Dynamo leaves the device's tensors to the device (op by op, or recorded in fused mode),
+    # quietly, and the results stay there.
+    assert [str(w.message) for w in caught] == []
+    assert got.device.type == "tpuc"
+    torch.testing.assert_close(got.cpu(), expected, **TOL)
+    expected.sum().backward()
+    torch.testing.assert_close(on_device[0].weight.grad.cpu(), model[0].weight.grad, **TOL)

@@ -24,7 +24,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import default_partition
 
-from . import _tpuc
+from . import _tpuc, device
 from .decompositions import EXTRA, NOT_DECOMPOSED
 from .graph import is_structural, op_name, serialize, source_line, unsupported_ops
 from .options import Options
@@ -703,3 +703,7 @@ def dump_graph(directory: str, name: str, gm: torch.fx.GraphModule, compiled) ->
         json.dump({"graph": name, "lower_seconds": lower, "xla_compile_seconds": xla, "cache": compiled.cache,
                    "bucket": compiled.bucket, "reused": compiled.reused,
                    "written": time.strftime("%Y-%m-%dT%H:%M:%S")}, f, indent=1)
+
+
+# torch.compile over tensors of the tpuc device: Dynamo runs them eagerly, not the device's code.
+device.hide_from_dynamo()

@@ -169,6 +169,13 @@ class TpucTensor(torch.Tensor):
         return self._tpuc_plain
 
 
+def _new(value, dtype: torch.dtype, shape: list, strides: list, numel: int) -> TpucTensor:
+    """A new tensor holding `value` (a buffer, or a pending one), its layout given."""
+    storage = _Storage.__new__(_Storage)
+    storage.buffer, storage.shape, storage.dtype, storage.numel = value, shape, dtype, numel
+    return TpucTensor(storage, shape, strides, 0, plain=True)
+
+
 def _wrap(buffer: _tpuc.DeviceBuffer, shape, dtype: torch.dtype) -> TpucTensor:
     shape = list(shape)
     return TpucTensor(_Storage(buffer, shape, dtype), shape, _contiguous_strides(shape), 0, plain=True)
@@ -244,7 +251,11 @@ class _OpTrace:
                 self.outputs.append(("arg", placeholders[node]))
             else:
                 value = node.meta["val"]
-                self.outputs.append(("new", value.dtype, list(value.shape)))
+                shape = list(value.shape)
+                if all(type(size) is int for size in shape):
+                    self.outputs.append(("new", value.dtype, shape, _contiguous_strides(shape), value.numel()))
+                else:  # sizes it knows only when it runs: never recorded (`lowered`)
+                    self.outputs.append(("new", value.dtype, shape, None, None))
         # Its results where some are no tensors (`_returned`), else None.
         self.returns = gm.meta.get("tpuc_returns")
         from .graph import unsupported_ops
@@ -311,11 +322,16 @@ def _key_of(value):
 class _Schema:
     """What the device needs of an op's schema, read once per op."""
 
-    __slots__ = ("names", "written", "outs", "returns_list", "returns_one", "inplace_view")
+    __slots__ = ("names", "written", "outs", "returns_list", "returns_one", "kind", "special")
 
     def __init__(self, func):
-        # Whether it changes its argument's sizes and strides in place (squeeze_, t_, ...).
-        self.inplace_view = torch.Tag.inplace_view in func.tags
+        # How the device runs it: an op handled apart (`_SPECIAL`), a view, an op changing its
+        # argument's sizes and strides in place (squeeze_, t_, ...), an op that may take CPU
+        # index tensors, or any other op.
+        self.special = _SPECIAL.get(func)
+        self.kind = ("special" if self.special is not None else "view" if func.is_view
+                     else "inplace_view" if torch.Tag.inplace_view in func.tags
+                     else "indices" if func in _TAKES_CPU_INDICES else "op")
         arguments = func._schema.arguments
         self.names = [a.name for a in arguments]
         # The arguments it writes (in-place ops, `out=`), and of them the keyword-only `out=`s.
@@ -334,9 +350,12 @@ class _Schema:
         return [bound[name] for name in self.written if isinstance(bound.get(name), torch.Tensor)]
 
 
-@functools.cache
 def _schema(func) -> _Schema:
-    return _Schema(func)
+    # Kept on the op itself: an attribute is cheaper than hashing the op on every call.
+    schema = getattr(func, "_tpuc_schema", None)
+    if schema is None:
+        schema = func._tpuc_schema = _Schema(func)
+    return schema
 
 
 def _leaves(args, kwargs) -> list:
@@ -363,7 +382,8 @@ def _floats_as_types(value):
 def _op_trace(func, args, kwargs) -> tuple[_OpTrace, list]:
     """`func` on arguments like these, traced (once per key), and the values of the Python
     floats it takes as inputs (the trace serves all their values) if any."""
-    key = (func, tuple(_key_of(v) for v in args), tuple((k, _key_of(v)) for k, v in kwargs.items()))
+    # The op's schema stands for it in the key (hashed by identity, unlike the op).
+    key = (_schema(func), tuple(_key_of(v) for v in args), tuple((k, _key_of(v)) for k, v in kwargs.items()))
     found = _TRACES.get(key)
     if found is not None:
         return found, []
@@ -469,7 +489,6 @@ def _trace(func, flat, spec) -> torch.fx.GraphModule:
     """`func` on arguments like `flat` (tensors as placeholders, in order), traced alone."""
     positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
     schema = _schema(func)
-    written = bool(schema.written)
     # The flat positions of the written arguments' tensors.
     ids = {id(t) for t in schema.written_tensors(*tree_unflatten(flat, spec))}
     copied = {i for i, v in enumerate(flat) if id(v) in ids}
@@ -484,9 +503,12 @@ def _trace(func, flat, spec) -> torch.fx.GraphModule:
         result = func(*call_args, **call_kwargs)
         # The new values of the written arguments, then what the op returns of its own.
         new = schema.written_tensors(call_args, call_kwargs)
-        leaves = [] if written else tree_flatten(result)[0]
-        returns[:] = [_TENSOR if isinstance(r, torch.Tensor) else r for r in leaves]
-        return (*new, *(r for r in leaves if isinstance(r, torch.Tensor)))
+        # What it returns besides the written arguments themselves (batch norm's statistics
+        # beside its running ones).
+        fresh = [r for r in tree_flatten(result)[0]
+                 if not (isinstance(r, torch.Tensor) and any(r is w for w in new))]
+        returns[:] = [_TENSOR if isinstance(r, torch.Tensor) else r for r in fresh]
+        return (*new, *(r for r in fresh if isinstance(r, torch.Tensor)))
 
     returns: list = []
     examples = [torch.empty(flat[i].shape, dtype=flat[i].dtype) for i in positions]
@@ -605,16 +627,18 @@ def _check_out_shapes(func, args, kwargs) -> None:
 def _run(func, args, kwargs):
     """`func` run on the device: its program executed on the arguments' buffers, or recorded in
     fused mode (on the CPU when tpuc cannot lower it)."""
-    flat = _leaves(args, kwargs)
-    for t in flat:
-        if isinstance(t, torch.Tensor) and not isinstance(t, TpucTensor):
-            raise _tpuc.TpucError(
-                f"{func}: expected every tensor on the tpuc device, got one on {t.device} "
-                "(move it with .to('tpuc'))")
-    _check_out_shapes(func, args, kwargs)
+    tensors = []
+    for t in _leaves(args, kwargs):
+        if isinstance(t, torch.Tensor):
+            if not isinstance(t, TpucTensor):
+                raise _tpuc.TpucError(
+                    f"{func}: expected every tensor on the tpuc device, got one on {t.device} "
+                    "(move it with .to('tpuc'))")
+            tensors.append(t)
+    if _schema(func).outs:
+        _check_out_shapes(func, args, kwargs)
     if func in _ON_CPU:
         return _on_cpu(func, args, kwargs)
-    tensors = [v for v in flat if isinstance(v, torch.Tensor)]
     try:
         if fusion.recording():
             trace, lifted = _op_trace(func, args, kwargs)
@@ -674,15 +698,18 @@ def _returned(func, args, kwargs, values: list, trace: _OpTrace):
     """What `func` returns, given its traced graph's outputs `values` (the new values of what it
     writes, which are written, when it writes)."""
     schema = _schema(func)
-    if trace.returns is not None:
-        # Results that are no tensors (None, numbers) where it returns them.
-        given = iter(values)
-        values = [next(given) if kind is _TENSOR else kind for kind in trace.returns]
     if trace.mutated:
         written = schema.written_tensors(args, kwargs)
         for target, value in zip(written, values):
             _write(target, value)
-        return written[0] if len(written) == 1 else tuple(written)
+        values = values[len(written):]
+        if not values and trace.returns is None:
+            # It returns what it writes (add_, out=).
+            return written[0] if len(written) == 1 else tuple(written)
+    if trace.returns is not None:
+        # Results that are no tensors (None, numbers) where it returns them.
+        given = iter(values)
+        values = [next(given) if kind is _TENSOR else kind for kind in trace.returns]
     if schema.returns_one:
         return values[0] if values else None
     return values if schema.returns_list else tuple(values)
@@ -951,7 +978,18 @@ def _local_scalar_dense(args, kwargs):
     return download(args[0]).item()
 
 
+def _conj(args, kwargs):
+    # A conjugate view is a flag on the tensor in PyTorch; here its values, computed.
+    return _run(aten.conj_physical.default, args, {})
+
+
+def _neg_view(args, kwargs):
+    return _run(aten.neg.default, args, {})
+
+
 _SPECIAL = {
+    aten._conj.default: _conj,
+    aten._neg_view.default: _neg_view,
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy,
     aten._local_scalar_dense.default: _local_scalar_dense,
@@ -973,18 +1011,19 @@ def _from_cpu(value):
 
 
 def _dispatch(func, args, kwargs):
+    schema = _schema(func)
+    kind = schema.kind
+    if kind == "special":
+        return schema.special(args, kwargs)
     # The CPU tensors an op takes with the device's as on other devices: an index op's indices,
     # and 0-dimensional tensors (numbers).
-    if func in _TAKES_CPU_INDICES:
+    if kind == "indices":
         args = tuple(tree_map(_from_cpu, list(args)))
-    elif func not in _SPECIAL and any(type(a) is torch.Tensor for a in args):
+    elif any(type(a) is torch.Tensor for a in args):
         args, kwargs = tree_map(_scalars, (args, kwargs))
-    special = _SPECIAL.get(func)
-    if special is not None:
-        return special(args, kwargs)
-    if func.is_view:
+    if kind == "view":
         return _view(func, args, kwargs)
-    if _schema(func).inplace_view:
+    if kind == "inplace_view":
         return _inplace_view(func, args, kwargs)
     return _run(func, args, kwargs)
 
@@ -993,6 +1032,12 @@ def _inplace_view(func, args, kwargs):
     """An op changing its tensor's sizes and strides in place (squeeze_, t_, as_strided_): the
     wrapper's own layout changed by PyTorch's meta kernel, over the same storage."""
     target = args[0]
+    if func in (aten.resize_.default, aten.resize_as_.default):
+        size = list(args[1]) if func is aten.resize_.default else list(args[1].shape)
+        if size == list(target.shape):
+            return target
+        raise _tpuc.TpucError(f"{func}: resizing a tensor of the tpuc device ({list(target.shape)} to {size}) is "
+                              "not supported; make a new tensor of the size instead")
     with torch.utils._mode_utils.no_dispatch():
         meta_in_tls = torch._C._meta_in_tls_dispatch_include()
         torch._C._set_meta_in_tls_dispatch_include(True)
@@ -1054,6 +1099,19 @@ def _register_kernels() -> None:
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_factory_on_cpu, "PrivateUse1")
     _LIBRARIES.extend([lib, fallback])
+
+
+@functools.cache
+def hide_from_dynamo() -> None:
+    """Keeps Dynamo out of the device's own Python (done when the compile backend is imported).
+    Dynamo does not trace the device's tensors (a wrapper subclass with no tensor inside), so it
+    runs code on them eagerly, op by op on the device; without this it would also try to trace
+    the device's dispatch, warning about every builtin it meets there."""
+    import torch._dynamo
+
+    global _dispatch
+    _dispatch = torch._dynamo.disable(_dispatch, recursive=True)
+    TpucTensor.__new__ = staticmethod(torch._dynamo.disable(TpucTensor.__new__, recursive=True))
 
 
 @functools.cache

@@ -18,6 +18,7 @@ import weakref
 import torch
 
 from . import _tpuc
+from . import device as _device  # (a cycle: device imports this module; used at call time only)
 
 # What fused mode does: whether it is on, and the most ops a run records.
 _STATE = {"on": False, "max_ops": 1000, "hooked": False}
@@ -92,16 +93,14 @@ def recording() -> bool:
 def record(trace, tensors: list, floats: list) -> list:
     """Records `trace` run on `tensors` (and the lifted `floats`); the tensors it returns, as its
     graph's outputs are (its inputs, or new tensors holding pending values)."""
-    from . import device
-
-    values = [device._value(t) for t in tensors]
+    values = [_device._value(t) for t in tensors]
     run = _CURRENT[0] if _CURRENT else None
     if run is None:
         run = _Run()
         _CURRENT.append(run)
     sources = [run.source(v) for v in values]
     for value in floats:
-        sources.append(run.new_input(device._scalar_buffer(value, trace.scalar_dtype)))
+        sources.append(run.new_input(_device._scalar_buffer(value, trace.scalar_dtype)))
     run.ops.append((trace, tuple(sources)))
     results = []
     for output in trace.outputs:
@@ -110,7 +109,7 @@ def record(trace, tensors: list, floats: list) -> list:
             continue
         pending = Pending(run, len(run.pendings))
         run.pendings.append(weakref.ref(pending))
-        results.append(device._wrap(pending, output[2], output[1]))
+        results.append(_device._new(pending, output[1], output[2], output[3], output[4]))
     if len(run.ops) >= _STATE["max_ops"]:
         flush()
     return results
@@ -139,8 +138,7 @@ def flush() -> None:
     run = _CURRENT.pop()
     if not run.ops:
         return
-    from . import device
-
+    device = _device
     live = [(i, p) for i, ref in enumerate(run.pendings) if (p := ref()) is not None]
     key = (tuple(run.ops), tuple(i for i, _ in live))
     cache = device._CACHE
@@ -217,8 +215,7 @@ def _placeholders(gm: torch.fx.GraphModule) -> list:
 def _replay(run: _Run, live: list) -> None:
     """The run's ops run one by one, as in strict mode (an op tpuc cannot lower for its
     arguments on the CPU, with a warning)."""
-    from . import device
-
+    device = _device
     values: list = []
     for trace, sources in run.ops:
         buffers = [run.inputs[-1 - s] if s < 0 else values[s] for s in sources]
