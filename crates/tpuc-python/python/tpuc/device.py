@@ -219,10 +219,12 @@ class _OpProgram:
     """A traced graph compiled: the executable, how its arguments are gathered and what each
     output is."""
 
-    __slots__ = ("compiled", "roles", "constants", "outputs", "types")
+    __slots__ = ("compiled", "roles", "constants", "outputs", "types", "direct")
 
     def __init__(self, compiled, roles, constants, outputs, types):
         self.compiled, self.roles, self.constants = compiled, roles, constants
+        # Whether it takes the graph's inputs as they are, in order (no seed, no constants).
+        self.direct = not constants and list(roles) == [("input", i) for i in range(len(roles))]
         # What each output of the graph is, and (dtype, shape) of each compiled output.
         self.outputs, self.types = outputs, types
 
@@ -552,7 +554,21 @@ def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None
 
 def _execute(name, program: _OpProgram, buffers: list) -> list:
     """The program run on `buffers` (its graph's inputs, its constants after them): its
-    compiled outputs."""
+    compiled outputs. `name` (an op, or words) names it in errors."""
+    if program.direct and len(buffers) == len(program.roles):
+        arguments = buffers
+    else:
+        arguments = _arguments(name, program, buffers)
+    try:
+        return program.compiled.run_on_device(arguments)
+    except _tpuc.TpucError as error:
+        if not _DEBUG["on"]:
+            raise
+        raise _tpuc.TpucError(f"{name} failed at {_user_line()}: {error}") from error
+
+
+def _arguments(name, program: _OpProgram, buffers: list) -> list:
+    """The program's arguments, gathered by their roles."""
     pool = buffers + program.constants
     arguments = []
     for role, index in program.roles:
@@ -562,12 +578,7 @@ def _execute(name, program: _OpProgram, buffers: list) -> list:
             arguments.append(_session().buffers.seed())
         else:
             raise _tpuc.TpucError(f"{name}: the program takes a {role} argument the device cannot give")
-    try:
-        return program.compiled.run_on_device(arguments)
-    except _tpuc.TpucError as error:
-        if not _DEBUG["on"]:
-            raise
-        raise _tpuc.TpucError(f"{name} failed at {_user_line()}: {error}") from error
+    return arguments
 
 
 # Ops tpuc cannot lower, run on the CPU instead (each said once).
@@ -656,7 +667,7 @@ def _run(func, args, kwargs):
         return _on_cpu(func, args, kwargs)
     program = trace.program
     buffers = [_materialize(t) for t in tensors] + [_scalar_buffer(v, trace.scalar_dtype) for v in lifted]
-    results = _execute(str(func), program, buffers)
+    results = _execute(func, program, buffers)
     values = []
     for kind, what in program.outputs:
         if kind == "tensor":
@@ -729,7 +740,7 @@ def _run_trace(trace: _OpTrace, buffers: list) -> list:
             _falls_back(func, reason, error)
             _ON_CPU.add(func)
         else:
-            results = _execute(str(func), program, buffers)
+            results = _execute(func, program, buffers)
             pool = buffers + program.constants
             return [results[what] if kind == "tensor" else pool[what]
                     for (kind, what), output in zip(program.outputs, trace.outputs) if output[0] == "new"]
@@ -1107,11 +1118,11 @@ def hide_from_dynamo() -> None:
     Dynamo does not trace the device's tensors (a wrapper subclass with no tensor inside), so it
     runs code on them eagerly, op by op on the device; without this it would also try to trace
     the device's dispatch, warning about every builtin it meets there."""
-    import torch._dynamo
+    from torch._dynamo import trace_rules
 
-    global _dispatch
-    _dispatch = torch._dynamo.disable(_dispatch, recursive=True)
-    TpucTensor.__new__ = staticmethod(torch._dynamo.disable(TpucTensor.__new__, recursive=True))
+    # Skipped files (not wrappers around functions, which would cost every op a frame check).
+    for module in (__name__, fusion.__name__):
+        trace_rules.add(module)
 
 
 @functools.cache
