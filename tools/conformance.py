@@ -84,6 +84,10 @@ class Recorder:
         device._op_trace = traced
 
 
+# OpInfos whose arguments after the first PyTorch requires on the CPU, whatever the device.
+CPU_ARGUMENTS = {"tensor_split"}
+
+
 def on_device(opinfo, sample):
     """The op run on the tpuc device on the sample moved there, its results back on the CPU."""
     import tpuc.device as device
@@ -97,8 +101,9 @@ def on_device(opinfo, sample):
             return {k: move(v, where) for k, v in value.items()}
         return value
 
-    result = opinfo.op(move(sample.input, "tpuc"), *move(list(sample.args), "tpuc"),
-                       **move(dict(sample.kwargs), "tpuc"))
+    rest = "cpu" if opinfo.name in CPU_ARGUMENTS else "tpuc"
+    result = opinfo.op(move(sample.input, "tpuc"), *move(list(sample.args), rest),
+                       **move(dict(sample.kwargs), rest))
     return move(result, "cpu")
 
 

@@ -146,6 +146,10 @@ def test_bad_uses_are_clear_errors(mode):
         x + torch.randn(3)
     with pytest.raises(tpuc.TpucError, match="resizing device tensors"):
         torch.add(x, 1, out=torch.empty(2, device="tpuc"))
+    with pytest.raises(tpuc.TpucError, match="torch.sparse_coo tensors are not supported on the tpuc device"), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # making the sparse tensor's parts on the CPU is said first
+        torch.eye(3).to_sparse().to("tpuc")
     x.resize_(3)  # its own size: nothing to do
     with pytest.raises(tpuc.TpucError, match=r"resizing a tensor of the tpuc device \(\[3\] to \[5\]\) is not supported"):
         x.resize_(5)

@@ -190,6 +190,9 @@ def _session():
 
 def upload(tensor: torch.Tensor) -> TpucTensor:
     """A CPU tensor's value on the device (its own copy: later changes of `tensor` are not seen)."""
+    if tensor.layout != torch.strided:
+        raise _tpuc.TpucError(f"{tensor.layout} tensors are not supported on the tpuc device (it holds dense "
+                              "tensors: .to_dense() first)")
     own = tensor.detach().contiguous().clone()
     buffer = _session().runtime.buffer(own.data_ptr(), own.numel() * own.element_size(),
                                        dtype_name(own.dtype), list(own.shape), own.untyped_storage())
