@@ -94,6 +94,8 @@ def on_device(opinfo, sample):
 
     def move(value, where):
         if isinstance(value, torch.Tensor):
+            if value.layout != torch.strided:
+                raise NotImplementedError(f"{value.layout} tensors are not supported on the tpuc device")
             return value.to(where) if where == "tpuc" or isinstance(value, device.TpucTensor) else value
         if isinstance(value, (list, tuple)):
             return type(value)(move(v, where) for v in value)
