@@ -63,10 +63,11 @@ def compared(gm: torch.fx.GraphModule, name: str, run, rtol: float, atol: float)
         expected = gm(*[_cpu_copy(a) for a in before])
         got, want = _tensors(results), _tensors(expected)
         for index, (g, w) in enumerate(zip(got, want)):
-            if difference(_cpu_copy(g), w, rtol, atol) is not None:
+            found = difference(_cpu_copy(g), w, rtol, atol)
+            if found is not None:
                 _first_divergent_node(gm, name, before, rtol, atol)
                 raise _tpuc.TpucError(
-                    f"{name}: output {index} differs from PyTorch's on the CPU by {difference(_cpu_copy(g), w, rtol, atol)}, "
+                    f"{name}: output {index} differs from PyTorch's on the CPU by {found}, "
                     "though no node alone does (differences within the tolerance, added up)")
         return results
 

@@ -113,6 +113,11 @@ class _Storage:
         return value
 
 
+def _is_plain(storage: _Storage, size, stride, offset: int) -> bool:
+    """Whether a layout is its storage's whole buffer, in its shape."""
+    return offset == 0 and list(size) == storage.shape and list(stride) == _contiguous_strides(size)
+
+
 def _contiguous_strides(shape) -> list:
     strides, step = [], 1
     for size in reversed(list(shape)):
@@ -139,10 +144,7 @@ class TpucTensor(torch.Tensor):
             device=_DEVICE, requires_grad=requires_grad)
         tensor._tpuc_storage = storage
         # Whether it is its storage's whole buffer, in its shape (its layout never changes).
-        if plain is None:
-            plain = (offset == 0 and list(size) == storage.shape
-                     and list(stride) == _contiguous_strides(size))
-        tensor._tpuc_plain = plain
+        tensor._tpuc_plain = _is_plain(storage, size, stride, offset) if plain is None else plain
         tensor._tpuc_view, tensor._tpuc_depth = view, depth
         return tensor
 
@@ -231,6 +233,12 @@ class _OpProgram:
         # What each output of the graph is, and (dtype, shape) of each compiled output.
         self.outputs, self.types = outputs, types
 
+    def output_buffers(self, results: list, buffers: list) -> list:
+        """The buffer of each output of its graph, from its compiled outputs `results` and the
+        buffers it ran on (an output that is an input, or a constant, is that buffer)."""
+        pool = buffers + self.constants
+        return [results[what] if kind == "tensor" else pool[what] for kind, what in self.outputs]
+
 
 _TENSOR = object()  # a result that is a tensor, in an op's returns (`_OpTrace.returns`)
 
@@ -293,12 +301,22 @@ def cache_stats() -> dict:
     return {**_CACHE, "miss_reasons": dict(_CACHE["miss_reasons"])}
 
 
-def _missed(func, types) -> None:
+def _count(miss: str | None) -> None:
+    """A request of the program cache: a hit, or a miss for the reason given."""
+    _CACHE["requests"] += 1
+    if miss is None:
+        _CACHE["hits"] += 1
+    else:
+        _CACHE["misses"] += 1
+        _CACHE["miss_reasons"][miss] += 1
+
+
+def _miss_reason(func, types) -> str:
+    """Why `func` on arguments of these types has no program yet."""
     seen = _SEEN.setdefault(func, set())
     reason = "new op" if not seen else "new argument values" if types in seen else "new argument types"
     seen.add(types)
-    _CACHE["misses"] += 1
-    _CACHE["miss_reasons"][reason] += 1
+    return reason
 
 
 def _compiler():
@@ -420,11 +438,10 @@ def _program(func, args, kwargs) -> tuple[_OpTrace, list]:
 
 def _compiled(trace: _OpTrace) -> _OpProgram:
     """The trace's program, compiled when first asked for."""
-    _CACHE["requests"] += 1
     if trace.program is not None:
-        _CACHE["hits"] += 1
+        _count(None)
         return trace.program
-    _missed(trace.func, trace.types)
+    _count(_miss_reason(trace.func, trace.types))
     trace.program = _compile(f"eager_{trace.func.__name__.replace('.', '_')}", trace.gm)
     return trace.program
 
@@ -743,10 +760,8 @@ def _run_trace(trace: _OpTrace, buffers: list) -> list:
             _falls_back(func, reason, error)
             _ON_CPU.add(func)
         else:
-            results = _execute(func, program, buffers)
-            pool = buffers + program.constants
-            return [results[what] if kind == "tensor" else pool[what]
-                    for (kind, what), output in zip(program.outputs, trace.outputs) if output[0] == "new"]
+            returned = program.output_buffers(_execute(func, program, buffers), buffers)
+            return [b for b, output in zip(returned, trace.outputs) if output[0] == "new"]
     placeholders = [n for n in trace.gm.graph.nodes if n.op == "placeholder"]
     cpu = [_host(b, n.meta["val"].dtype, n.meta["val"].shape) for b, n in zip(buffers, placeholders)]
     results = trace.gm(*cpu)
@@ -1060,8 +1075,7 @@ def _inplace_view(func, args, kwargs):
         finally:
             torch._C._set_meta_in_tls_dispatch_include(meta_in_tls)
     storage = target._tpuc_storage
-    target._tpuc_plain = (target.storage_offset() == 0 and list(target.shape) == storage.shape
-                          and list(target.stride()) == _contiguous_strides(target.shape))
+    target._tpuc_plain = _is_plain(storage, target.shape, target.stride(), target.storage_offset())
     # Its new layout is read over the storage (sizes and strides), not by replaying views.
     target._tpuc_view, target._tpuc_depth = None, 0
     return target

@@ -141,31 +141,25 @@ def flush() -> None:
     device = _device
     live = [(i, p) for i, ref in enumerate(run.pendings) if (p := ref()) is not None]
     key = (tuple(run.ops), tuple(i for i, _ in live))
-    cache = device._CACHE
-    cache["requests"] += 1
     program = _PROGRAMS.get(key)
     try:
         if program is None:
-            cache["misses"] += 1
-            cache["miss_reasons"]["new recorded run"] += 1
-            program = _PROGRAMS[key] = device._compile(f"fused_{len(run.ops)}_ops", _graph(run, [i for i, _ in live]))
+            program = device._compile(f"fused_{len(run.ops)}_ops", _graph(run, [i for i, _ in live]))
+            _PROGRAMS[key] = program
+            device._count("new recorded run")
         else:
-            cache["hits"] += 1
+            device._count(None)
         results = device._execute("a fused run", program, run.inputs)
     except _tpuc.TpucError as error:
-        if "unsupported op" not in str(error):
+        if device._cannot_run(error) is None:
             run.error = error
             raise
         # An op tpuc lowers for some arguments, not these: each op alone, as strict mode would.
-        _PROGRAMS.pop(key, None)
-        cache["misses"] -= 1
-        cache["miss_reasons"]["new recorded run"] -= 1
-        cache["requests"] -= 1
         _replay(run, live)
         return
-    pool = run.inputs + program.constants
-    for (_, pending), (kind, what) in zip(live, program.outputs):
-        pending.buffer = results[what] if kind == "tensor" else pool[what]
+    for (_, pending), buffer in zip(live, program.output_buffers(results, run.inputs)):
+        pending.buffer = buffer
+
 
 
 def _graph(run: _Run, returned: list) -> torch.fx.GraphModule:
