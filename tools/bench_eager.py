@@ -189,7 +189,9 @@ def _start(system, names):
 
         plugin = glob.glob(os.path.join(ROOT, ".venv", "lib", "python3*", "site-packages", "fastatomstruct_xla_cpu",
                                         "libpjrt_cpu.so"))
-        env.update(TPU_LIBRARY_PATH=plugin[0], TPU_SKIP_MDS_QUERY="1")
+        # Its venv sees tpuc's packages too: no autoload, which would give PrivateUse1 to tpuc (the
+        # worker initialises TorchTPU itself).
+        env.update(TPU_LIBRARY_PATH=plugin[0], TPU_SKIP_MDS_QUERY="1", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     process = subprocess.Popen([python, os.path.abspath(__file__), "--worker", system, "--workloads", *names],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                env=env, cwd=ROOT)

@@ -9,8 +9,9 @@ use crate::host::{element_count, HostBytes};
 use crate::plugin::{pjrt_call, raw_slice, string_from, Plugin};
 use crate::DType;
 use pjrt_sys::*;
+use std::collections::VecDeque;
 use std::ffi::{c_char, CString};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Options for creating a client. The CPU plugin ignores names it does not know; others (libtpu)
 /// refuse them, so pass only what the plugin takes.
@@ -36,6 +37,59 @@ pub enum OptionValue {
 pub(crate) struct ClientInner {
     pub(crate) plugin: Arc<Plugin>,
     pub(crate) raw: *mut PJRT_Client,
+    /// Executions started and not seen done ([`crate::Executable::launch_on_one_device`]).
+    pub(crate) launched: Mutex<Launched>,
+}
+
+/// The completion events of the executions a client started without waiting, oldest first,
+/// and the first error one of them ended with that nobody was told of yet.
+#[derive(Default)]
+pub(crate) struct Launched {
+    events: VecDeque<RawEvent>,
+    error: Option<Error>,
+}
+
+/// An event owned by a client's [`Launched`] list (destroyed by it).
+struct RawEvent(*mut PJRT_Event);
+
+// The most executions left running before starting one more waits for the oldest: the queue
+// of work (and what it holds) stays bounded.
+const MAX_LAUNCHED: usize = 1024;
+
+impl ClientInner {
+    /// Records a started execution's completion event; forgets those of executions done.
+    pub(crate) fn launched(&self, event: Event<'_>) {
+        let mut launched = self.launched.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(oldest) = launched.events.front() {
+            let oldest = Event::new(&self.plugin, oldest.0);
+            let done = launched.events.len() >= MAX_LAUNCHED || oldest.is_ready().unwrap_or(true);
+            if !done {
+                std::mem::forget(oldest);
+                break;
+            }
+            launched.events.pop_front();
+            if let Err(err) = oldest.wait() {
+                launched.error.get_or_insert(err);
+            }
+        }
+        launched.events.push_back(RawEvent(event.into_raw()));
+    }
+
+    /// Waits for every execution started; the first error one of them ended with since the
+    /// last call, if any.
+    pub(crate) fn wait_for_launched(&self) -> Result<()> {
+        let (events, error) = {
+            let mut launched = self.launched.lock().unwrap_or_else(|p| p.into_inner());
+            (std::mem::take(&mut launched.events), launched.error.take())
+        };
+        let mut first = error;
+        for raw in events {
+            if let Err(err) = Event::new(&self.plugin, raw.0).wait() {
+                first.get_or_insert(err);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
 }
 
 // SAFETY: PJRT clients are thread-safe.
@@ -44,6 +98,8 @@ unsafe impl Sync for ClientInner {}
 
 impl Drop for ClientInner {
     fn drop(&mut self) {
+        // Executions end before their client goes.
+        let _ = self.wait_for_launched();
         let mut args = PJRT_Client_Destroy_Args::new();
         args.client = self.raw;
         let _ = pjrt_call!(self.plugin, PJRT_Client_Destroy, &mut args);
@@ -132,12 +188,20 @@ impl Client {
             inner: Arc::new(ClientInner {
                 plugin: plugin.clone(),
                 raw: args.client,
+                launched: Mutex::default(),
             }),
         })
     }
 
     pub fn plugin(&self) -> &Arc<Plugin> {
         &self.inner.plugin
+    }
+
+    /// Waits until every execution started without waiting
+    /// ([`crate::Executable::launch_on_one_device`]) is done; the first error one of them ended
+    /// with since the last call (its outputs carry it too), if any.
+    pub fn synchronize(&self) -> Result<()> {
+        self.inner.wait_for_launched()
     }
 
     /// The platform's name (`cpu`, `tpu`, `cuda`).

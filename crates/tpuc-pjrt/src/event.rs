@@ -14,6 +14,24 @@ impl<'p> Event<'p> {
         Event { plugin, raw }
     }
 
+    /// Gives up ownership of the raw event (to be destroyed by whoever takes it).
+    pub(crate) fn into_raw(self) -> *mut PJRT_Event {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+
+    /// Whether the event is ready (a null event always is).
+    pub(crate) fn is_ready(&self) -> Result<bool> {
+        if self.raw.is_null() {
+            return Ok(true);
+        }
+        let mut args = PJRT_Event_IsReady_Args::new();
+        args.event = self.raw;
+        pjrt_call!(self.plugin, PJRT_Event_IsReady, &mut args)?;
+        Ok(args.is_ready)
+    }
+
     /// Blocks until the event is ready; returns the error it carries, if any.
     pub(crate) fn wait(self) -> Result<()> {
         if self.raw.is_null() {

@@ -260,6 +260,20 @@ impl Executable {
     /// Runs the executable on every device: `args[device][arg]`, devices in the order of
     /// [`Executable::devices`]. Returns the outputs per device, once all devices are done.
     pub fn execute(&self, args: &[Vec<&Buffer>]) -> Result<Vec<Vec<Buffer>>> {
+        self.start(args, true)
+    }
+
+    /// Starts the executable on its single device and returns its outputs at once, before it is
+    /// done: each output becomes ready when it is, so what reads one (a copy to the host, the
+    /// next execution) waits for it, and an error of the execution is that reader's error.
+    pub fn launch_on_one_device(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
+        let mut outputs = self.start(&[args.to_vec()], false)?;
+        Ok(outputs.pop().unwrap_or_default())
+    }
+
+    /// Starts the executable with `args` per device; returns the outputs, once every device is
+    /// done when `wait`, else at once.
+    fn start(&self, args: &[Vec<&Buffer>], wait: bool) -> Result<Vec<Vec<Buffer>>> {
         if args.len() != self.devices.len() {
             return Err(Error::Invalid(format!(
                 "the executable runs on {} device(s), but arguments were given for {}",
@@ -315,7 +329,11 @@ impl Executable {
             .collect();
         result?;
         for event in events {
-            event.wait()?;
+            if wait {
+                event.wait()?;
+            } else {
+                self.client.launched(event);
+            }
         }
         Ok(outputs)
     }

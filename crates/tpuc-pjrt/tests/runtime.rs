@@ -104,6 +104,36 @@ module {
 }
 
 #[test]
+fn launched_executions_chain_and_their_inputs_may_go_at_once() {
+    let client = client(1);
+    let exe = client
+        .compile_mlir(ADD.as_bytes(), &CompileOptions::single_device())
+        .unwrap();
+    let device = &exe.devices()[0];
+    let mut total = client
+        .buffer_from_host(&f32s(&[2, 3], &[0.; 6]), device)
+        .unwrap();
+    for _ in 0..50 {
+        let host = Arc::new(f32s(&[2, 3], &[1.; 6]));
+        let one = client
+            .buffer_sharing(DType::F32, &[2, 3], host.clone(), device)
+            .unwrap();
+        let mut out = exe.launch_on_one_device(&[&total, &one]).unwrap();
+        // Gone before the execution may have read it: the buffer keeps its host memory until
+        // the plugin is done with it.
+        drop(one);
+        drop(host);
+        total = out.remove(0);
+    }
+    client.synchronize().unwrap();
+    assert_eq!(
+        total.to_host().unwrap().to_vec::<f32>().unwrap(),
+        vec![50.; 6]
+    );
+    assert!(exe.launch_on_one_device(&[&total]).is_err());
+}
+
+#[test]
 fn aligned_host_memory_is_shared_not_copied() {
     let client = client(1);
     let device = &client.addressable_devices().unwrap()[0];

@@ -235,6 +235,13 @@ impl Runtime {
         self.target.devices().len()
     }
 
+    /// Waits until every graph started on the devices (`CompiledGraph.run_on_device`) is done;
+    /// raises the first error one of them ended with since the last call.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.target.client().synchronize())
+            .map_err(error)
+    }
+
     #[getter]
     fn platform(&self) -> PyResult<String> {
         self.target.platform().map_err(driver_error)
@@ -856,22 +863,35 @@ impl CompiledGraph {
             .collect()
     }
 
-    /// Runs the graph on `args` (on one device) and returns its outputs where they are, on the
-    /// device, for the next execution to read.
+    /// Starts the graph on `args` (on one device) and returns its outputs where they are, on
+    /// the device, without waiting for it to finish: the next execution (or a copy to the host)
+    /// reading them waits, and an error of this one is that reader's.
     fn run_on_device(
         &self,
         py: Python<'_>,
         args: Vec<PyRef<'_, DeviceBuffer>>,
     ) -> PyResult<Vec<DeviceBuffer>> {
-        let mut per_device = self.execute(py, &args)?;
-        if per_device.len() != 1 {
+        let expected = self.compiled.signature.args.len();
+        if args.len() != expected {
             return Err(error(format!(
-                "the graph runs on {} devices; run_on_device keeps one device's results",
-                per_device.len()
+                "the graph takes {expected} arguments, {} given",
+                args.len()
             )));
         }
-        Ok(per_device
-            .swap_remove(0)
+        let list: Vec<&Buffer> = args
+            .iter()
+            .map(|a| match a.buffers.as_slice() {
+                [one] => Ok(one),
+                parts => Err(error(format!(
+                    "an argument is spread over {} devices; run_on_device runs on one",
+                    parts.len()
+                ))),
+            })
+            .collect::<PyResult<_>>()?;
+        let outputs = py
+            .detach(|| self.compiled.executable.launch_on_one_device(&list))
+            .map_err(error)?;
+        Ok(outputs
             .into_iter()
             .map(|buffer| DeviceBuffer {
                 buffers: vec![buffer],

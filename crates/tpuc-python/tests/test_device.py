@@ -275,6 +275,21 @@ def test_importing_tpuc_gives_the_device_and_stays_cheap():
     assert run.stderr == "", run.stderr
 
 
+def test_import_torch_alone_gives_the_device_unless_autoload_is_off(tmp_path):
+    script = ("import torch\n"
+              "x = torch.arange(4.0, device='tpuc') * 2\n"
+              "print(x.device, x.sum().item(), torch.tpuc.is_available())\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env=env, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["tpuc:0", "12.0", "True"] and run.stderr == "", run
+    # torch's switch for device backends' autoload turns the device off with the others.
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env=dict(env, TORCH_DEVICE_BACKEND_AUTOLOAD="0"), cwd=tmp_path)
+    assert run.returncode != 0 and "tpuc" in run.stderr.splitlines()[-1], run.stderr[-2000:]
+
+
 def test_the_op_cache_says_what_it_did():
     before = torch.tpuc.cache_stats()
     x = torch.randn(3, 3).to("tpuc")
@@ -298,22 +313,25 @@ def _on_device(value):
     return value.to("tpuc")
 
 
-@pytest.mark.parametrize("eager_mode", ["strict", "debug", "fused"])
+@pytest.mark.parametrize("eager_mode", ["strict", "debug", "fused", "compiled"])
 @pytest.mark.parametrize("name", ["llama", "qwen", "resnet18", "dlrm", "mingpt", "unet"])
 def test_the_zoo_runs_on_the_device_as_on_the_cpu(name, eager_mode):
     from models import zoo
-    _set_mode(eager_mode)
+    _set_mode("strict" if eager_mode == "compiled" else eager_mode)
     try:
-        _zoo_forward(zoo, name)
+        _zoo_forward(zoo, name, compiled=eager_mode == "compiled")
     finally:
         _set_mode("strict")
 
 
-def _zoo_forward(zoo, name):
+def _zoo_forward(zoo, name, compiled: bool = False):
     model, inputs = next((m, i) for n, m, i in zoo() if n == name)
     with torch.no_grad():
         expected = model(*inputs)
-        got = copy.deepcopy(model).to("tpuc")(*[_on_device(i) for i in inputs])
+        on_device = copy.deepcopy(model).to("tpuc")
+        if compiled:
+            on_device = torch.compile(on_device, backend="tpuc", options={"strict": True})
+        got = on_device(*[_on_device(i) for i in inputs])
     assert got.device.type == "tpuc"
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-4)
 
@@ -475,21 +493,80 @@ def test_compare_names_the_first_node_of_a_compiled_graph_that_diverges(monkeypa
             tpuc.Options.parse({"compare": bad})
 
 
-def test_torch_compile_over_device_tensors_runs_them_on_the_device(mode):
+def test_torch_compile_takes_device_tensors_as_they_are(mode):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     x = torch.randn(3, 8)
     expected = model(x)
     on_device = copy.deepcopy(model).to("tpuc")
     compiled = torch.compile(on_device, backend="tpuc")
+    x_on_device = x.to("tpuc")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        got = compiled(x.to("tpuc"))
+        compiled(x_on_device)
+        uploads, ops = STATS["uploads"], torch.tpuc.cache_stats()["requests"]
+        got = compiled(x_on_device)
+        # The compiled graph ran on the tensors' buffers: nothing uploaded, no op run alone.
+        assert (STATS["uploads"], torch.tpuc.cache_stats()["requests"]) == (uploads, ops)
         got.sum().backward()
-    # Dynamo leaves the device's tensors to the device (op by op, or recorded in fused mode),
-    # quietly, and the results stay there.
     assert [str(w.message) for w in caught] == []
-    assert got.device.type == "tpuc"
+    assert type(got) is tpuc.device.TpucTensor and got.device.type == "tpuc"
     torch.testing.assert_close(got.cpu(), expected, **TOL)
     expected.sum().backward()
     torch.testing.assert_close(on_device[0].weight.grad.cpu(), model[0].weight.grad, **TOL)
+
+
+def graph_break_fn(x, y):
+    a = torch.sin(x) * 2 + torch.arange(3, device=x.device)
+    if a.sum() > 0:  # a branch on a value: the graph breaks here
+        a = a * 3
+    y.add_(1)  # an input updated in place
+    return a.cumsum(0) + y, torch.nonzero(a > 0)
+
+
+@pytest.mark.filterwarnings("ignore:tpuc. aten.nonzero")
+def test_torch_compile_graph_breaks_run_on_the_device(mode):
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    want = graph_break_fn(x.clone(), y.clone())
+    x_on_device, y_on_device = x.to("tpuc"), y.to("tpuc")
+    got = torch.compile(graph_break_fn, backend="tpuc")(x_on_device, y_on_device)
+    assert all(g.device.type == "tpuc" for g in got)
+    torch.testing.assert_close(got[0].cpu(), want[0], **TOL)
+    assert torch.equal(got[1].cpu(), want[1])
+    torch.testing.assert_close(y_on_device.cpu(), y + 1, **TOL)
+
+
+def test_torch_compile_over_device_tensors_falls_back_compares_and_refuses_clearly():
+    x = torch.randn(5)
+    x_on_device = x.to("tpuc")
+    # An op tpuc cannot lower runs on the device op by op (there, on the CPU), with one warning.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(lambda v: torch.tanh(torch.special.i0(v) + 1) * 3, backend="tpuc")(x_on_device)
+    torch.testing.assert_close(got.cpu(), torch.tanh(torch.special.i0(x) + 1) * 3, **TOL)
+    assert got.device.type == "tpuc"
+    assert any("aten.i0.default" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    # The compare option checks a graph over the device's tensors against the CPU as well.
+    compared = torch.compile(lambda v: torch.sin(v) * v, backend="tpuc", options={"compare": True})
+    torch.testing.assert_close(compared(x_on_device).cpu(), torch.sin(x) * x, **TOL)
+    with pytest.raises(Exception, match=r"expected every tensor on the tpuc device, got one on cpu"):
+        torch.compile(lambda a, b: a + b, backend="tpuc")(x_on_device, torch.randn(5))
+    with pytest.raises(Exception, match=r"stands for none of them"):
+        tpuc.device.graph_argument(torch.empty(2, device="meta"), None)
+
+
+def test_a_model_compiled_on_the_device_trains_as_on_the_cpu():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+    on_device = copy.deepcopy(model).to("tpuc")
+    compiled = torch.compile(on_device, backend="tpuc")
+    x = torch.randn(6, 3)
+    x_on_device = x.to("tpuc")
+    optimizers = torch.optim.AdamW(model.parameters(), 1e-2), torch.optim.AdamW(on_device.parameters(), 1e-2)
+    for _ in range(3):
+        for run, optimizer, inputs in ((model, optimizers[0], x), (compiled, optimizers[1], x_on_device)):
+            optimizer.zero_grad()
+            run(inputs).square().mean().backward()
+            optimizer.step()
+    for want, got in zip(model.parameters(), on_device.parameters()):
+        torch.testing.assert_close(got.detach().cpu(), want.detach(), **TOL)

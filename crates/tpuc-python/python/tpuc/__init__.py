@@ -15,6 +15,12 @@ program of a torch.distributed computation (DTensor, functional collectives) on 
 """
 import importlib
 
+
+def _autoload() -> None:
+    """torch's `torch.backends` entry point (defined before anything imports torch, which calls
+    it): importing this package makes the device available."""
+
+
 from . import device as _device
 
 _device.enable()

@@ -274,7 +274,7 @@ class GraphCompiler:
                 if self.opts.strict or node_name is None:
                     raise
                 warnings.warn(f"tpuc: {name}: {error}; that node runs in eager torch", stacklevel=2)
-                return make_boxed_func(self.partition(gm, name, frozenset({node_name})).forward)
+                return make_boxed_func(self.partitioned(gm, name, frozenset({node_name})))
         report = describe_unsupported(gm, missing)
         if self.opts.strict:
             raise _tpuc.TpucError(f"{name}: tpuc cannot lower these ops (strict mode):\n{report}")
@@ -283,7 +283,16 @@ class GraphCompiler:
             f"tpuc: {name}: {total} op(s) of {len(missing)} kind(s) it cannot lower run in eager torch:\n{report}",
             stacklevel=2,
         )
-        return make_boxed_func(self.partition(gm, name).forward)
+        return make_boxed_func(self.partitioned(gm, name))
+
+    def partitioned(self, gm: torch.fx.GraphModule, name: str, refused: frozenset[str] = frozenset()):
+        """A function running `gm` partitioned (`partition`): its other nodes run in eager torch,
+        on the tpuc device for a graph over the device's tensors."""
+        fused = self.partition(gm, name, refused)
+        if on_device(gm):
+            from .device import EagerOnDevice
+            return EagerOnDevice(fused).run
+        return fused.forward
 
     def partition(self, gm: torch.fx.GraphModule, name: str, refused: frozenset[str] = frozenset()):
         """`gm` with each maximal supported region replaced by a compiled module. `refused`
@@ -390,11 +399,16 @@ class GraphCompiler:
         p = prepared
         given = None if args is None else list(args) + p.constants
         input_dims = None if given is None else [list(given[i].shape) for i in p.inputs]
-        buckets = None if input_dims is None else self.opts.buckets
+        devices = self.device_outputs(p, name)
+        # Graphs over the tpuc device's tensors are compiled for each set of sizes (buffers are
+        # not padded to buckets).
+        buckets = None if input_dims is None or devices is not None else self.opts.buckets
         # Inputs updated in place give their memory to their new value where the plugin's device
         # memory is the host's (elsewhere that needs tensors that live on the device); not for
-        # inputs padded to a bucket (a copy), nor over a mesh.
-        in_place = self.session.host_memory and self.session.mesh is None and self.process_groups is None
+        # inputs padded to a bucket (a copy), nor over a mesh, nor the device's buffers (their
+        # tensors' views share them).
+        in_place = (self.session.host_memory and self.session.mesh is None and self.process_groups is None
+                    and devices is None)
         donate = p.donate if in_place and input_dims is None else None
         compiled = self.session.compile(p.program, name, self.opts.matmul_precision, p.stable, self.opts.cache_dir,
                                         p.laid_out, self.process_groups, p.laid_out_results, input_dims, buckets,
@@ -407,11 +421,27 @@ class GraphCompiler:
         constants = p.constants
         if self.process_groups is not None:
             # Every device's copy of a constant, stacked as the program's inputs are.
-            devices = self.session.runtime.devices
-            constants = [c.expand(devices, *c.shape).contiguous() for c in constants]
+            count = self.session.runtime.devices
+            constants = [c.expand(count, *c.shape).contiguous() for c in constants]
         if self.opts.dump_dir:
             dump_graph(self.opts.dump_dir, name, p.gm, compiled)
-        return CompiledGraph(compiled, self.session, p.inputs, p.outputs, p.single, constants)
+        return CompiledGraph(compiled, self.session, p.inputs, p.outputs, p.single, constants, devices)
+
+    def device_outputs(self, p: "PreparedGraph", name: str) -> list | None:
+        """For a graph over the tpuc device's tensors (traced on their inner meta tensors, or
+        making tensors there), the device type of each compiled output as traced; else None."""
+        if not on_device(p.gm):
+            return None
+        from . import device
+
+        if self.session is not device._session():
+            raise _tpuc.TpucError(
+                f"{name}: the tensors of the tpuc device live on its plugin's device "
+                f"({device._session().runtime.platform}); a compiled function taking them runs there, not on the "
+                f"plugin and mesh its options name")
+        output = next(n for n in p.gm.graph.nodes if n.op == "output")
+        returned = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+        return [where for where in map(_device_type, returned) if where is not None]
 
 
 class PreparedGraph(NamedTuple):
@@ -432,6 +462,17 @@ class PreparedGraph(NamedTuple):
     donate: list
     open_results: bool
     output_names: list
+
+
+def on_device(gm: torch.fx.GraphModule) -> bool:
+    """Whether `gm` computes on the tpuc device: traced on its tensors' inner meta tensors
+    (`device.TpucTensor.__tensor_flatten__`), or making tensors there."""
+    return any(_device_type(n) in ("meta", "tpuc") for n in gm.graph.nodes)
+
+
+def _device_type(node) -> str | None:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return value.device.type if isinstance(value, torch.Tensor) else None
 
 
 def _donations(updated: tuple, placeholders: list, returned: list, inputs: list, outputs: list) -> list:

@@ -39,6 +39,10 @@ def _random(node: torch.fx.Node) -> bool:
 
 def _cpu_copy(value):
     if isinstance(value, torch.Tensor):
+        if value.device.type == "meta":
+            # A graph over the tpuc device's tensors takes and gives meta tensors standing for them.
+            from . import device as _device
+            return _device.host_copy(value)
         return value.detach().cpu().clone()
     if isinstance(value, (list, tuple)):
         return type(value)(_cpu_copy(v) for v in value)

@@ -19,8 +19,10 @@ import os
 import threading
 import time
 import warnings
+import weakref
 
 import torch
+from torch.utils._python_dispatch import return_and_correct_aliasing
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from . import _tpuc, fusion
@@ -32,9 +34,15 @@ _RENAME_LOCK = threading.Lock()
 
 
 def _register_device() -> None:
-    """Names PyTorch's PrivateUse1 device `tpuc` (once per process) and registers its kernels."""
+    """Names PyTorch's PrivateUse1 device `tpuc` (once per process) and registers its kernels;
+    leaves it to another backend that took it first (TorchTPU's `tpu`), with a warning."""
     with _RENAME_LOCK:
-        if torch._C._get_privateuse1_backend_name() == NAME:
+        taken = torch._C._get_privateuse1_backend_name()
+        if taken == NAME:
+            return
+        if taken != "privateuseone":
+            warnings.warn(f"tpuc: PyTorch's PrivateUse1 device is {taken!r}, another backend's: the tpuc device "
+                          "is not available in this process (torch.compile(backend='tpuc') is)", stacklevel=2)
             return
         # The name, `torch.tpuc`, the device guard and hooks PyTorch expects of a backend.
         torch.utils.backend_registration._setup_privateuseone_for_python_backend(
@@ -61,10 +69,10 @@ class _DeviceModule:
 
     @staticmethod
     def synchronize(device=None) -> None:
-        # Fused mode's recorded ops run. Executions are ordered by their buffers; waiting for
-        # every one is reading one. The CPU plugin runs each execution to completion before
-        # returning its buffers.
+        # Fused mode's recorded ops run, then every execution started (they run asynchronously)
+        # is waited for.
         fusion.flush()
+        _session().runtime.synchronize()
 
     @staticmethod
     def manual_seed(seed: int) -> None:
@@ -97,13 +105,16 @@ class _Storage:
     """The device memory a tensor and its views share: one dense, row-major buffer of `shape`
     (in fused mode, perhaps one that recorded ops will compute: a `fusion.Pending`)."""
 
-    __slots__ = ("buffer", "shape", "dtype", "numel")
+    __slots__ = ("buffer", "shape", "dtype", "numel", "meta", "meta_uses")
 
     def __init__(self, buffer, shape: list, dtype: torch.dtype):
         self.buffer, self.shape, self.dtype = buffer, list(shape), dtype
         self.numel = 1
         for size in shape:
             self.numel *= size
+        # A meta tensor of its size its tensors' meta views share (`_meta_of`), made when needed,
+        # and the count of references to its storage it alone makes.
+        self.meta, self.meta_uses = None, 0
 
     def value(self):
         """Its buffer, or the recorded value it will be (once computed, its buffer)."""
@@ -146,15 +157,45 @@ class TpucTensor(torch.Tensor):
         # Whether it is its storage's whole buffer, in its shape (its layout never changes).
         tensor._tpuc_plain = _is_plain(storage, size, stride, offset) if plain is None else plain
         tensor._tpuc_view, tensor._tpuc_depth = view, depth
+        tensor._tpuc_inner = None
         return tensor
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if _is_traced(args):
+            return _traced_op(func, args, kwargs or {})
         return _dispatch(func, args, kwargs or {})
 
+    # torch.compile sees a tensor of the device as a traceable wrapper subclass whose one inner
+    # tensor is a meta tensor of its layout (`_tpuc_meta`): the graph aot_autograd hands the
+    # backend is traced on those, and called with them, each naming the device tensor whose
+    # buffer it runs on (`graph_argument`); it returns new ones naming its results
+    # (`graph_result`). Nothing is copied.
+    def __tensor_flatten__(self):
+        return ["_tpuc_meta"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner_tensors, context, outer_size, outer_stride):
+        inner = inner_tensors["_tpuc_meta"]
+        if type(inner) is not torch.Tensor:
+            return _traced(inner, outer_size, outer_stride)  # a fake or functional tensor
+        return _owner(inner)
+
+    @property
+    def _tpuc_meta(self) -> torch.Tensor:
+        """The meta tensor standing for this one in compiled graphs (one per tensor; views of
+        one storage are views of one meta storage, so that aot_autograd sees them alias)."""
+        inner = self._tpuc_inner
+        if inner is None:
+            inner = self._tpuc_inner = _stand_in(self)
+            inner._tpuc_owner = weakref.ref(self)
+        return inner
+
     def __repr__(self, *, tensor_contents=None):
+        if self._tpuc_storage is None:
+            return f"TpucTensor(traced, size={list(self.shape)}, dtype={self.dtype})"
         # As PyTorch prints a tensor of another device: the device, then the dtype, then autograd.
         text = torch._tensor_str._str(self.detach().cpu())[:-1]
         device = f", device='{self.device}'"
@@ -171,10 +212,157 @@ class TpucTensor(torch.Tensor):
         return self._tpuc_plain
 
 
+def _traced(inner: torch.Tensor, size, stride) -> TpucTensor:
+    """A tensor of the device as Dynamo and aot_autograd trace it: no storage, its inner tensor
+    a fake (or functional) meta tensor; an op on it is that op on its inner tensor (`_traced_op`).
+    (Of the same type as the device's tensors: aot_autograd checks its inputs' types.)"""
+    tensor = torch.Tensor._make_wrapper_subclass(
+        TpucTensor, size, strides=stride, storage_offset=inner.storage_offset(), dtype=inner.dtype,
+        device=_DEVICE, requires_grad=inner.requires_grad)
+    tensor._tpuc_storage, tensor._tpuc_inner = None, inner
+    return tensor
+
+
+def _is_traced(args) -> bool:
+    """Whether an op's arguments are traced tensors (`_traced`; in a trace, all of the device's
+    are, so the first says)."""
+    for value in args:
+        if type(value) is TpucTensor:
+            return value._tpuc_storage is None
+        if type(value) in (list, tuple) and value and type(value[0]) is TpucTensor:
+            return value[0]._tpuc_storage is None
+    return False
+
+
+def _mixed_devices(func, tensor: torch.Tensor) -> Exception:
+    return _tpuc.TpucError(f"{func}: expected every tensor on the tpuc device, got one on {tensor.device} "
+                           "(move it with .to('tpuc'))")
+
+
+def _traced_op(func, args, kwargs):
+    # As on the device's tensors themselves (`_dispatch`), an index op takes CPU indices.
+    indices = _schema(func).kind == "indices"
+
+    def inner(value):
+        if isinstance(value, torch.Tensor) and value.dim() and value.device.type not in (NAME, "meta"):
+            if not indices:
+                raise _mixed_devices(func, value)
+            return value.to("meta")
+        return _traced_inner(value)
+
+    results = func(*tree_map(inner, args), **tree_map(inner, kwargs))
+    results = tree_map(lambda v: _traced(v, v.shape, v.stride()) if isinstance(v, torch.Tensor) else v, results)
+    return return_and_correct_aliasing(func, args, kwargs, results)
+
+
+def _traced_inner(value):
+    """An argument of an op traced on the device's tensors, as the op on their inner tensors
+    takes it: a device tensor as its inner tensor, one a factory made there (a fake tensor of
+    the device) moved to the meta device like them, anything else as it is."""
+    if isinstance(value, TpucTensor):
+        return value._tpuc_meta
+    if isinstance(value, torch.Tensor) and value.device.type == NAME:
+        return value.to("meta")
+    return value
+
+
+# The storages of the meta tensors standing for the device's tensors in compiled graphs (by
+# the address of the meta storage), kept while any such meta tensor lives: aot_autograd hands
+# values saved for the backward back as new tensor objects over the same storage, so a meta
+# tensor is known by its storage, and holds its device tensor's data as a saved tensor would.
+_STANDING: dict = {}
+_PURGE_AT = [256]
+
+
+def _stand_in(tensor: TpucTensor) -> torch.Tensor:
+    """A meta tensor standing for `tensor` in compiled graphs (laid out as it is)."""
+    inner = _meta_of(tensor)
+    storage = tensor._tpuc_storage
+    key = storage.meta.untyped_storage()._cdata
+    if key not in _STANDING:
+        if len(_STANDING) >= _PURGE_AT[0]:
+            _purge_standing()
+        _STANDING[key] = storage
+    return inner
+
+
+def _purge_standing() -> None:
+    """Forgets the storages no meta tensor stands for any more (their own meta tensor alone
+    refers to its storage)."""
+    uses = torch._C._storage_Use_Count
+    for key, storage in list(_STANDING.items()):
+        if uses(key) <= storage.meta_uses:
+            del _STANDING[key]
+    _PURGE_AT[0] = max(256, 2 * len(_STANDING))
+
+
+def _owner(inner: torch.Tensor) -> TpucTensor:
+    """The device tensor a compiled graph's argument or result (`graph_result`) stands for:
+    the tensor itself while it lives, else a new one over its storage, laid out as `inner`."""
+    owner = inner.__dict__.get("_tpuc_owner")
+    tensor = None if owner is None else owner()
+    if tensor is not None:
+        return tensor
+    storage = _STANDING.get(inner.untyped_storage()._cdata) if inner.device.type == "meta" else None
+    if storage is None:
+        raise _tpuc.TpucError("a compiled graph over the tpuc device's tensors was given a tensor on "
+                              f"{inner.device} that stands for none of them")
+    return TpucTensor(storage, inner.shape, inner.stride(), inner.storage_offset())
+
+
+def graph_argument(value, cache):
+    """The buffer a compiled graph over the device's tensors runs on for its argument `value`
+    (a device tensor's inner tensor; a CPU tensor is put on the device, `cache` keeping it)."""
+    if isinstance(value, _tpuc.DeviceBuffer):
+        return value
+    if value.device.type == "meta":
+        return _materialize(_owner(value))
+    if isinstance(value, TpucTensor):
+        return _materialize(value)
+    return cache.buffer(value)
+
+
+def graph_result(buffer: _tpuc.DeviceBuffer, dtype: torch.dtype, shape, device_type: str):
+    """A compiled graph's result as its traced value was: a device tensor's inner tensor (for
+    aot_autograd to unwrap, `__tensor_unflatten__`), a device tensor (a factory's, made without
+    device tensors as inputs) or a CPU tensor."""
+    if device_type == "cpu":
+        return _host(buffer, dtype, shape)
+    tensor = _wrap(buffer, shape, dtype)
+    return tensor if device_type == NAME else _stand_in(tensor)
+
+
+class EagerOnDevice(torch.fx.Interpreter):
+    """Runs a partitioned graph over the device's tensors (`GraphCompiler.partition`): the nodes
+    tpuc compiled no program for run op by op on the device (which runs what it cannot lower on
+    the CPU), on the device tensors their values stand for."""
+
+    def call_function(self, target, args, kwargs):
+        args, kwargs = tree_map(_standing_for, (args, kwargs))
+        results = target(*args, **kwargs)
+        return tree_map(lambda v: _stand_in(v) if isinstance(v, TpucTensor) else v, results)
+
+
+def _standing_for(value):
+    """A graph's value as the device's op takes it: a stand-in as its device tensor, the meta
+    device (the stand-ins' device, in the graph's factories) as the tpuc device."""
+    if isinstance(value, torch.Tensor) and value.device.type == "meta":
+        return _owner(value)
+    if isinstance(value, torch.device) and value.type == "meta":
+        return _DEVICE
+    return value
+
+
+def host_copy(inner: torch.Tensor) -> torch.Tensor:
+    """The CPU copy of the device tensor a compiled graph's argument or result stands for."""
+    return download(_owner(inner))
+
+
 def _new(value, dtype: torch.dtype, shape: list, strides: list, numel: int) -> TpucTensor:
     """A new tensor holding `value` (a buffer, or a pending one), its layout given."""
     storage = _Storage.__new__(_Storage)
     storage.buffer, storage.shape, storage.dtype, storage.numel = value, shape, dtype, numel
+    storage.meta, storage.meta_uses = None, 0
     return TpucTensor(storage, shape, strides, 0, plain=True)
 
 
@@ -662,9 +850,7 @@ def _run(func, args, kwargs):
     for t in _leaves(args, kwargs):
         if isinstance(t, torch.Tensor):
             if not isinstance(t, TpucTensor):
-                raise _tpuc.TpucError(
-                    f"{func}: expected every tensor on the tpuc device, got one on {t.device} "
-                    "(move it with .to('tpuc'))")
+                raise _mixed_devices(func, t)
             tensors.append(t)
     if _schema(func).outs:
         _check_out_shapes(func, args, kwargs)
@@ -919,10 +1105,12 @@ def _write(target: TpucTensor, value: TpucTensor) -> None:
 
 
 def _meta_of(tensor: TpucTensor) -> torch.Tensor:
-    """A meta tensor laid out as `tensor` over a storage of its storage's size."""
+    """A meta tensor laid out as `tensor` over its storage's meta tensor."""
     storage = tensor._tpuc_storage
-    base = torch.empty(storage.numel, dtype=storage.dtype, device="meta")
-    return base.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+    if storage.meta is None:
+        storage.meta = torch.empty(storage.numel, dtype=storage.dtype, device="meta")
+        storage.meta_uses = torch._C._storage_Use_Count(storage.meta.untyped_storage()._cdata)
+    return storage.meta.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
 
 # The layouts view ops give, by the op and its arguments' layouts and values: each is
@@ -1077,7 +1265,7 @@ def _inplace_view(func, args, kwargs):
     storage = target._tpuc_storage
     target._tpuc_plain = _is_plain(storage, target.shape, target.stride(), target.storage_offset())
     # Its new layout is read over the storage (sizes and strides), not by replaying views.
-    target._tpuc_view, target._tpuc_depth = None, 0
+    target._tpuc_view, target._tpuc_depth, target._tpuc_inner = None, 0, None
     return target
 
 

@@ -271,11 +271,17 @@ class CompiledGraph:
               ("value", v) for a constant (None, an int) returned as it is, ("host", f) for a
               size computed on the host from the arguments, f(args).
     single:   the original graph returned one value rather than a tuple.
+    devices:  for a graph over the tpuc device's tensors, the device type of each compiled
+              output as traced ("meta" for a device tensor's inner tensor, "tpuc", "cpu"); its
+              calls run on the device's buffers (`call_on_device`). None for a graph of CPU
+              tensors.
     """
 
     def __init__(self, compiled: _tpuc.CompiledGraph, session: "Session", inputs: list[int],
-                 outputs: list[tuple], single: bool, constants: list | None = None):
+                 outputs: list[tuple], single: bool, constants: list | None = None,
+                 devices: list[str] | None = None):
         self.compiled = compiled
+        self.devices = devices
         self.cache = session.buffers
         self.inputs = inputs
         self.outputs = outputs
@@ -316,7 +322,7 @@ class CompiledGraph:
         self.prepared = session.prepared_values(compiled) if self.prepared_args is not None else None
         # The common case, called on its own short path: the graph's inputs are its arguments as
         # they are, on one device, and its outputs come back aliased, in order.
-        self.direct = (not self.constants and self.bucket is None and not self.donated and self.prepared is None
+        self.direct = (devices is None and not self.constants and self.bucket is None and not self.donated and self.prepared is None
                        and self.zero_copy and not self.random
                        and self.own_order == list(range(len(inputs)))
                        and all(spec is None for spec in self.input_specs)
@@ -330,6 +336,8 @@ class CompiledGraph:
             buffer = self.cache.buffer
             results = [from_dlpack(c) for c in self.compiled.run_dlpack([buffer(args[i]) for i in self.inputs], None, None)]
             return results[0] if self.single else results
+        if self.devices is not None:
+            return self.call_on_device(args)
         if self.constants:
             args = list(args) + self.constants
         buffer = self.cache.buffer
@@ -372,6 +380,26 @@ class CompiledGraph:
             wanted = shapes or [shape for _, shape in self.specs]
             results = [torch.empty(shape, dtype=dtype) for (dtype, _), shape in zip(self.specs, wanted)]
             self.compiled.run(buffers, [(r.data_ptr(), r.numel() * r.element_size()) for r in results], shapes)
+        return self.returned(args, results)
+
+    def call_on_device(self, args: list):
+        """A call of a graph over the tpuc device's tensors: their buffers in, its results' buffers
+        out as the device's tensors, nothing copied (`device.graph_argument`, `graph_result`)."""
+        from . import device
+
+        given = list(args) + self.constants
+        pool = [device.graph_argument(given[i], self.cache) for i in self.inputs]
+        pool.append(self.cache.seed() if self.random else None)
+        buffers = [pool[j] for j in self.own_order]
+        if self.prepared is not None:
+            values = self.prepared.values([buffers[i] for i in self.prepared_args])
+            buffers += [values[i] for i in self.derived_order]
+        results = [device.graph_result(buffer, dtype, shape, where)
+                   for buffer, (dtype, shape), where in zip(self.compiled.run_on_device(buffers), self.specs, self.devices)]
+        return self.returned(args, results)
+
+    def returned(self, args: list, results: list):
+        """The original graph's outputs, from the call's arguments and the compiled outputs."""
         values = [results[x] if kind == "tensor" else args[x] if kind == "arg" else x(args) if kind == "host" else x
                   for kind, x in self.outputs]
         return values[0] if self.single else values
