@@ -1,9 +1,20 @@
 //! What the `tpuc` command does beyond parsing its arguments: compiling files and running models
 //! (both through `tpuc_driver`'s one pipeline), `.npy` files, comparisons with references.
 
+/// `println!` that returns an error instead of panicking when standard output is closed
+/// (`tpuc ops | head`); `cli::main` treats a broken pipe as a normal end.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*)
+    }};
+}
+
+pub mod cli;
 pub mod compare;
 pub mod layout;
 pub mod npy;
+mod plugins;
 pub mod run;
 
 use std::collections::BTreeMap;

@@ -3,10 +3,14 @@ use anyhow::Result;
 use std::path::PathBuf;
 use tpuc_pjrt::{discover, Client, ClientOptions, Plugin};
 
-pub fn list(only: Option<&str>) -> Result<()> {
+/// Lists the plugins found (looking in `search_paths` first), or describes `only`.
+pub fn list(only: Option<&str>, search_paths: &[PathBuf]) -> Result<()> {
     let found: Vec<(String, PathBuf)> = match only {
-        Some(spec) => vec![(spec.to_string(), discover::resolve(Some(spec))?)],
-        None => discover::installed()
+        Some(spec) => vec![(
+            spec.to_string(),
+            discover::resolve_in(Some(spec), search_paths)?,
+        )],
+        None => discover::installed_in(search_paths)
             .into_iter()
             .map(|(name, path)| (name.to_string(), path))
             .collect(),

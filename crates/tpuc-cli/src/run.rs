@@ -12,7 +12,7 @@
 //! device.
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tpuc_driver::{
@@ -49,6 +49,8 @@ pub struct RunOptions {
     pub input_dims: Option<Vec<Vec<i64>>>,
     /// Compile a program with symbolic sizes for their buckets (inputs padded to them).
     pub buckets: Option<Buckets>,
+    /// Directories to look for a named plugin in first (a Python interpreter's `sys.path`).
+    pub search_paths: Vec<PathBuf>,
 }
 
 impl Default for RunOptions {
@@ -65,6 +67,7 @@ impl Default for RunOptions {
             sizes: BTreeMap::new(),
             input_dims: None,
             buckets: None,
+            search_paths: Vec::new(),
         }
     }
 }
@@ -139,7 +142,7 @@ impl Runner {
             bail!("--devices must be at least 1");
         }
         let start = Instant::now();
-        let target = Target::open(options.plugin.as_deref(), devices, &[])?;
+        let target = Target::open(options.plugin.as_deref(), devices, &options.search_paths)?;
         timings.client = start.elapsed();
 
         let compile_options = Options {
@@ -303,6 +306,11 @@ impl Runner {
     }
 
     /// The user inputs the model expects, in order.
+    /// The compiled program: its signature, result types and StableHLO.
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
     pub fn inputs(&self) -> &[InputSpec] {
         &self.compiled.inputs
     }

@@ -127,7 +127,13 @@ impl PluginKind {
 
 /// Every installed copy of every known plugin, as (name, path).
 pub fn installed() -> Vec<(&'static str, PathBuf)> {
-    let roots = site_packages();
+    installed_in(&[])
+}
+
+/// [`installed`], looking in `first` too (before the usual places).
+pub fn installed_in(first: &[PathBuf]) -> Vec<(&'static str, PathBuf)> {
+    let mut roots = first.to_vec();
+    roots.extend(site_packages());
     KNOWN_PLUGINS
         .iter()
         .flat_map(|known| find_in(known, &roots).into_iter().map(|p| (known.name, p)))

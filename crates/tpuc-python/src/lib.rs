@@ -24,7 +24,7 @@ pyo3::create_exception!(
     "An error from tpuc's compiler or runtime."
 );
 
-fn error(e: impl std::fmt::Display) -> PyErr {
+pub(crate) fn error(e: impl std::fmt::Display) -> PyErr {
     TpucError::new_err(e.to_string())
 }
 
@@ -201,7 +201,7 @@ impl HostBytes for PythonMemory {
     }
 }
 
-fn dtype(name: &str) -> PyResult<DType> {
+pub(crate) fn dtype(name: &str) -> PyResult<DType> {
     DType::from_name(name)
         .ok_or_else(|| error(format!("tpuc does not handle tensors of dtype {name}")))
 }
@@ -473,6 +473,7 @@ impl DeviceBuffer {
 }
 
 mod dlpack;
+mod exported;
 
 /// A graph compiled on a plugin.
 #[pyclass(frozen, module = "tpuc._tpuc")]
@@ -978,7 +979,7 @@ impl CompiledGraph {
 ///
 /// # Safety
 /// `address` must hold `nbytes` readable bytes, unchanged while the slice is used.
-unsafe fn host_bytes<'a>(address: usize, nbytes: usize) -> &'a [u8] {
+pub(crate) unsafe fn host_bytes<'a>(address: usize, nbytes: usize) -> &'a [u8] {
     if nbytes == 0 {
         return &[];
     }
@@ -1022,8 +1023,17 @@ fn parse_buckets(text: &str) -> PyResult<String> {
     Buckets::parse(text).map(|b| b.to_string()).map_err(error)
 }
 
+/// Runs the `tpuc` command line `argv` (the program's name first) as the `tpuc` binary does,
+/// looking for PJRT plugins in `search_paths` (the interpreter's `sys.path`) first; its exit
+/// status.
+#[pyfunction]
+fn cli_main(py: Python<'_>, argv: Vec<String>, search_paths: Vec<std::path::PathBuf>) -> u8 {
+    py.detach(|| tpuc_cli::cli::main(argv.into_iter().map(Into::into), &search_paths))
+}
+
 #[pymodule]
 fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(is_supported, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
@@ -1033,6 +1043,7 @@ fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mesh_axes, m)?)?;
     m.add_function(wrap_pyfunction!(parse_buckets, m)?)?;
     m.add_class::<Runtime>()?;
+    m.add_class::<exported::ExportedProgram>()?;
     m.add_class::<DeviceBuffer>()?;
     m.add_class::<DonatedBuffer>()?;
     m.add_class::<CompiledGraph>()?;

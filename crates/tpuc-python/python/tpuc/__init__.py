@@ -12,6 +12,9 @@ See ``tpuc.backend.Options`` for the options. Over a mesh of devices::
 or lay parts out yourself with ``tpuc.Mesh``, ``tpuc.mark_sharding``, ``tpuc.shard`` and, inside a
 model, ``tpuc.sharding_constraint`` (docs/sharding.md). ``tpuc.spmd(fn, mesh)`` runs one rank's
 program of a torch.distributed computation (DTensor, functional collectives) on every device.
+
+Ahead of time, ``tpuc.compile_exported(exported_program)`` compiles a ``torch.export`` program
+for a plugin and returns a callable (``.stablehlo()``, ``.save(path)``, ``tpuc.load(path)``).
 """
 import importlib
 
@@ -34,12 +37,13 @@ _WHERE = {
     "RankProgram": ".ranks", "process_groups": ".ranks", "spmd": ".ranks",
     "Mesh": ".sharding", "mark_sharding": ".sharding", "shard": ".sharding",
     "sharding_constraint": ".sharding",
+    "compile_exported": ".exported", "load": ".exported", "CompiledProgram": ".exported",
 }
 
 __all__ = sorted(_WHERE)
 
 
-_SUBMODULES = {"backend", "decompositions", "graph", "options", "ranks", "runtime", "sharding"}
+_SUBMODULES = {"backend", "decompositions", "exported", "graph", "options", "ranks", "runtime", "sharding"}
 
 
 def __getattr__(name: str):

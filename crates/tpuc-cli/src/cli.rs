@@ -1,0 +1,639 @@
+//! The `tpuc` command: its arguments and what each subcommand does (the binary and the Python
+//! package's `tpuc` entry point both call [`main`]).
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use std::time::Instant;
+
+use crate::run::{RunOptions, Runner};
+use crate::{compare, npy, plugins};
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use tpuc_driver::{
+    Buckets, CacheOutcome, EmitFormat, LowerOptions, Precision, ShardingDialect, WeightsMode,
+};
+use tpuc_pjrt::CompileCache;
+
+/// tpuc compiles PyTorch programs (torch.export archives) into StableHLO and runs them on PJRT
+/// plugins (XLA CPU, TPU, GPU).
+#[derive(Parser)]
+#[command(name = "tpuc", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Emit {
+    /// MLIR text, StableHLO ops in generic form, with source locations.
+    Text,
+    /// MLIR bytecode.
+    Bytecode,
+    /// tpuc's own IR after its passes, as text: for reading (the plugin takes MLIR).
+    Ir,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Weights {
+    /// Parameters, buffers and constants become the leading arguments of `main`, in the
+    /// order of the program's signature; the runtime passes them in.
+    Args,
+    /// Weights become inline constants: a self-contained module (large for big models).
+    Inline,
+}
+
+/// `--matmul-precision`: one of [`Precision`]'s names, each with its description.
+fn precision_parser() -> impl clap::builder::TypedValueParser<Value = Precision> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        Precision::ALL.map(|p| PossibleValue::new(p.name()).help(p.description())),
+    )
+    .map(|name| name.parse().expect("a listed precision"))
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Partitioner {
+    /// Shardy (`sdy.sharding`), XLA's current partitioner.
+    Shardy,
+    /// GSPMD (`mhlo.sharding`), whose propagation XLA deprecates.
+    Gspmd,
+}
+
+impl From<Partitioner> for ShardingDialect {
+    fn from(p: Partitioner) -> Self {
+        match p {
+            Partitioner::Shardy => ShardingDialect::Shardy,
+            Partitioner::Gspmd => ShardingDialect::Gspmd,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FxWeights {
+    /// Inside the .fx file.
+    Inline,
+    /// In OUT.weights beside it, each weight 64-byte aligned for memory mapping.
+    SideFile,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compile a torch.export archive (.pt2) or a tpuc .fx file to StableHLO.
+    Compile {
+        /// Input program: a .pt2 archive from torch.export.save, or a .fx file.
+        input: PathBuf,
+        /// Output file; `-` writes to standard output.
+        #[arg(short, long, default_value = "-")]
+        output: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Emit::Text)]
+        emit: Emit,
+        /// How weights reach the module.
+        #[arg(long, value_enum, default_value_t = Weights::Args)]
+        weights: Weights,
+        /// Precision of f32 matmuls and convolutions.
+        #[arg(long, value_parser = precision_parser(), default_value = "highest")]
+        matmul_precision: Precision,
+        /// Print node/op counts and the time of each stage to standard error.
+        #[arg(long)]
+        stats: bool,
+        /// Compile a program exported with dynamic shapes for the sizes it was exported with
+        /// (those not set by --size).
+        #[arg(long)]
+        specialize: bool,
+        /// Compile a program exported with dynamic shapes for this size of a symbol, e.g.
+        /// --size s0=8 (repeatable; implies --specialize). Sizes are checked against the ranges
+        /// the program was exported for.
+        #[arg(long = "size", value_name = "SYMBOL=SIZE", value_delimiter = ',')]
+        sizes: Vec<String>,
+        #[command(flatten)]
+        layout: LayoutArgs,
+    },
+    /// Convert a .pt2 archive to tpuc's .fx interchange (or re-write a .fx file).
+    Convert {
+        input: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Where the weights go.
+        #[arg(long, value_enum, default_value_t = FxWeights::Inline)]
+        weights: FxWeights,
+    },
+    /// Coverage of torch's core ATen opset: each overload with its status (lowered, decomposed
+    /// by torch into ops tpuc lowers, not supported), then the other overloads tpuc lowers.
+    Ops {
+        /// Print only the overloads tpuc lowers, one per line.
+        #[arg(long)]
+        lowered: bool,
+    },
+    /// Show the cache of compiled executables (`tpuc run` and the torch.compile backend load
+    /// from it what they compiled before): its directory, how many executables it holds, their
+    /// size and the limit; `--clear` empties it.
+    Cache {
+        /// The cache's directory, or `off`.
+        /// [default: $TPUC_CACHE_DIR, else $XDG_CACHE_HOME/tpuc or ~/.cache/tpuc]
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<String>,
+        /// Remove every compiled executable from it.
+        #[arg(long)]
+        clear: bool,
+    },
+    /// List the PJRT plugins found on this machine: path, API version, platform, StableHLO
+    /// versions and devices.
+    Plugins {
+        /// Show only this plugin (a name: cpu, tpu, cuda; or a path).
+        #[arg(long)]
+        plugin: Option<String>,
+    },
+    /// Compile a model and run it on a PJRT plugin; writes out0.npy, out1.npy, ... (one per user
+    /// output) to the output directory.
+    ///
+    /// MODEL is a .pt2 / .fx program (compiled on the fly, weights from the archive), or a module
+    /// from `tpuc compile --weights args` together with `--weights ARCHIVE`, the archive it was
+    /// compiled from. Inputs are .npy files in the order of the program's inputs; a .npz file
+    /// (np.savez(f, *arrays)) supplies several. numpy has no bfloat16: give float32 for a
+    /// bfloat16 input; bfloat16 outputs are written as float32.
+    Run {
+        /// The model: .pt2, .fx, or a compiled module (then --weights is needed).
+        model: PathBuf,
+        /// An input array (.npy), or several (.npz); repeat for each input, in order.
+        #[arg(short, long = "input", value_name = "FILE")]
+        inputs: Vec<PathBuf>,
+        /// Directory for the outputs (created if missing).
+        #[arg(short, long, value_name = "DIR")]
+        out: PathBuf,
+        /// The archive a compiled module was compiled from (weights and signature).
+        #[arg(long, value_name = "ARCHIVE")]
+        weights: Option<PathBuf>,
+        /// PJRT plugin: cpu, tpu, cuda, or a path to a plugin library.
+        /// [default: $TPUC_PJRT_PLUGIN, else cpu]
+        #[arg(long)]
+        plugin: Option<String>,
+        /// Run data-parallel on this many devices (inputs split along their first dimension);
+        /// the same as --mesh dp=N --plan dp.
+        #[arg(long, default_value_t = 1)]
+        devices: usize,
+        #[command(flatten)]
+        layout: LayoutArgs,
+        /// Compute everything on every run, instead of computing what the weights alone
+        /// determine (convolution kernels relaid out for the plugin, batch norm scales) once.
+        #[arg(long)]
+        no_hoist: bool,
+        /// Precision of f32 matmuls and convolutions.
+        #[arg(long, value_parser = precision_parser(), default_value = "highest")]
+        matmul_precision: Precision,
+        /// Seed of the model's random ops (rand, dropout, ...): the same seed gives the same
+        /// numbers (see docs/random.md).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Reference outputs (.npz, e.g. torch eager results) to compare with; exit status 1
+        /// when an output is outside the tolerance.
+        #[arg(long, value_name = "NPZ")]
+        expect: Option<PathBuf>,
+        /// Where compiled executables are kept, so that a model compiled once is loaded
+        /// afterwards instead of compiled; `off` for no cache. Kept under $TPUC_CACHE_MAX_MB
+        /// megabytes (default 1024), least recently used first.
+        /// [default: $TPUC_CACHE_DIR, else $XDG_CACHE_HOME/tpuc or ~/.cache/tpuc]
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<String>,
+        /// Run the model this many more times after the first and report the median and
+        /// fastest of those runs (the steady state: inputs uploaded and outputs read back
+        /// each time).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        repeat: usize,
+        /// Relative tolerance of --expect.
+        #[arg(long, default_value_t = 1e-5)]
+        rtol: f64,
+        /// Absolute tolerance of --expect.
+        #[arg(long, default_value_t = 1e-5)]
+        atol: f64,
+        /// The size of a symbol of a program exported with dynamic shapes, e.g. --size s0=8
+        /// (repeatable). Symbols not set take their sizes from the inputs' shapes, else the
+        /// sizes the program was exported with.
+        #[arg(long = "size", value_name = "SYMBOL=SIZE", value_delimiter = ',')]
+        sizes: Vec<String>,
+        /// How a program exported with dynamic shapes is compiled: for each size's bucket, the
+        /// inputs padded to it and the results sliced back, so that one executable (in the
+        /// cache) serves every size of a bucket: pow2 (powers of two from 16), pow2:MIN, a list
+        /// of sizes (64,128,256), or off (for the sizes themselves). See docs/buckets.md.
+        #[arg(long, value_name = "POLICY", default_value = "pow2", value_parser = parse_buckets)]
+        buckets: BucketPolicy,
+    },
+}
+
+/// `--buckets`: a policy, or `off` (None).
+#[derive(Clone)]
+struct BucketPolicy(Option<Buckets>);
+
+fn parse_buckets(text: &str) -> Result<BucketPolicy, String> {
+    if text == "off" {
+        return Ok(BucketPolicy(None));
+    }
+    Buckets::parse(text).map(|b| BucketPolicy(Some(b)))
+}
+
+/// How `tpuc compile` and `tpuc run` lay a program out over devices.
+#[derive(clap::Args)]
+struct LayoutArgs {
+    /// Partition over a device mesh of named axes, e.g. --mesh fsdp=2,tp=2 (with --plan).
+    #[arg(long, value_name = "AXIS=SIZE,...")]
+    mesh: Option<String>,
+    /// How weights and inputs are laid out over the mesh: dp, fsdp, tp, a comma-separated
+    /// combination (each works over the mesh axis of its name), or a JSON plan file
+    /// (docs/sharding.md).
+    #[arg(long, value_name = "PLAN")]
+    plan: Option<String>,
+    /// Which of XLA's SPMD partitioners lays the program out over several devices.
+    #[arg(long, value_enum, default_value_t = Partitioner::Shardy)]
+    partitioner: Partitioner,
+}
+
+impl LayoutArgs {
+    fn mesh_and_plan(&self) -> Result<Option<(tpuc_driver::Mesh, tpuc_driver::Plan)>> {
+        crate::layout::parse(self.mesh.as_deref(), self.plan.as_deref())
+    }
+}
+
+fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
+    match Cli::try_parse_from(args).map_err(Usage)?.command {
+        Command::Compile {
+            input,
+            output,
+            emit,
+            weights,
+            matmul_precision,
+            stats,
+            specialize,
+            sizes,
+            layout,
+        } => {
+            let opts = LowerOptions {
+                weights: match weights {
+                    Weights::Args => WeightsMode::Args,
+                    Weights::Inline => WeightsMode::Inline,
+                },
+                precision: matmul_precision,
+                ..LowerOptions::default()
+            };
+            let format = match emit {
+                Emit::Text | Emit::Ir => EmitFormat::Text,
+                Emit::Bytecode => EmitFormat::Bytecode,
+            };
+            if matches!(emit, Emit::Bytecode) && output.as_os_str() == "-" && is_terminal() {
+                bail!("refusing to write bytecode to a terminal; pass -o FILE");
+            }
+            let sizes = (specialize || !sizes.is_empty())
+                .then(|| crate::parse_sizes(&sizes))
+                .transpose()?;
+            let options = tpuc_driver::Options {
+                lower: opts,
+                sizes,
+                mesh: layout.mesh_and_plan()?,
+                dialect: layout.partitioner.into(),
+                ..tpuc_driver::Options::default()
+            };
+            let c = crate::compile_file_with(&input, &options, format)?;
+            let written = match emit {
+                Emit::Ir => tpuc_hlo::ir::print(&c.ir).into_bytes(),
+                Emit::Text | Emit::Bytecode => c.module.clone(),
+            };
+            if output.as_os_str() == "-" {
+                use std::io::Write;
+                std::io::stdout()
+                    .write_all(&written)
+                    .context("writing to standard output")?;
+            } else {
+                std::fs::write(&output, &written)
+                    .with_context(|| format!("writing {}", output.display()))?;
+            }
+            if stats {
+                let t = &c.timings;
+                eprintln!(
+                    "{} nodes -> {} StableHLO ops; read {:.1} ms, lower {:.1} ms, passes {:.1} ms, \
+                     emit {:.1} ms",
+                    c.program.graph.nodes.len(),
+                    c.ir.main.ops().len(),
+                    ms(t.read),
+                    ms(t.lower),
+                    ms(t.passes),
+                    ms(t.emit)
+                );
+            }
+        }
+        Command::Convert {
+            input,
+            output,
+            weights,
+        } => {
+            let program = tpuc_fx::read_program(&input)?;
+            let storage = match weights {
+                FxWeights::Inline => tpuc_fx::fxfile::WeightStorage::Inline,
+                FxWeights::SideFile => tpuc_fx::fxfile::WeightStorage::SideFile,
+            };
+            tpuc_fx::fxfile::write_fx(&program, &output, storage)?;
+        }
+        Command::Ops { lowered } => {
+            let supported = tpuc_hlo::lower::supported_ops();
+            if lowered {
+                for op in supported {
+                    say!("{op}")?;
+                }
+                return Ok(());
+            }
+            let core = tpuc_hlo::lower::core_aten_coverage();
+            let count = |c: tpuc_hlo::lower::Coverage| core.iter().filter(|(_, s)| *s == c).count();
+            use tpuc_hlo::lower::Coverage::*;
+            say!(
+                "# core ATen: {} overloads, {} lowered, {} decomposed, {} not supported",
+                core.len(),
+                count(Lowered),
+                count(Decomposed),
+                count(NotSupported)
+            )?;
+            for (op, coverage) in &core {
+                say!("{:<14}{op}", coverage.name())?;
+            }
+            say!("# other overloads tpuc lowers")?;
+            for op in supported
+                .iter()
+                .filter(|op| !core.iter().any(|(c, _)| c == *op))
+            {
+                say!("{:<14}{op}", "lowered")?;
+            }
+        }
+        Command::Plugins { plugin } => return plugins::list(plugin.as_deref(), search_paths),
+        Command::Cache { cache_dir, clear } => return show_cache(cache_dir.as_deref(), clear),
+        Command::Run {
+            model,
+            inputs,
+            out,
+            weights,
+            plugin,
+            devices,
+            layout,
+            no_hoist,
+            matmul_precision,
+            seed,
+            expect,
+            repeat,
+            rtol,
+            atol,
+            cache_dir,
+            sizes,
+            buckets,
+        } => {
+            let options = RunOptions {
+                sizes: crate::parse_sizes(&sizes)?,
+                input_dims: None,
+                buckets: buckets.0,
+                plugin,
+                devices,
+                seed,
+                lower: LowerOptions {
+                    weights: WeightsMode::Args,
+                    precision: matmul_precision,
+                    ..LowerOptions::default()
+                },
+                cache_dir,
+                hoist_weights: !no_hoist,
+                dialect: layout.partitioner.into(),
+                mesh: layout.mesh_and_plan()?,
+                search_paths: search_paths.to_vec(),
+            };
+            if options.mesh.is_some() && devices != 1 {
+                bail!("--devices N is the same as --mesh dp=N --plan dp: give one or the other");
+            }
+            let request = RunRequest {
+                model,
+                weights,
+                inputs,
+                out,
+                expect,
+                repeat,
+                rtol,
+                atol,
+            };
+            return run_model(&request, &options);
+        }
+    }
+    Ok(())
+}
+
+fn show_cache(dir: Option<&str>, clear: bool) -> Result<()> {
+    let Some(cache) = CompileCache::configured(dir)? else {
+        say!("the cache of compiled executables is off")?;
+        return Ok(());
+    };
+    let shown = cache.dir().display();
+    if clear {
+        let removed = cache
+            .clear()
+            .with_context(|| format!("cannot clear the cache in {shown}"))?;
+        say!("{shown}: removed {removed} compiled executable(s)")?;
+        return Ok(());
+    }
+    let (count, bytes) = cache
+        .usage()
+        .with_context(|| format!("cannot read the cache in {shown}"))?;
+    let mb = |b: u64| b as f64 / (1 << 20) as f64;
+    say!(
+        "{shown}: {count} compiled executable(s), {:.1} MB of {:.0} MB",
+        mb(bytes),
+        mb(cache.max_bytes())
+    )?;
+    Ok(())
+}
+
+struct RunRequest {
+    model: PathBuf,
+    weights: Option<PathBuf>,
+    inputs: Vec<PathBuf>,
+    out: PathBuf,
+    expect: Option<PathBuf>,
+    repeat: usize,
+    rtol: f64,
+    atol: f64,
+}
+
+fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
+    let mut inputs = Vec::new();
+    for path in &request.inputs {
+        if path.extension().is_some_and(|e| e == "npz") {
+            inputs.extend(npy::read_npz(path)?);
+        } else {
+            inputs.push(npy::read_npy(path)?);
+        }
+    }
+    let expected = match &request.expect {
+        Some(path) => Some(npy::read_npz(path)?),
+        None => None,
+    };
+    // The inputs' shapes fix a dynamic-shape program's sizes.
+    let options = RunOptions {
+        input_dims: Some(inputs.iter().map(|t| t.dims().to_vec()).collect()),
+        ..options.clone()
+    };
+    let runner = Runner::new(&request.model, request.weights.as_deref(), &options)?;
+    if let Some(why) = runner.not_padded() {
+        eprintln!("note: compiled for these sizes, not per bucket of sizes: {why}");
+    }
+    let again = (request.repeat > 0).then(|| inputs.clone());
+    let start = Instant::now();
+    let outputs = runner.run(inputs)?;
+    let elapsed = start.elapsed();
+    let mut steady = String::new();
+    if let Some(inputs) = again {
+        let mut times = Vec::with_capacity(request.repeat);
+        for _ in 0..request.repeat {
+            let start = Instant::now();
+            runner.run(inputs.clone())?;
+            times.push(start.elapsed());
+        }
+        times.sort();
+        steady = format!(
+            " (then {} more: median {:.3} ms, fastest {:.3} ms)",
+            times.len(),
+            ms(times[times.len() / 2]),
+            ms(times[0])
+        );
+    }
+    std::fs::create_dir_all(&request.out)
+        .with_context(|| format!("cannot create {}", request.out.display()))?;
+    let t = &runner.timings;
+    let cached = match &t.cache {
+        Some(CacheOutcome::Hit) => " (from the cache)".to_string(),
+        Some(CacheOutcome::NotStored(why)) => format!(" (not cached: {why})"),
+        Some(CacheOutcome::Stored) | None => String::new(),
+    };
+    let bucket = runner
+        .bucket()
+        .map_or_else(String::new, |b| format!(" (compiled for the bucket {b})"));
+    let memory = runner.compiled_memory()?;
+    eprintln!(
+        "{}{bucket} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms{cached}, weights {:.1} ms ({} per device; the program: {} of arguments, {} of temporaries), run {:.2} ms{steady}",
+        request.model.display(),
+        runner.devices(),
+        ms(t.lower),
+        ms(t.client),
+        ms(t.compile),
+        ms(t.weights),
+        size(runner.weight_bytes_per_device()?.into_iter().max().unwrap_or(0)),
+        size(memory.arguments),
+        size(memory.temporaries),
+        ms(elapsed)
+    );
+    let mut failed = 0;
+    for (i, output) in outputs.iter().enumerate() {
+        let path = request.out.join(format!("out{i}.npy"));
+        npy::write_npy(&path, output)?;
+        let mut line = format!(
+            "{}  {} {:?}",
+            path.display(),
+            output.element_type(),
+            output.dims()
+        );
+        if let Some(expected) = &expected {
+            match expected.get(i) {
+                Some(reference) => {
+                    let diff = compare::compare(output, reference, request.rtol, request.atol)?;
+                    failed += usize::from(!diff.ok());
+                    line += &format!("  {}: {diff}", if diff.ok() { "ok" } else { "MISMATCH" });
+                }
+                None => {
+                    failed += 1;
+                    line += "  MISMATCH: no reference output";
+                }
+            }
+        }
+        say!("{line}")?;
+    }
+    if let Some(expected) = &expected {
+        if expected.len() != outputs.len() {
+            bail!(
+                "{} outputs, but {} reference outputs",
+                outputs.len(),
+                expected.len()
+            );
+        }
+        if failed > 0 {
+            bail!(
+                "{failed} of {} outputs differ from the reference beyond rtol {} / atol {}",
+                outputs.len(),
+                request.rtol,
+                request.atol
+            );
+        }
+        say!(
+            "all {} outputs match the reference (rtol {}, atol {})",
+            outputs.len(),
+            request.rtol,
+            request.atol
+        )?;
+    }
+    Ok(())
+}
+
+/// Bytes as B, KiB, MiB or GiB.
+fn size(bytes: usize) -> String {
+    let units = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", units[unit])
+    }
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn is_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdout().is_terminal()
+}
+
+/// A command line clap refused (or `--help`, `--version`: clap's own "errors").
+#[derive(Debug)]
+struct Usage(clap::Error);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// Runs the command line `args` (the program's name first); its exit status. `search_paths`:
+/// directories to look for PJRT plugins in before the usual places (a Python interpreter's
+/// `sys.path`, where the command runs from a Python package).
+pub fn main(args: impl IntoIterator<Item = OsString>, search_paths: &[PathBuf]) -> u8 {
+    match run(args.into_iter().collect(), search_paths) {
+        Ok(()) => 0,
+        Err(e) if is_broken_pipe(&e) => 0,
+        Err(e) => match e.downcast::<Usage>() {
+            // Help and version go to stdout with status 0; usage errors to stderr with 2.
+            Ok(Usage(usage)) => {
+                let _ = usage.print();
+                usage.exit_code() as u8
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                1
+            }
+        },
+    }
+}

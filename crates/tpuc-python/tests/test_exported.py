@@ -1,0 +1,119 @@
+"""tpuc.compile_exported: torch.export programs compiled ahead of time from Python, run with
+torch tensors, saved and loaded with their executables; errors as clear as the CLI's."""
+import os
+
+import pytest
+import torch
+
+import tpuc
+
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+class TwoOutputs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 3)
+
+    def forward(self, x, y):
+        return self.linear(x).relu() + y, x.sum()
+
+
+@pytest.fixture(scope="module")
+def exported():
+    torch.manual_seed(0)
+    model = TwoOutputs()
+    args = (torch.randn(4, 6), torch.randn(4, 3))
+    return model, args, torch.export.export(model, args)
+
+
+def test_an_exported_program_runs_as_the_model_does(exported, tmp_path):
+    model, args, program = exported
+    compiled = tpuc.compile_exported(program, cache_dir="off")
+    assert [name for name, _, _ in compiled.inputs] == ["x", "y"]
+    assert compiled.inputs[0][1:] == (torch.float32, [4, 6])
+    assert compiled.outputs == [(torch.float32, [4, 3]), (torch.float32, [])]
+    for got, want in zip(compiled(*args), model(*args)):
+        torch.testing.assert_close(got, want.detach(), **TOL)
+    # From the archive's path as well, weights as they were saved.
+    torch.export.save(program, tmp_path / "model.pt2")
+    from_file = tpuc.compile_exported(str(tmp_path / "model.pt2"), cache_dir="off")
+    torch.testing.assert_close(from_file(*args)[0], model(*args)[0].detach(), **TOL)
+
+
+def test_its_stablehlo_comes_as_text_or_bytecode(exported):
+    _, _, program = exported
+    compiled = tpuc.compile_exported(program, cache_dir="off")
+    text = compiled.stablehlo()
+    assert "stablehlo.dot_general" in text or "stablehlo.dot" in text
+    assert compiled.stablehlo("bytecode").startswith(b"ML\xefR")
+    inline = compiled.stablehlo(weights="inline")
+    assert "dense<" in inline and inline.count("%arg") < text.count("%arg")
+    with pytest.raises(ValueError, match="format is 'text' or 'bytecode'"):
+        compiled.stablehlo("xml")
+
+
+def test_a_saved_program_loads_its_executable_without_compiling(exported, tmp_path):
+    model, args, program = exported
+    compiled = tpuc.compile_exported(program, cache_dir="off")
+    compiled.save(tmp_path / "saved")
+    loaded = tpuc.load(tmp_path / "saved")
+    assert loaded.cache == "hit"
+    torch.testing.assert_close(loaded(*args)[0], model(*args)[0].detach(), **TOL)
+    # An executable damaged on disk is not run: loading says so, or compiles again when asked.
+    executables = tmp_path / "saved" / "executables"
+    for entry in executables.iterdir():
+        data = bytearray(entry.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        entry.write_bytes(bytes(data))
+    with pytest.raises(tpuc.TpucError, match="not for this plugin and tpuc: pass recompile=True"):
+        tpuc.load(tmp_path / "saved")
+    again = tpuc.load(tmp_path / "saved", recompile=True)
+    torch.testing.assert_close(again(*args)[0], model(*args)[0].detach(), **TOL)
+    assert tpuc.load(tmp_path / "saved").cache == "hit"  # the recompiled executable was stored
+    # save() refuses to replace what is not a saved program.
+    (tmp_path / "other").mkdir()
+    with pytest.raises(FileExistsError, match="not a saved tpuc program"):
+        compiled.save(tmp_path / "other")
+
+
+def test_bad_uses_are_clear_errors(exported, tmp_path):
+    _, args, program = exported
+    compiled = tpuc.compile_exported(program, cache_dir="off")
+    with pytest.raises(TypeError, match=r"takes 2 input\(s\) \(x, y\), 1 given"):
+        compiled(args[0])
+    with pytest.raises(TypeError, match=r"input 1 \(y\) is a str"):
+        compiled(args[0], "y")
+    with pytest.raises(tpuc.TpucError, match=r"input 0 \(x\) must be float32 \[4, 6\], but float32 \[5, 6\]"):
+        compiled(torch.randn(5, 6), args[1])
+    with pytest.raises(TypeError, match="takes a torch.export.ExportedProgram or the path"):
+        tpuc.compile_exported(3)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        tpuc.compile_exported(tmp_path / "missing.pt2")
+    (tmp_path / "broken.pt2").write_bytes(b"PK\x03\x04 not an archive")
+    with pytest.raises(tpuc.TpucError, match=r"broken\.pt2: not a valid \.pt2 archive"):
+        tpuc.compile_exported(tmp_path / "broken.pt2")
+    with pytest.raises(tpuc.TpucError, match="unknown PJRT plugin `nosuch`"):
+        tpuc.compile_exported(program, plugin="nosuch")
+    with pytest.raises(tpuc.TpucError, match="matmul precision must be highest, high or default"):
+        tpuc.compile_exported(program, matmul_precision="fast")
+    with pytest.raises(TypeError, match="sizes maps symbols to sizes"):
+        tpuc.compile_exported(program, sizes={"s0": "8"})
+    with pytest.raises(FileNotFoundError, match="not a saved tpuc program"):
+        tpuc.load(tmp_path)
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "tpuc.json").write_text("{not json")
+    with pytest.raises(tpuc.TpucError, match="tpuc.json is damaged"):
+        tpuc.load(tmp_path / "damaged")
+
+
+def test_a_dynamic_program_runs_at_the_sizes_given(tmp_path):
+    model = torch.nn.Linear(6, 3)
+    batch = torch.export.Dim("batch", min=2, max=64)
+    program = torch.export.export(model, (torch.randn(4, 6),), dynamic_shapes=({0: batch},))
+    name = program.graph_signature.user_inputs[0]
+    symbol = str(next(n for n in program.graph.nodes if n.name == name).meta["val"].shape[0])
+    compiled = tpuc.compile_exported(program, sizes={symbol: 8}, cache_dir="off")
+    x = torch.randn(8, 6)
+    torch.testing.assert_close(compiled(x), model(x).detach(), **TOL)
+    assert compiled.inputs[0][2] == [8, 6]
