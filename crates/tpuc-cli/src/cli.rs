@@ -127,13 +127,21 @@ enum Command {
     },
     /// Show the cache of compiled executables (`tpuc run` and the torch.compile backend load
     /// from it what they compiled before): its directory, how many executables it holds, their
-    /// size and the limit; `--clear` empties it.
+    /// size and the limit; `--stats` what it did; `--clear` empties it. TPUC_CACHE_MODE=require
+    /// makes a miss an error (a deployment that must never compile), TPUC_CACHE_DUMP_MISSES=DIR
+    /// writes the module of each miss there, TPUC_CACHE_SHARED=DIR[:DIR...] reads caches filled
+    /// elsewhere (never writing them).
     Cache {
         /// The cache's directory, or `off`.
         /// [default: $TPUC_CACHE_DIR, else $XDG_CACHE_HOME/tpuc or ~/.cache/tpuc]
         #[arg(long, value_name = "DIR")]
         cache_dir: Option<String>,
-        /// Remove every compiled executable from it.
+        /// What the cache did, from its record: requests, hits, misses by reason (new graph,
+        /// entry gone, or which part of the key changed: plugin, XLA flags, host CPU, options,
+        /// the module or its sizes) and the seconds spent compiling.
+        #[arg(long, conflicts_with = "clear")]
+        stats: bool,
+        /// Remove every compiled executable (and the record) from it.
         #[arg(long)]
         clear: bool,
     },
@@ -361,7 +369,11 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
             }
         }
         Command::Plugins { plugin } => return plugins::list(plugin.as_deref(), search_paths),
-        Command::Cache { cache_dir, clear } => return show_cache(cache_dir.as_deref(), clear),
+        Command::Cache {
+            cache_dir,
+            stats,
+            clear,
+        } => return show_cache(cache_dir.as_deref(), stats, clear),
         Command::Run {
             model,
             inputs,
@@ -418,7 +430,7 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-fn show_cache(dir: Option<&str>, clear: bool) -> Result<()> {
+fn show_cache(dir: Option<&str>, stats: bool, clear: bool) -> Result<()> {
     let Some(cache) = CompileCache::configured(dir)? else {
         say!("the cache of compiled executables is off")?;
         return Ok(());
@@ -440,6 +452,20 @@ fn show_cache(dir: Option<&str>, clear: bool) -> Result<()> {
         mb(bytes),
         mb(cache.max_bytes())
     )?;
+    if stats {
+        let s = cache.stats();
+        say!(
+            "requests {}, hits {}, misses {} ({} refused), {:.2} s compiling",
+            s.requests,
+            s.hits,
+            s.misses,
+            s.refused,
+            s.compile_seconds
+        )?;
+        for (why, n) in &s.reasons {
+            say!("  {n:>6}  {why}")?;
+        }
+    }
     Ok(())
 }
 

@@ -13,7 +13,8 @@ macro_rules! say {
 pub mod cli;
 pub mod compare;
 pub mod layout;
-pub mod npy;
+/// `.npy` / `.npz` files (`tpuc-npy`).
+pub use tpuc_npy as npy;
 mod plugins;
 pub mod run;
 

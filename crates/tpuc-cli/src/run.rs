@@ -164,6 +164,9 @@ impl Runner {
             donate: Vec::new(),
         };
         let (compiled, _) = target.compile(source, &compile_options)?;
+        if !is_program && devices == 1 {
+            check_module_results(&compiled, model)?;
+        }
         let t = &compiled.timings;
         timings.lower = t.read + t.lower + t.passes + t.emit;
         timings.compile = t.compile;
@@ -478,6 +481,27 @@ impl Runner {
             })
             .collect()
     }
+}
+
+/// A compiled module's results are those of the archive's program: else the archive is not the
+/// one the module was compiled from (or it changed since), which the plugin would only notice,
+/// if at all, as a mismatch of buffer sizes.
+fn check_module_results(compiled: &Compiled, module: &Path) -> Result<()> {
+    let module_results: Vec<Vec<i64>> = compiled.executable.output_dims()?;
+    let archive_results: Vec<Vec<i64>> = compiled
+        .result_types
+        .iter()
+        .map(|t| t.shape.clone())
+        .collect();
+    if module_results != archive_results {
+        bail!(
+            "{} returns results of shapes {module_results:?}, but the archive's program returns \
+             {archive_results:?}: the archive is not the one the module was compiled from (or it \
+             changed since); compile the module again",
+            module.display()
+        );
+    }
+    Ok(())
 }
 
 fn describe(spec: &InputSpec) -> String {

@@ -555,34 +555,46 @@ impl Target {
             outcomes: Vec::new(),
         };
         let what = source.name();
-        let mut compile = |module: &[u8], compile_options: &CompileOptions| -> Result<Executable> {
-            let (exe, outcome) =
-                compile_with_cache(self.client(), module, compile_options, disk.as_ref()).map_err(
-                    |source| Error::Compile {
+        // The program's executables, each named for the cache's record: the program, its
+        // prepared part.
+        let mut compile =
+            |module: &[u8], compile_options: &CompileOptions, part: &str| -> Result<Executable> {
+                let graph = format!("{what}{part}");
+                let (exe, outcome) = compile_with_cache(
+                    self.client(),
+                    module,
+                    compile_options,
+                    disk.as_ref(),
+                    &graph,
+                )
+                .map_err(|source| match source {
+                    // Refused by the cache (it must not compile), not failed by the plugin.
+                    tpuc_pjrt::Error::NotCached(why) => Error::Invalid(why),
+                    source => Error::Compile {
                         what: what.clone(),
                         source,
                     },
-                )?;
-            cache.outcomes.extend(outcome);
-            Ok(exe)
-        };
+                })?;
+                cache.outcomes.extend(outcome);
+                Ok(exe)
+            };
         let open = open_results(&emitted.ir);
         let main_options = CompileOptions {
             propagate_to_outputs: !open.is_empty(),
             ..compile_options.clone()
         };
-        let mut executable = compile(&emitted.module, &main_options)?;
+        let mut executable = compile(&emitted.module, &main_options, "")?;
         if let Some(mesh) = emitted.mesh.clone().filter(|_| !open.is_empty()) {
             let read = read_layouts(&executable, &mut emitted.ir, &mesh, &open)?;
             if !read {
                 // A layout that is no whole mesh axes per dimension: those results are whole.
                 emitted.module = tpuc_emit::emit(&emitted.ir, EmitFormat::Text)?;
-                executable = compile(&emitted.module, &compile_options)?;
+                executable = compile(&emitted.module, &compile_options, "")?;
             }
         }
         let prepared = match &emitted.prepared {
             Some((module, _)) => Some(PreparedExecutable {
-                executable: compile(module, &compile_options)?,
+                executable: compile(module, &compile_options, " (prepared)")?,
                 reads: emitted
                     .signature
                     .prepared

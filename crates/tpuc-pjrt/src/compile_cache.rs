@@ -25,11 +25,42 @@ const TEMPORARY: &str = "tmp";
 /// Temporary files older than this are left over from a process that died while writing.
 const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 
-/// Where and how large the cache is.
+/// Where and how large the cache is, and how it behaves on a miss.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompileCache {
     dir: PathBuf,
     max_bytes: u64,
+    /// Directories of other caches read (never written, pruned or repaired) after this one: a
+    /// cache shared between machines, filled elsewhere (`TPUC_CACHE_SHARED`).
+    shared: Vec<PathBuf>,
+    /// A miss is an error, not a compilation (`TPUC_CACHE_MODE=require`): for deployments that
+    /// must never compile.
+    require: bool,
+    /// Where the module of each miss is written (`TPUC_CACHE_DUMP_MISSES`).
+    dump_misses: Option<PathBuf>,
+}
+
+/// The cache's record of what it did, in its directory: one JSON object per line.
+const STATS: &str = "stats.jsonl";
+/// The record is rotated past this size (the previous one kept as `stats.1.jsonl`).
+const STATS_MAX_BYTES: u64 = 8 << 20;
+
+/// What the cache did, from its record (`CompileCache::stats`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CacheStats {
+    /// Compilations asked of the cache.
+    pub requests: u64,
+    /// Those served from it (this directory or a shared one).
+    pub hits: u64,
+    /// Those compiled instead, and those refused (`TPUC_CACHE_MODE=require`).
+    pub misses: u64,
+    pub refused: u64,
+    /// The seconds the plugin spent compiling on misses.
+    pub compile_seconds: f64,
+    /// Misses by reason: "new graph", "entry gone" (evicted, damaged, removed), or "changed:
+    /// PARTS" (what changed since the graph was last compiled: plugin, XLA flags, host CPU,
+    /// options, module (the graph or its sizes)).
+    pub reasons: std::collections::BTreeMap<String, u64>,
 }
 
 /// What the cache did for one compilation.
@@ -52,13 +83,36 @@ impl CompileCache {
         CompileCache {
             dir: dir.into(),
             max_bytes,
+            shared: Vec::new(),
+            require: false,
+            dump_misses: None,
         }
+    }
+
+    /// The cache, also reading the caches in `shared` (after its own; never writing them).
+    pub fn with_shared(mut self, shared: Vec<PathBuf>) -> Self {
+        self.shared = shared;
+        self
+    }
+
+    /// The cache, refusing to compile on a miss when `require`.
+    pub fn requiring(mut self, require: bool) -> Self {
+        self.require = require;
+        self
+    }
+
+    /// The cache, writing the module of each miss into `dir`.
+    pub fn dumping_misses(mut self, dir: Option<PathBuf>) -> Self {
+        self.dump_misses = dir;
+        self
     }
 
     /// The cache to use: in `dir` when given, else in `$TPUC_CACHE_DIR`, else in
     /// `$XDG_CACHE_HOME/tpuc` or `~/.cache/tpuc`; `None` when the directory given is `off` (or
     /// no home directory is known). The size limit is `$TPUC_CACHE_MAX_MB` megabytes (default
-    /// 1024).
+    /// 1024). `$TPUC_CACHE_SHARED` (directories separated by `:`) names caches read after it,
+    /// never written; `$TPUC_CACHE_MODE=require` makes a miss an error; `$TPUC_CACHE_DUMP_MISSES`
+    /// names a directory for the module of each miss.
     pub fn configured(dir: Option<&str>) -> Result<Option<CompileCache>> {
         Self::configured_with(dir, |name| std::env::var(name).ok())
     }
@@ -90,37 +144,202 @@ impl CompileCache {
                 }
             },
         };
-        Ok(Some(CompileCache::new(dir, max_bytes)))
+        let require = match env("TPUC_CACHE_MODE").as_deref() {
+            None | Some("normal") => false,
+            Some("require") => true,
+            Some(other) => {
+                return Err(Error::Invalid(format!(
+                    "TPUC_CACHE_MODE is normal or require (a miss is an error), not {other:?}"
+                )))
+            }
+        };
+        let shared = env("TPUC_CACHE_SHARED")
+            .map(|dirs| {
+                dirs.split(':')
+                    .filter(|d| !d.is_empty())
+                    .map(PathBuf::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Some(
+            CompileCache::new(dir, max_bytes)
+                .with_shared(shared)
+                .requiring(require)
+                .dumping_misses(env("TPUC_CACHE_DUMP_MISSES").map(PathBuf::from)),
+        ))
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// `module` compiled with `options` on `client`'s plugin: loaded from the cache when an
-    /// earlier compilation stored it, else compiled (and stored).
+    /// `module`, the graph named `graph` (what a miss is explained by, and errors name),
+    /// compiled with `options` on `client`'s plugin: loaded from the cache (its directory, then
+    /// the shared ones) when an earlier compilation stored it, else compiled and stored in its
+    /// directory. Every request is recorded (`stats`), a miss with its reason.
     pub fn compile(
         &self,
         client: &Client,
         module: &[u8],
         options: &CompileOptions,
+        graph: &str,
     ) -> Result<(Executable, CacheOutcome)> {
-        let path = self
-            .dir
-            .join(format!("{}.{EXTENSION}", key(client, module, options)?));
-        if let Some(exe) = load(client, &path) {
+        let (key, parts) = key(client, module, options)?;
+        let name = format!("{key}.{EXTENSION}");
+        let path = self.dir.join(&name);
+        if let Some(exe) = load(client, &path, true) {
             // Recently used entries are the last to go when the cache is pruned.
             if let Ok(file) = fs::File::options().write(true).open(&path) {
                 let _ = file.set_modified(SystemTime::now());
             }
+            self.record(graph, &key, &parts, "hit", None, 0.0);
             return Ok((exe, CacheOutcome::Hit));
         }
+        if let Some(exe) = self
+            .shared
+            .iter()
+            .find_map(|dir| load(client, &dir.join(&name), false))
+        {
+            self.record(graph, &key, &parts, "hit", None, 0.0);
+            return Ok((exe, CacheOutcome::Hit));
+        }
+        let why = self.explain(graph, &key, &parts);
+        if self.require {
+            self.record(graph, &key, &parts, "refused", Some(&why), 0.0);
+            return Err(Error::NotCached(format!(
+                "{graph} is not in the cache of compiled executables in {} ({why}), and \
+                 TPUC_CACHE_MODE=require forbids compiling it",
+                self.dir.display()
+            )));
+        }
+        if let Some(dir) = &self.dump_misses {
+            let file: String = graph
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let _ = fs::create_dir_all(dir)
+                .and_then(|()| fs::write(dir.join(format!("{file}-{}.mlir", &key[..16])), module));
+        }
+        let started = std::time::Instant::now();
         let exe = client.compile_mlir(module, options)?;
+        let seconds = started.elapsed().as_secs_f64();
         let outcome = match self.store(&exe, &path) {
             Ok(()) => CacheOutcome::Stored,
             Err(reason) => CacheOutcome::NotStored(reason),
         };
+        self.record(graph, &key, &parts, "compiled", Some(&why), seconds);
         Ok((exe, outcome))
+    }
+
+    /// Why `graph`, of key `key` made of `parts`, is not in the cache: it was never compiled
+    /// here, its entry is gone (this very key was compiled before), or what changed since it
+    /// was last compiled.
+    fn explain(&self, graph: &str, key: &str, parts: &KeyParts) -> String {
+        let records = self.records();
+        if records
+            .iter()
+            .any(|r| r.get("key").and_then(|k| k.as_str()) == Some(key))
+        {
+            return "entry gone".into();
+        }
+        let last = records
+            .iter()
+            .rev()
+            .find(|r| r.get("graph").and_then(|g| g.as_str()) == Some(graph));
+        let Some(last) = last else {
+            return "new graph".into();
+        };
+        let changed: Vec<&str> = parts
+            .iter()
+            .filter(|(part, hash)| {
+                last.get("parts")
+                    .and_then(|p| p.get(*part))
+                    .and_then(|h| h.as_str())
+                    != Some(hash)
+            })
+            .map(|(part, _)| *part)
+            .collect();
+        format!("changed: {}", changed.join(", "))
+    }
+
+    /// Appends one request to the cache's record (a line written whole, so that processes
+    /// sharing the directory do not mix their lines); failing to write it is not an error.
+    fn record(
+        &self,
+        graph: &str,
+        key: &str,
+        parts: &KeyParts,
+        outcome: &str,
+        why: Option<&str>,
+        seconds: f64,
+    ) {
+        let parts: serde_json::Map<String, serde_json::Value> = parts
+            .iter()
+            .map(|(part, hash)| (part.to_string(), serde_json::Value::from(hash.as_str())))
+            .collect();
+        let time = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let line = serde_json::json!({
+            "time": time, "graph": graph, "key": key, "parts": parts, "outcome": outcome,
+            "why": why, "seconds": seconds,
+        });
+        let path = self.dir.join(STATS);
+        if fs::metadata(&path).is_ok_and(|m| m.len() > STATS_MAX_BYTES) {
+            let _ = fs::rename(&path, self.dir.join("stats.1.jsonl"));
+        }
+        let _ = fs::create_dir_all(&self.dir).and_then(|()| {
+            fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)?
+                .write_all(format!("{line}\n").as_bytes())
+        });
+    }
+
+    /// The cache's record, oldest first (lines that do not parse, such as one cut short by a
+    /// crash, are skipped).
+    fn records(&self) -> Vec<serde_json::Value> {
+        ["stats.1.jsonl", STATS]
+            .iter()
+            .filter_map(|name| fs::read_to_string(self.dir.join(name)).ok())
+            .flat_map(|text| {
+                text.lines()
+                    .filter_map(|line| serde_json::from_str(line).ok())
+                    .collect::<Vec<serde_json::Value>>()
+            })
+            .collect()
+    }
+
+    /// What the cache did, from its record: requests, hits, misses by reason, compile time.
+    pub fn stats(&self) -> CacheStats {
+        let mut stats = CacheStats::default();
+        for record in self.records() {
+            stats.requests += 1;
+            match record.get("outcome").and_then(|o| o.as_str()) {
+                Some("hit") => stats.hits += 1,
+                outcome => {
+                    stats.misses += 1;
+                    stats.refused += u64::from(outcome == Some("refused"));
+                    stats.compile_seconds += record
+                        .get("seconds")
+                        .and_then(|s| s.as_f64())
+                        .unwrap_or(0.0);
+                    let why = record
+                        .get("why")
+                        .and_then(|w| w.as_str())
+                        .unwrap_or("unknown");
+                    *stats.reasons.entry(why.to_string()).or_default() += 1;
+                }
+            }
+        }
+        stats
     }
 
     fn store(&self, exe: &Executable, path: &Path) -> std::result::Result<(), String> {
@@ -196,6 +415,12 @@ impl CompileCache {
             fs::remove_file(&file.path)?;
             removed += usize::from(!file.temporary);
         }
+        for record in [STATS, "stats.1.jsonl"] {
+            match fs::remove_file(self.dir.join(record)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
         Ok(removed)
     }
 
@@ -254,17 +479,19 @@ pub fn compile_with_cache(
     module: &[u8],
     options: &CompileOptions,
     cache: Option<&CompileCache>,
+    graph: &str,
 ) -> Result<(Executable, Option<CacheOutcome>)> {
     match cache {
         Some(cache) => cache
-            .compile(client, module, options)
+            .compile(client, module, options, graph)
             .map(|(exe, outcome)| (exe, Some(outcome))),
         None => client.compile_mlir(module, options).map(|exe| (exe, None)),
     }
 }
 
-/// The executable stored at `path`, if there is a sound one; a damaged one is removed.
-fn load(client: &Client, path: &Path) -> Option<Executable> {
+/// The executable stored at `path`, if there is a sound one; a damaged one is removed when
+/// `repair` (not in a shared cache, which is read only).
+fn load(client: &Client, path: &Path, repair: bool) -> Option<Executable> {
     let bytes = fs::read(path).ok()?;
     let header = MAGIC.len() + 32;
     let sound = bytes.len() > header
@@ -278,7 +505,7 @@ fn load(client: &Client, path: &Path) -> Option<Executable> {
     } else {
         None
     };
-    if loaded.is_none() {
+    if loaded.is_none() && repair {
         let _ = fs::remove_file(path);
     }
     loaded
@@ -306,7 +533,12 @@ fn is_tuning_feature_alarm(line: &str) -> bool {
 }
 
 /// The name of the entry holding `module` compiled with `options` on `client`'s plugin.
-fn key(client: &Client, module: &[u8], options: &CompileOptions) -> Result<String> {
+/// The parts of an entry's key, each hashed on its own so that a miss can say which changed
+/// since the graph was last compiled: (part, its hash in hex).
+type KeyParts = Vec<(&'static str, String)>;
+
+/// An entry's name (a SHA-256 over its parts' hashes) and those parts.
+fn key(client: &Client, module: &[u8], options: &CompileOptions) -> Result<(String, KeyParts)> {
     let plugin = client.plugin();
     let file = fs::metadata(plugin.path()).ok();
     let modified = file
@@ -315,31 +547,55 @@ fn key(client: &Client, module: &[u8], options: &CompileOptions) -> Result<Strin
         .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_nanos());
     let threads = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mut hash = Sha256::new();
-    let mut field = |name: &str, value: &[u8]| {
-        hash.update(name.as_bytes());
-        hash.update((value.len() as u64).to_le_bytes());
-        hash.update(value);
+    let part = |fields: &[(&str, &[u8])]| -> String {
+        let mut hash = Sha256::new();
+        for (name, value) in fields {
+            hash.update(name.as_bytes());
+            hash.update((value.len() as u64).to_le_bytes());
+            hash.update(value);
+        }
+        hex(&hash.finalize())
     };
-    field("format", MAGIC);
-    field("plugin", plugin.path().to_string_lossy().as_bytes());
-    field("plugin size", &file.map_or(0, |m| m.len()).to_le_bytes());
-    field("plugin modified", &modified.to_le_bytes());
-    field("platform", client.platform_name()?.as_bytes());
-    field("platform version", client.platform_version()?.as_bytes());
-    field(
-        "XLA_FLAGS",
-        std::env::var("XLA_FLAGS").unwrap_or_default().as_bytes(),
-    );
-    field(
-        "NPROC",
-        std::env::var("NPROC").unwrap_or_default().as_bytes(),
-    );
-    field("threads", &threads.to_le_bytes());
-    field("cpu", host_cpu().as_bytes());
-    field("options", &options.encode()?);
-    field("module", module);
-    Ok(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    let xla_flags = std::env::var("XLA_FLAGS").unwrap_or_default();
+    let nproc = std::env::var("NPROC").unwrap_or_default();
+    let parts: KeyParts = vec![
+        (
+            "plugin",
+            part(&[
+                ("format", MAGIC),
+                ("plugin", plugin.path().to_string_lossy().as_bytes()),
+                ("plugin size", &file.map_or(0, |m| m.len()).to_le_bytes()),
+                ("plugin modified", &modified.to_le_bytes()),
+                ("platform", client.platform_name()?.as_bytes()),
+                ("platform version", client.platform_version()?.as_bytes()),
+            ]),
+        ),
+        (
+            "XLA flags",
+            part(&[
+                ("XLA_FLAGS", xla_flags.as_bytes()),
+                ("NPROC", nproc.as_bytes()),
+                ("threads", &threads.to_le_bytes()),
+            ]),
+        ),
+        ("host CPU", part(&[("cpu", host_cpu().as_bytes())])),
+        ("options", part(&[("options", &options.encode()?)])),
+        // The module holds the graph's sizes: for one graph, another module is other sizes.
+        (
+            "module (the graph or its sizes)",
+            part(&[("module", module)]),
+        ),
+    ];
+    let mut hash = Sha256::new();
+    for (name, value) in &parts {
+        hash.update(name.as_bytes());
+        hash.update(value.as_bytes());
+    }
+    Ok((hex(&hash.finalize()), parts))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What identifies the host's CPU to a compiler emitting code for it: on Linux its vendor,

@@ -35,6 +35,9 @@ pub enum Error {
     /// A request tpuc refuses before calling the plugin (wrong count, shape, dtype, ...).
     #[error("{0}")]
     Invalid(String),
+    /// A compilation the cache refuses (`TPUC_CACHE_MODE=require`): the graph missed it.
+    #[error("{0}")]
+    NotCached(String),
 }
 
 /// The status code of a PJRT error (absl status codes).

@@ -41,7 +41,7 @@ mod proto {
 
 pub use buffer::Buffer;
 pub use client::{Client, ClientOptions, OptionValue};
-pub use compile_cache::{compile_with_cache, CacheOutcome, CompileCache};
+pub use compile_cache::{compile_with_cache, CacheOutcome, CacheStats, CompileCache};
 pub use compile_options::{CompileOptions, Partitioner};
 pub use device::{Device, Memory};
 pub use error::{Error, ErrorCode, Result};

@@ -446,7 +446,7 @@ fn cached_compile(
     options: &CompileOptions,
 ) -> (Executable, CacheOutcome) {
     CompileCache::new(dir, CompileCache::DEFAULT_MAX_BYTES)
-        .compile(client, module.as_bytes(), options)
+        .compile(client, module.as_bytes(), options, "add")
         .unwrap()
 }
 
@@ -458,6 +458,184 @@ fn cache_entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         .collect();
     found.sort();
     found
+}
+
+#[test]
+fn compile_cache_says_why_each_miss_was_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = CompileCache::new(dir.path(), CompileCache::DEFAULT_MAX_BYTES);
+    let client = client(1);
+    let single = CompileOptions::single_device();
+    let compile = |module: &str, options: &CompileOptions, graph: &str| {
+        cache
+            .compile(&client, module.as_bytes(), options, graph)
+            .unwrap()
+            .1
+    };
+    assert_eq!(compile(ADD, &single, "add"), CacheOutcome::Stored); // a new graph
+    assert_eq!(compile(ADD, &single, "add"), CacheOutcome::Hit);
+    let other_options = CompileOptions {
+        device_assignment: Some(vec![0]),
+        ..single.clone()
+    };
+    assert_eq!(compile(ADD, &other_options, "add"), CacheOutcome::Stored); // its options changed
+    let bigger = ADD.replace("2x3", "4x3");
+    // Against the last compilation (other options): its options and module (sizes) changed.
+    assert_eq!(compile(&bigger, &single, "add"), CacheOutcome::Stored);
+    for entry in cache_entries(dir.path()) {
+        std::fs::remove_file(entry).unwrap();
+    }
+    assert_eq!(compile(ADD, &single, "add"), CacheOutcome::Stored); // its entry is gone
+    let stats = cache.stats();
+    assert_eq!(
+        (stats.requests, stats.hits, stats.misses, stats.refused),
+        (5, 1, 4, 0)
+    );
+    assert!(stats.compile_seconds > 0.0);
+    let reasons: Vec<(&str, u64)> = stats
+        .reasons
+        .iter()
+        .map(|(r, n)| (r.as_str(), *n))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            ("changed: options", 1),
+            ("changed: options, module (the graph or its sizes)", 1),
+            ("entry gone", 1),
+            ("new graph", 1),
+        ]
+    );
+    // A line cut short (a process killed while writing it) is skipped, not an error.
+    let record = dir.path().join("stats.jsonl");
+    let mut text = std::fs::read_to_string(&record).unwrap();
+    text.push_str("{\"graph\": \"add\", \"outc");
+    std::fs::write(&record, text).unwrap();
+    assert_eq!(cache.stats().requests, 5);
+    // Clearing the cache clears its record too.
+    cache.clear().unwrap();
+    assert_eq!(cache.stats(), CacheStats::default());
+}
+
+#[test]
+fn a_cache_that_must_not_compile_refuses_a_miss_and_dumps_what_it_would_compile() {
+    let dir = tempfile::tempdir().unwrap();
+    let dumps = tempfile::tempdir().unwrap();
+    let client = client(1);
+    let single = CompileOptions::single_device();
+    let strict = CompileCache::new(dir.path(), CompileCache::DEFAULT_MAX_BYTES).requiring(true);
+    let err = match strict.compile(&client, ADD.as_bytes(), &single, "model.pt2") {
+        Ok(_) => panic!("a miss compiled in require mode"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("model.pt2 is not in the cache") && err.contains("(new graph)"),
+        "{err}"
+    );
+    assert!(err.contains("TPUC_CACHE_MODE=require"), "{err}");
+    assert_eq!(strict.stats().refused, 1);
+    let dumping = CompileCache::new(dir.path(), CompileCache::DEFAULT_MAX_BYTES)
+        .dumping_misses(Some(dumps.path().to_path_buf()));
+    dumping
+        .compile(&client, ADD.as_bytes(), &single, "model.pt2")
+        .unwrap();
+    let dumped: Vec<_> = std::fs::read_dir(dumps.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dumped.len(), 1);
+    assert_eq!(std::fs::read_to_string(&dumped[0]).unwrap(), ADD);
+    assert!(dumped[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .starts_with("model_pt2-"));
+    // Now it is there: the strict cache serves it.
+    assert_eq!(
+        strict
+            .compile(&client, ADD.as_bytes(), &single, "model.pt2")
+            .unwrap()
+            .1,
+        CacheOutcome::Hit
+    );
+}
+
+#[test]
+fn a_shared_cache_is_read_never_written() {
+    let shared = tempfile::tempdir().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let client = client(1);
+    let single = CompileOptions::single_device();
+    // Filled elsewhere (another machine), then read through a local cache.
+    cached_compile(shared.path(), &client, ADD, &single);
+    let before = cache_entries(shared.path());
+    let cache = CompileCache::new(local.path(), CompileCache::DEFAULT_MAX_BYTES)
+        .with_shared(vec![shared.path().to_path_buf()]);
+    let (exe, outcome) = cache
+        .compile(&client, ADD.as_bytes(), &single, "add")
+        .unwrap();
+    assert_eq!(outcome, CacheOutcome::Hit);
+    assert!(
+        cache_entries(local.path()).is_empty(),
+        "a hit in the shared cache is not copied"
+    );
+    let out = run_add(&client, &exe, &[1.; 6], &[2.; 6]);
+    assert_eq!(out, vec![3.; 6]);
+    // A damaged shared entry is compiled locally and stored there; the shared one is left alone.
+    let entry = &before[0];
+    let mut bytes = std::fs::read(entry).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(entry, &bytes).unwrap();
+    let (_, outcome) = cache
+        .compile(&client, ADD.as_bytes(), &single, "add")
+        .unwrap();
+    assert_eq!(outcome, CacheOutcome::Stored);
+    assert_eq!(cache_entries(local.path()).len(), 1);
+    assert_eq!(std::fs::read(entry).unwrap(), bytes);
+}
+
+#[test]
+fn processes_filling_one_cache_at_once_leave_sound_entries() {
+    // Four writers (threads, each its own client, as processes would be) store the same and
+    // different modules in one directory at once; every entry then loads.
+    let dir = tempfile::tempdir().unwrap();
+    let single = CompileOptions::single_device();
+    let modules: Vec<String> = (1..=4)
+        .map(|n| ADD.replace("2x3", &format!("{n}x3")))
+        .collect();
+    std::thread::scope(|scope| {
+        for writer in 0..4 {
+            let (dir, single, modules) = (dir.path(), &single, &modules);
+            scope.spawn(move || {
+                let client = client(1);
+                let cache = CompileCache::new(dir, CompileCache::DEFAULT_MAX_BYTES);
+                for i in 0..4 {
+                    let module = &modules[(writer + i) % 4];
+                    cache
+                        .compile(&client, module.as_bytes(), single, "add")
+                        .unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(cache_entries(dir.path()).len(), 4);
+    let client = client(1);
+    let cache = CompileCache::new(dir.path(), CompileCache::DEFAULT_MAX_BYTES);
+    for module in &modules {
+        assert_eq!(
+            cache
+                .compile(&client, module.as_bytes(), &single, "add")
+                .unwrap()
+                .1,
+            CacheOutcome::Hit
+        );
+    }
+    let stats = cache.stats();
+    assert_eq!(
+        stats.requests, 20,
+        "every request is on its own line: {stats:?}"
+    );
 }
 
 #[test]
@@ -569,16 +747,20 @@ fn compile_cache_keeps_under_its_size_limit_and_clears() {
     let tiny = CompileCache::new(dir.path(), 1);
     let single = CompileOptions::single_device();
     let sub = ADD.replace("stablehlo.add", "stablehlo.subtract");
-    tiny.compile(&client, ADD.as_bytes(), &single).unwrap();
+    tiny.compile(&client, ADD.as_bytes(), &single, "add")
+        .unwrap();
     let first = cache_entries(dir.path());
-    tiny.compile(&client, sub.as_bytes(), &single).unwrap();
+    tiny.compile(&client, sub.as_bytes(), &single, "sub")
+        .unwrap();
     // Only the newest entry is left; files the cache did not write stay.
     let left = cache_entries(dir.path());
     assert_eq!(left.len(), 1);
     assert_ne!(left, first);
     assert!(other.exists() && recent.exists() && !stale.exists());
     assert_eq!(
-        tiny.compile(&client, sub.as_bytes(), &single).unwrap().1,
+        tiny.compile(&client, sub.as_bytes(), &single, "sub")
+            .unwrap()
+            .1,
         CacheOutcome::Hit
     );
     let (count, bytes) = tiny.usage().unwrap();

@@ -1031,8 +1031,34 @@ fn cli_main(py: Python<'_>, argv: Vec<String>, search_paths: Vec<std::path::Path
     py.detach(|| tpuc_cli::cli::main(argv.into_iter().map(Into::into), &search_paths))
 }
 
+/// What the cache of compiled executables in `cache_dir` (None: $TPUC_CACHE_DIR or the default)
+/// did, from its record: requests, hits, misses, refused, compile_seconds and the misses by
+/// reason; None when the cache is off.
+#[pyfunction]
+#[pyo3(signature = (cache_dir=None))]
+fn cache_stats(
+    py: Python<'_>,
+    cache_dir: Option<String>,
+) -> PyResult<Option<Py<pyo3::types::PyDict>>> {
+    let Some(cache) = tpuc_pjrt::CompileCache::configured(cache_dir.as_deref()).map_err(error)?
+    else {
+        return Ok(None);
+    };
+    let stats = py.detach(|| cache.stats());
+    let dict = pyo3::types::PyDict::new(py);
+    dict.set_item("directory", cache.dir())?;
+    dict.set_item("requests", stats.requests)?;
+    dict.set_item("hits", stats.hits)?;
+    dict.set_item("misses", stats.misses)?;
+    dict.set_item("refused", stats.refused)?;
+    dict.set_item("compile_seconds", stats.compile_seconds)?;
+    dict.set_item("miss_reasons", stats.reasons)?;
+    Ok(Some(dict.unbind()))
+}
+
 #[pymodule]
 fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(is_supported, m)?)?;

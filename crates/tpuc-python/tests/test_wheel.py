@@ -75,6 +75,16 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_models(installed, tmp_pat
 def test_the_wheels_command_reports_bad_input_as_the_binary_does(installed, tmp_path):
     python, bin_dir = installed
     tpuc = str(bin_dir / "tpuc")
+    # A compiled module run with an archive other than its own (or one changed since) is refused.
+    _run([python, "-c", "import torch\n"
+          "x = torch.randn(2, 4)\n"
+          "for name, out in (('a', 3), ('b', 5)):\n"
+          "    torch.export.save(torch.export.export(torch.nn.Linear(4, out), (x,)), name + '.pt2')\n"
+          "import numpy; numpy.save('x.npy', x.numpy())\n"], cwd=tmp_path)
+    _run([tpuc, "compile", "a.pt2", "-o", "a.mlir"], cwd=tmp_path)
+    run = subprocess.run([tpuc, "run", "a.mlir", "--weights", "b.pt2", "--input", "x.npy", "--out", "out"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "the archive is not the one the module was compiled from" in run.stderr, run
     (tmp_path / "broken.pt2").write_bytes(b"PK\x03\x04 not an archive")
     run = subprocess.run([tpuc, "compile", "broken.pt2", "-o", "x.mlir"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120)

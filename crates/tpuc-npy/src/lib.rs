@@ -4,7 +4,7 @@
 //! is accepted for a bfloat16 input (rounded to nearest even).
 use anyhow::{bail, Context, Result};
 use npyz::{Endianness, NpyFile, Order, TypeChar, WriterBuilder};
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::Path;
 use tpuc_dtype::{DType, Kind};
 use tpuc_pjrt::HostTensor;
@@ -13,33 +13,39 @@ use tpuc_pjrt::HostTensor;
 pub fn read_npy(path: &Path) -> Result<HostTensor> {
     let file =
         std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    read_array(std::io::BufReader::new(file))
+    read_npy_from(std::io::BufReader::new(file))
         .with_context(|| format!("cannot read {}", path.display()))
 }
 
 /// Reads the arrays `arr_0`, `arr_1`, ... of a `.npz` file (as `np.savez(f, *arrays)` writes).
 pub fn read_npz(path: &Path) -> Result<Vec<HostTensor>> {
-    let what = || format!("cannot read {}", path.display());
-    let file = std::fs::File::open(path).with_context(what)?;
-    let mut archive = zip::ZipArchive::new(file).with_context(what)?;
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    read_npz_from(file).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// [`read_npz`] of the `.npz` bytes `reader` gives.
+pub fn read_npz_from(reader: impl Read + Seek) -> Result<Vec<HostTensor>> {
+    let mut archive = zip::ZipArchive::new(reader)?;
     let mut arrays = Vec::new();
     for index in 0.. {
         let name = format!("arr_{index}.npy");
         let entry = match archive.by_name(&name) {
             Ok(entry) => entry,
             Err(zip::result::ZipError::FileNotFound) => break,
-            Err(e) => return Err(e).with_context(what),
+            Err(e) => return Err(e.into()),
         };
-        arrays.push(read_array(entry).with_context(|| format!("{}: {name}", what()))?);
+        arrays.push(read_npy_from(entry).with_context(|| name.clone())?);
     }
     if arrays.is_empty() && !archive.is_empty() {
-        bail!("{}: no arrays named arr_0, arr_1, ...", what());
+        bail!("no arrays named arr_0, arr_1, ...");
     }
     Ok(arrays)
 }
 
-fn read_array(reader: impl Read) -> Result<HostTensor> {
-    let npy = NpyFile::new(reader).context("not a .npy array")?;
+/// Reads one array from the `.npy` bytes `reader` gives.
+pub fn read_npy_from(reader: impl Read) -> Result<HostTensor> {
+    let npy = NpyFile::new(checked_header(reader)?).context("not a .npy array")?;
     let npyz::DType::Plain(type_str) = npy.dtype() else {
         bail!("structured arrays are not supported");
     };
@@ -59,14 +65,30 @@ fn read_array(reader: impl Read) -> Result<HostTensor> {
     else {
         bail!("arrays of dtype {type_str} are not supported");
     };
-    let dims: Vec<i64> = npy.shape().iter().map(|&d| d as i64).collect();
-    let mut tensor = HostTensor::zeros(element_type, &dims)?;
-    let mut data = npy.into_inner();
-    data.read_exact(tensor.bytes_mut())
-        .context("the array's data is shorter than its shape")?;
-    if data.read(&mut [0u8])? != 0 {
+    let dims: Vec<i64> = npy
+        .shape()
+        .iter()
+        .map(|&d| i64::try_from(d))
+        .collect::<std::result::Result<_, _>>()
+        .context("the array's shape is out of range")?;
+    let expected = npy
+        .shape()
+        .iter()
+        .try_fold(element_type.byte_size() as u64, |n, &d| n.checked_mul(d))
+        .context("the array's shape is out of range")?;
+    // Read as far as the data goes (a header's shape alone allocates nothing): memory follows
+    // the file's size, not what its header claims.
+    let mut bytes = Vec::new();
+    npy.into_inner()
+        .take(expected.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if (bytes.len() as u64) < expected {
+        bail!("the array's data is shorter than its shape {dims:?}");
+    }
+    if bytes.len() as u64 > expected {
         bail!("the array has more data than its shape {dims:?} holds");
     }
+    let mut tensor = HostTensor::from_bytes(element_type, &dims, &bytes)?;
     if fortran {
         let row_major = fortran_to_row_major(tensor.bytes(), &dims, element_type.byte_size());
         tensor.bytes_mut().copy_from_slice(&row_major);
@@ -75,6 +97,55 @@ fn read_array(reader: impl Read) -> Result<HostTensor> {
 }
 
 /// Reorders column-major (Fortran) data of shape `dims` into row-major order.
+/// The longest header read (numpy writes a few dozen bytes; version 1 allows 64 KiB).
+const MAX_HEADER: usize = 1 << 20;
+/// The deepest nesting of brackets a header may have (numpy's: a dict holding a tuple).
+const MAX_HEADER_DEPTH: usize = 4;
+
+/// `reader`, its header checked before npyz parses it: the Python-literal parser npyz uses
+/// takes time exponential in the nesting of brackets (a 200-byte header of `[[[[...` did not
+/// finish in 15 s), so a header nested deeper than numpy's, or longer than any it writes, is an
+/// error here.
+fn checked_header(mut reader: impl Read) -> Result<impl Read> {
+    let mut preamble = [0u8; 8];
+    reader
+        .read_exact(&mut preamble)
+        .context("not a .npy array (shorter than its preamble)")?;
+    if &preamble[..6] != b"\x93NUMPY" {
+        bail!("not a .npy array (no \\x93NUMPY magic)");
+    }
+    let mut length = vec![0u8; if preamble[6] == 1 { 2 } else { 4 }];
+    reader
+        .read_exact(&mut length)
+        .context("not a .npy array (its header's length is cut short)")?;
+    let header_len = length
+        .iter()
+        .rev()
+        .fold(0usize, |n, &b| (n << 8) | usize::from(b));
+    if header_len > MAX_HEADER {
+        bail!("the .npy header is {header_len} bytes long (at most {MAX_HEADER} are read)");
+    }
+    let mut header = vec![0u8; header_len];
+    reader
+        .read_exact(&mut header)
+        .context("the .npy header is cut short")?;
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for &byte in &header {
+        match byte {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > MAX_HEADER_DEPTH {
+        bail!("the .npy header nests brackets {deepest} deep: not a header numpy writes");
+    }
+    Ok(std::io::Cursor::new([&preamble[..], &length, &header].concat()).chain(reader))
+}
+
 fn fortran_to_row_major(data: &[u8], dims: &[i64], element_size: usize) -> Vec<u8> {
     let dims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
     // Column-major strides, in elements.
