@@ -53,6 +53,30 @@ pub struct RunOptions {
     pub search_paths: Vec<PathBuf>,
 }
 
+impl RunOptions {
+    /// The pipeline's options for the program these run it with (weights as arguments).
+    pub fn compile_options(&self) -> Options {
+        Options {
+            lower: LowerOptions {
+                weights: WeightsMode::Args,
+                ..self.lower.clone()
+            },
+            hoist: if self.hoist_weights {
+                Hoist::Weights
+            } else {
+                Hoist::Off
+            },
+            dialect: self.dialect,
+            mesh: self.mesh.clone(),
+            sizes: Some(self.sizes.clone()),
+            input_dims: self.input_dims.clone(),
+            cache_dir: self.cache_dir.clone(),
+            buckets: self.buckets.clone(),
+            donate: Vec::new(),
+        }
+    }
+}
+
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
@@ -145,25 +169,7 @@ impl Runner {
         let target = Target::open(options.plugin.as_deref(), devices, &options.search_paths)?;
         timings.client = start.elapsed();
 
-        let compile_options = Options {
-            lower: LowerOptions {
-                weights: WeightsMode::Args,
-                ..options.lower.clone()
-            },
-            hoist: if options.hoist_weights {
-                Hoist::Weights
-            } else {
-                Hoist::Off
-            },
-            dialect: options.dialect,
-            mesh: options.mesh.clone(),
-            sizes: Some(options.sizes.clone()),
-            input_dims: options.input_dims.clone(),
-            cache_dir: options.cache_dir.clone(),
-            buckets: options.buckets.clone(),
-            donate: Vec::new(),
-        };
-        let (compiled, _) = target.compile(source, &compile_options)?;
+        let (compiled, _) = target.compile(source, &options.compile_options())?;
         if !is_program && devices == 1 {
             check_module_results(&compiled, model)?;
         }

@@ -118,6 +118,8 @@ impl ExportedProgram {
     /// The program as a StableHLO module, MLIR text or (`bytecode`) MLIR bytecode, its weights
     /// arguments of `main` or (`inline_weights`) constants in it; no plugin is involved.
     fn emit(&self, py: Python<'_>, bytecode: bool, inline_weights: bool) -> PyResult<Vec<u8>> {
+        // As the program was compiled, but for its weights and without hoisting (one module).
+        let base = self.options.compile_options();
         let options = tpuc_driver::Options {
             lower: LowerOptions {
                 weights: if inline_weights {
@@ -125,12 +127,10 @@ impl ExportedProgram {
                 } else {
                     WeightsMode::Args
                 },
-                ..self.options.lower.clone()
+                ..base.lower.clone()
             },
-            sizes: Some(self.options.sizes.clone()),
-            mesh: self.options.mesh.clone(),
-            dialect: self.options.dialect,
-            ..tpuc_driver::Options::default()
+            hoist: tpuc_driver::Options::default().hoist,
+            ..base
         };
         let format = if bytecode {
             EmitFormat::Bytecode

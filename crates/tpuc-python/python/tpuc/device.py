@@ -105,7 +105,7 @@ class _Storage:
     """The device memory a tensor and its views share: one dense, row-major buffer of `shape`
     (in fused mode, perhaps one that recorded ops will compute: a `fusion.Pending`)."""
 
-    __slots__ = ("buffer", "shape", "dtype", "numel", "meta", "meta_uses")
+    __slots__ = ("buffer", "shape", "dtype", "numel", "meta", "meta_key", "meta_uses")
 
     def __init__(self, buffer, shape: list, dtype: torch.dtype):
         self.buffer, self.shape, self.dtype = buffer, list(shape), dtype
@@ -113,8 +113,8 @@ class _Storage:
         for size in shape:
             self.numel *= size
         # A meta tensor of its size its tensors' meta views share (`_meta_of`), made when needed,
-        # and the count of references to its storage it alone makes.
-        self.meta, self.meta_uses = None, 0
+        # the address of its storage and the count of references to that storage it alone makes.
+        self.meta, self.meta_key, self.meta_uses = None, 0, 0
 
     def value(self):
         """Its buffer, or the recorded value it will be (once computed, its buffer)."""
@@ -244,26 +244,21 @@ def _traced_op(func, args, kwargs):
     indices = _schema(func).kind == "indices"
 
     def inner(value):
-        if isinstance(value, torch.Tensor) and value.dim() and value.device.type not in (NAME, "meta"):
-            if not indices:
+        """An argument as the op on the inner tensors takes it: a device tensor as its inner
+        tensor; a factory's tensor of the device (a fake one) moved to the meta device like them,
+        as are an index op's CPU indices; numbers (0-dimensional tensors) as they are."""
+        if isinstance(value, TpucTensor):
+            return value._tpuc_meta
+        if isinstance(value, torch.Tensor) and value.device.type != "meta":
+            if value.device.type == NAME or (indices and value.dim()):
+                return value.to("meta")
+            if value.dim():
                 raise _mixed_devices(func, value)
-            return value.to("meta")
-        return _traced_inner(value)
+        return value
 
     results = func(*tree_map(inner, args), **tree_map(inner, kwargs))
     results = tree_map(lambda v: _traced(v, v.shape, v.stride()) if isinstance(v, torch.Tensor) else v, results)
     return return_and_correct_aliasing(func, args, kwargs, results)
-
-
-def _traced_inner(value):
-    """An argument of an op traced on the device's tensors, as the op on their inner tensors
-    takes it: a device tensor as its inner tensor, one a factory made there (a fake tensor of
-    the device) moved to the meta device like them, anything else as it is."""
-    if isinstance(value, TpucTensor):
-        return value._tpuc_meta
-    if isinstance(value, torch.Tensor) and value.device.type == NAME:
-        return value.to("meta")
-    return value
 
 
 # The storages of the meta tensors standing for the device's tensors in compiled graphs (by
@@ -278,11 +273,10 @@ def _stand_in(tensor: TpucTensor) -> torch.Tensor:
     """A meta tensor standing for `tensor` in compiled graphs (laid out as it is)."""
     inner = _meta_of(tensor)
     storage = tensor._tpuc_storage
-    key = storage.meta.untyped_storage()._cdata
-    if key not in _STANDING:
+    if storage.meta_key not in _STANDING:
         if len(_STANDING) >= _PURGE_AT[0]:
             _purge_standing()
-        _STANDING[key] = storage
+        _STANDING[storage.meta_key] = storage
     return inner
 
 
@@ -313,8 +307,6 @@ def _owner(inner: torch.Tensor) -> TpucTensor:
 def graph_argument(value, cache):
     """The buffer a compiled graph over the device's tensors runs on for its argument `value`
     (a device tensor's inner tensor; a CPU tensor is put on the device, `cache` keeping it)."""
-    if isinstance(value, _tpuc.DeviceBuffer):
-        return value
     if value.device.type == "meta":
         return _materialize(_owner(value))
     if isinstance(value, TpucTensor):
@@ -362,7 +354,7 @@ def _new(value, dtype: torch.dtype, shape: list, strides: list, numel: int) -> T
     """A new tensor holding `value` (a buffer, or a pending one), its layout given."""
     storage = _Storage.__new__(_Storage)
     storage.buffer, storage.shape, storage.dtype, storage.numel = value, shape, dtype, numel
-    storage.meta, storage.meta_uses = None, 0
+    storage.meta, storage.meta_key, storage.meta_uses = None, 0, 0
     return TpucTensor(storage, shape, strides, 0, plain=True)
 
 
@@ -1109,7 +1101,8 @@ def _meta_of(tensor: TpucTensor) -> torch.Tensor:
     storage = tensor._tpuc_storage
     if storage.meta is None:
         storage.meta = torch.empty(storage.numel, dtype=storage.dtype, device="meta")
-        storage.meta_uses = torch._C._storage_Use_Count(storage.meta.untyped_storage()._cdata)
+        storage.meta_key = storage.meta.untyped_storage()._cdata
+        storage.meta_uses = torch._C._storage_Use_Count(storage.meta_key)
     return storage.meta.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
 
