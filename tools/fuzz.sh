@@ -6,9 +6,24 @@
 # target's executions, coverage and failures; failing inputs are left in fuzz/artifacts/TARGET/:
 # minimise one (`cargo +nightly fuzz tmin TARGET FILE`), add it to testdata/fuzz/TARGET/ and the
 # regression tests (crates/tpuc-fx/tests/fuzz_regressions.rs) read it on the stable toolchain.
-# Usage: tools/fuzz.sh [SECONDS] [TARGET ...]
+# Each run appends a line to fuzz/artifacts/campaigns.tsv (date, target, limits, executions,
+# coverage, failures), so that executions over several runs can be added up.
+# Usage: tools/fuzz.sh [--max-len BYTES] [--runs N] [SECONDS] [TARGET ...]
+#   --max-len  longest input tried (libFuzzer's default is the longest seed; smaller inputs run
+#              many times faster: a 16 KB limit runs the .pt2 reader ~9x as often)
+#   --runs     stop a target after N executions (before SECONDS if it gets there first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+limits=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --max-len) limits+=(-max_len="$2"); shift 2 ;;
+        --runs) limits+=(-runs="$2"); shift 2 ;;
+        -h|--help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "tools/fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+        *) break ;;
+    esac
+done
 seconds=${1:-1200}
 shift || true
 targets=("$@")
@@ -60,10 +75,12 @@ for target in "${targets[@]}"; do
     status=0
     cargo +nightly fuzz run -O "$target" "$corpus/$target" -- -max_total_time="$seconds" \
         -rss_limit_mb=2048 -malloc_limit_mb=256 -timeout=10 -print_final_stats=1 \
-        -artifact_prefix="fuzz/artifacts/$target/" >"$log" 2>&1 || status=$?
+        -artifact_prefix="fuzz/artifacts/$target/" ${limits[@]+"${limits[@]}"} >"$log" 2>&1 || status=$?
     executions=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
     coverage=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -1)
     failures=$(find "fuzz/artifacts/$target" -type f | wc -l)
+    printf '%s\t%s\t%ss %s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$target" "$seconds" "${limits[*]:-}" \
+        "${executions:-0}" "${coverage:-}" "$failures" >>fuzz/artifacts/campaigns.tsv
     summary+=("$target: ${executions:-?} executions, ${coverage:-no coverage line}, $failures failing input(s), exit $status")
 done
 printf '%s\n' "${summary[@]}"

@@ -20,11 +20,12 @@ RTOL, ATOL = 1e-4, 1e-5
 
 
 def tpuc_binary() -> str:
-    for profile in ("debug", "release"):
-        path = os.path.join(ROOT, "target", profile, "tpuc")
-        if os.path.exists(path):
-            return path
-    pytest.skip("the tpuc binary is not built (cargo build -p tpuc-cli)")
+    """The most recently built tpuc binary (a stale build of the other profile is passed over)."""
+    built = [p for p in (os.path.join(ROOT, "target", profile, "tpuc") for profile in ("debug", "release"))
+             if os.path.exists(p)]
+    if not built:
+        pytest.skip("the tpuc binary is not built (cargo build -p tpuc-cli)")
+    return max(built, key=os.path.getmtime)
 
 
 @pytest.mark.parametrize("name", list(MODELS))

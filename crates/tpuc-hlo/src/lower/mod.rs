@@ -21,6 +21,7 @@ mod norm;
 mod padding;
 mod pool;
 mod promote;
+mod quant;
 mod random;
 mod reduction;
 mod registry;

@@ -31,6 +31,7 @@ pub(super) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     super::random::register(&mut r);
     super::complex::register(&mut r);
     super::fft::register(&mut r);
+    super::quant::register(&mut r);
     super::sharding::register(&mut r);
     super::collectives::register(&mut r);
     r
