@@ -5,7 +5,8 @@
 # resident size over 2 GB or an input taking over 10 s is a failure, like a crash. Prints each
 # target's executions, coverage and failures; failing inputs are left in fuzz/artifacts/TARGET/:
 # minimise one (`cargo +nightly fuzz tmin TARGET FILE`), add it to testdata/fuzz/TARGET/ and the
-# regression tests (crates/tpuc-fx/tests/fuzz_regressions.rs) read it on the stable toolchain.
+# regression tests (crates/tpuc-fx/tests/fuzz_regressions.rs for archives, crates/tpuc-npy/tests/
+# fuzz_regressions.rs for arrays) read it on the stable toolchain.
 # Each run appends a line to fuzz/artifacts/campaigns.tsv (date, target, limits, executions,
 # coverage, failures), so that executions over several runs can be added up.
 # Usage: tools/fuzz.sh [--max-len BYTES] [--runs N] [SECONDS] [TARGET ...]

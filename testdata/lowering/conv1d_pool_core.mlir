@@ -14,15 +14,15 @@ module {
     %5 = "stablehlo.transpose"(%3) {permutation = array<i64: 0, 2, 3, 1>} : (tensor<2x6x1x12xf32>) -> tensor<2x1x12x6xf32> loc(#loc5)
     %6 = "stablehlo.reduce_window"(%5, %4) ({
     ^bb0(%arg3: tensor<f32> loc("max_pool2d_with_indices"(#loc1)), %arg4: tensor<f32> loc("max_pool2d_with_indices"(#loc1))):
-      %27 = "stablehlo.maximum"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc5)
-      "stablehlo.return"(%27) : (tensor<f32>) -> () loc(#loc5)
+      %31 = "stablehlo.maximum"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc5)
+      "stablehlo.return"(%31) : (tensor<f32>) -> () loc(#loc5)
     }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 2, 1>, window_strides = array<i64: 1, 1, 2, 1>} : (tensor<2x1x12x6xf32>, tensor<f32>) -> tensor<2x1x6x6xf32> loc(#loc5)
     %7 = "stablehlo.transpose"(%6) {permutation = array<i64: 0, 3, 1, 2>} : (tensor<2x1x6x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc5)
     %8 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc6)
     %9 = "stablehlo.reduce_window"(%6, %8) ({
     ^bb0(%arg3: tensor<f32> loc("avg_pool2d"(#loc2)), %arg4: tensor<f32> loc("avg_pool2d"(#loc2))):
-      %27 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc6)
-      "stablehlo.return"(%27) : (tensor<f32>) -> () loc(#loc6)
+      %31 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc6)
+      "stablehlo.return"(%31) : (tensor<f32>) -> () loc(#loc6)
     }) {padding = dense<[[0, 0], [0, 0], [1, 1], [0, 0]]> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 3, 1>, window_strides = array<i64: 1, 1, 1, 1>} : (tensor<2x1x6x6xf32>, tensor<f32>) -> tensor<2x1x6x6xf32> loc(#loc6)
     %10 = "stablehlo.transpose"(%9) {permutation = array<i64: 0, 3, 1, 2>} : (tensor<2x1x6x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc6)
     %11 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc6)
@@ -31,29 +31,33 @@ module {
     %14 = "stablehlo.pad"(%12, %13) {edge_padding_high = array<i64: 0, 0, 0, 1>, edge_padding_low = array<i64: 0, 0, 0, 1>, interior_padding = array<i64: 0, 0, 0, 0>} : (tensor<2x6x1x6xf32>, tensor<f32>) -> tensor<2x6x1x8xf32> loc(#loc6)
     %15 = "stablehlo.reduce_window"(%14, %11) ({
     ^bb0(%arg3: tensor<f32> loc("avg_pool2d"(#loc2)), %arg4: tensor<f32> loc("avg_pool2d"(#loc2))):
-      %27 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc6)
-      "stablehlo.return"(%27) : (tensor<f32>) -> () loc(#loc6)
+      %31 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc6)
+      "stablehlo.return"(%31) : (tensor<f32>) -> () loc(#loc6)
     }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 1, 3>, window_strides = array<i64: 1, 1, 1, 1>} : (tensor<2x6x1x8xf32>, tensor<f32>) -> tensor<2x6x1x6xf32> loc(#loc6)
     %16 = "stablehlo.divide"(%10, %15) : (tensor<2x6x1x6xf32>, tensor<2x6x1x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc6)
     %17 = "stablehlo.reshape"(%16) : (tensor<2x6x1x6xf32>) -> tensor<2x6x6xf32> loc(#loc7)
     %18 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc8)
     %19 = "stablehlo.reduce_window"(%7, %18) ({
     ^bb0(%arg3: tensor<f32> loc("_adaptive_avg_pool2d"(#loc2)), %arg4: tensor<f32> loc("_adaptive_avg_pool2d"(#loc2))):
-      %27 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc8)
-      "stablehlo.return"(%27) : (tensor<f32>) -> () loc(#loc8)
+      %31 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc8)
+      "stablehlo.return"(%31) : (tensor<f32>) -> () loc(#loc8)
     }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 1, 1>, window_strides = array<i64: 1, 1, 1, 1>} : (tensor<2x6x1x6xf32>, tensor<f32>) -> tensor<2x6x1x6xf32> loc(#loc8)
-    %20 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<2x6x1x6xf32>} : () -> tensor<2x6x1x6xf32> loc(#loc8)
-    %21 = "stablehlo.divide"(%19, %20) : (tensor<2x6x1x6xf32>, tensor<2x6x1x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc8)
-    %22 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc8)
-    %23 = "stablehlo.reduce_window"(%21, %22) ({
+    %20 = "stablehlo.constant"() {value = dense<1.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc8)
+    %21 = "stablehlo.optimization_barrier"(%20) : (tensor<f32>) -> tensor<f32> loc(#loc8)
+    %22 = "stablehlo.broadcast_in_dim"(%21) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<2x6x1x6xf32> loc(#loc8)
+    %23 = "stablehlo.divide"(%19, %22) : (tensor<2x6x1x6xf32>, tensor<2x6x1x6xf32>) -> tensor<2x6x1x6xf32> loc(#loc8)
+    %24 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc8)
+    %25 = "stablehlo.reduce_window"(%23, %24) ({
     ^bb0(%arg3: tensor<f32> loc("_adaptive_avg_pool2d"(#loc2)), %arg4: tensor<f32> loc("_adaptive_avg_pool2d"(#loc2))):
-      %27 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc8)
-      "stablehlo.return"(%27) : (tensor<f32>) -> () loc(#loc8)
+      %31 = "stablehlo.add"(%arg3, %arg4) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc8)
+      "stablehlo.return"(%31) : (tensor<f32>) -> () loc(#loc8)
     }) {padding = dense<0> : tensor<4x2xi64>, window_dimensions = array<i64: 1, 1, 1, 3>, window_strides = array<i64: 1, 1, 1, 3>} : (tensor<2x6x1x6xf32>, tensor<f32>) -> tensor<2x6x1x2xf32> loc(#loc8)
-    %24 = "stablehlo.constant"() {value = dense<3.000000e+00> : tensor<2x6x1x2xf32>} : () -> tensor<2x6x1x2xf32> loc(#loc8)
-    %25 = "stablehlo.divide"(%23, %24) : (tensor<2x6x1x2xf32>, tensor<2x6x1x2xf32>) -> tensor<2x6x1x2xf32> loc(#loc8)
-    %26 = "stablehlo.reshape"(%25) : (tensor<2x6x1x2xf32>) -> tensor<2x6x2xf32> loc(#loc9)
-    return %17, %26 : tensor<2x6x6xf32>, tensor<2x6x2xf32> loc(#loc)
+    %26 = "stablehlo.constant"() {value = dense<3.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc8)
+    %27 = "stablehlo.optimization_barrier"(%26) : (tensor<f32>) -> tensor<f32> loc(#loc8)
+    %28 = "stablehlo.broadcast_in_dim"(%27) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<2x6x1x2xf32> loc(#loc8)
+    %29 = "stablehlo.divide"(%25, %28) : (tensor<2x6x1x2xf32>, tensor<2x6x1x2xf32>) -> tensor<2x6x1x2xf32> loc(#loc8)
+    %30 = "stablehlo.reshape"(%29) : (tensor<2x6x1x2xf32>) -> tensor<2x6x2xf32> loc(#loc9)
+    return %17, %30 : tensor<2x6x6xf32>, tensor<2x6x2xf32> loc(#loc)
   } loc(#loc)
 } loc(#loc)
 #loc3 = loc("convolution"(#loc1))

@@ -8,19 +8,21 @@ module {
     %1 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc4)
     %2 = "stablehlo.reduce"(%0, %1) ({
     ^bb0(%arg2: tensor<f32> loc("mean"(#loc2)), %arg3: tensor<f32> loc("mean"(#loc2))):
-      %8 = "stablehlo.add"(%arg2, %arg3) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc4)
-      "stablehlo.return"(%8) : (tensor<f32>) -> () loc(#loc4)
+      %10 = "stablehlo.add"(%arg2, %arg3) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc4)
+      "stablehlo.return"(%10) : (tensor<f32>) -> () loc(#loc4)
     }) {dimensions = array<i64: 1>} : (tensor<2x5x8xf32>, tensor<f32>) -> tensor<2x8xf32> loc(#loc4)
-    %3 = "stablehlo.constant"() {value = dense<5.000000e+00> : tensor<2x8xf32>} : () -> tensor<2x8xf32> loc(#loc4)
-    %4 = "stablehlo.divide"(%2, %3) : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32> loc(#loc4)
-    %5 = "stablehlo.transpose"(%0) {permutation = array<i64: 2, 0, 1>} : (tensor<2x5x8xf32>) -> tensor<8x2x5xf32> loc(#loc5)
-    %6 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc6)
-    %7 = "stablehlo.reduce_window"(%0, %6) ({
+    %3 = "stablehlo.constant"() {value = dense<5.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc4)
+    %4 = "stablehlo.optimization_barrier"(%3) : (tensor<f32>) -> tensor<f32> loc(#loc4)
+    %5 = "stablehlo.broadcast_in_dim"(%4) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<2x8xf32> loc(#loc4)
+    %6 = "stablehlo.divide"(%2, %5) : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32> loc(#loc4)
+    %7 = "stablehlo.transpose"(%0) {permutation = array<i64: 2, 0, 1>} : (tensor<2x5x8xf32>) -> tensor<8x2x5xf32> loc(#loc5)
+    %8 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc6)
+    %9 = "stablehlo.reduce_window"(%0, %8) ({
     ^bb0(%arg2: tensor<f32> loc("cumsum"(#loc2)), %arg3: tensor<f32> loc("cumsum"(#loc2))):
-      %8 = "stablehlo.add"(%arg2, %arg3) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc6)
-      "stablehlo.return"(%8) : (tensor<f32>) -> () loc(#loc6)
+      %10 = "stablehlo.add"(%arg2, %arg3) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc6)
+      "stablehlo.return"(%10) : (tensor<f32>) -> () loc(#loc6)
     }) {padding = dense<[[0, 0], [4, 0], [0, 0]]> : tensor<3x2xi64>, window_dimensions = array<i64: 1, 5, 1>, window_strides = array<i64: 1, 1, 1>} : (tensor<2x5x8xf32>, tensor<f32>) -> tensor<2x5x8xf32> loc(#loc6)
-    return %4, %5, %7 : tensor<2x8xf32>, tensor<8x2x5xf32>, tensor<2x5x8xf32> loc(#loc)
+    return %6, %7, %9 : tensor<2x8xf32>, tensor<8x2x5xf32>, tensor<2x5x8xf32> loc(#loc)
   } loc(#loc)
 } loc(#loc)
 #loc1 = loc("/work/main/tools/gen_lowering.py":221:0)

@@ -472,6 +472,39 @@ impl<'c> Emitter<'c> {
             OpKind::Clamp => ("stablehlo.clamp", vec![], vec![]),
             OpKind::Convert { .. } => ("stablehlo.convert", vec![], vec![]),
             OpKind::IsFinite => ("stablehlo.is_finite", vec![], vec![]),
+            OpKind::BitcastConvert { .. } => ("stablehlo.bitcast_convert", vec![], vec![]),
+            OpKind::OptimizationBarrier => ("stablehlo.optimization_barrier", vec![], vec![]),
+            OpKind::Cholesky { lower } => (
+                "stablehlo.cholesky",
+                vec![("lower", lower.to_string())],
+                vec![],
+            ),
+            OpKind::TriangularSolve {
+                left_side,
+                lower,
+                unit_diagonal,
+                transpose,
+            } => (
+                "stablehlo.triangular_solve",
+                vec![
+                    ("left_side", left_side.to_string()),
+                    ("lower", lower.to_string()),
+                    ("unit_diagonal", unit_diagonal.to_string()),
+                    (
+                        "transpose_a",
+                        format!("#stablehlo<transpose {}>", transpose.mnemonic()),
+                    ),
+                ],
+                vec![],
+            ),
+            OpKind::CustomCall { target, config, .. } => (
+                "stablehlo.custom_call",
+                vec![
+                    ("call_target_name", format!("{target:?}")),
+                    ("backend_config", format!("{config:?}")),
+                ],
+                vec![],
+            ),
             OpKind::BroadcastInDim { dims, .. } => (
                 "stablehlo.broadcast_in_dim",
                 vec![("broadcast_dimensions", array_i64(dims))],

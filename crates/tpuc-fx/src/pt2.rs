@@ -101,7 +101,10 @@ impl Archive {
                 len,
             });
         }
-        let mut data = Vec::with_capacity(file.size() as usize);
+        // The size the entry claims is only a hint, capped by what the file holds: a damaged
+        // header claiming gigabytes allocates nothing for them (decompression still grows the
+        // buffer as far as the data really goes).
+        let mut data = Vec::with_capacity(file.size().min(self.map.len() as u64) as usize);
         file.read_to_end(&mut data).map_err(|e| FxError::Archive {
             path: self.path.clone(),
             message: format!("entry {full}: {e}"),

@@ -183,6 +183,14 @@ impl Builder {
             .expect("any real type converts to any other")
     }
 
+    /// `x`'s bits read as `elem` (see [`OpKind::BitcastConvert`]).
+    pub fn bitcast(&mut self, x: Value, elem: DType) -> BuildResult<Value> {
+        if self.elem(x) == elem {
+            return Ok(x);
+        }
+        self.op1(OpKind::BitcastConvert { to: elem }, &[x])
+    }
+
     pub fn is_finite(&mut self, x: Value) -> BuildResult<Value> {
         self.op1(OpKind::IsFinite, &[x])
     }

@@ -56,6 +56,8 @@ pub enum UnaryOp {
     Digamma,
     ErfInv,
     Erfc,
+    /// The exponentially scaled modified Bessel function of order one: exp(-|x|) I1(x).
+    BesselI1e,
 }
 
 impl UnaryOp {
@@ -95,6 +97,7 @@ impl UnaryOp {
             Digamma => "chlo.digamma",
             ErfInv => "chlo.erf_inv",
             Erfc => "chlo.erfc",
+            BesselI1e => "chlo.bessel_i1e",
         }
     }
 
@@ -124,6 +127,8 @@ pub enum BinaryOp {
     ShiftLeft,
     ShiftRightArithmetic,
     ShiftRightLogical,
+    /// CHLO, floats only: the float after `lhs` towards `rhs`.
+    NextAfter,
 }
 
 impl BinaryOp {
@@ -145,11 +150,17 @@ impl BinaryOp {
             ShiftLeft => "stablehlo.shift_left",
             ShiftRightArithmetic => "stablehlo.shift_right_arithmetic",
             ShiftRightLogical => "stablehlo.shift_right_logical",
+            NextAfter => "chlo.next_after",
         }
     }
 
     pub fn is_logical(self) -> bool {
         matches!(self, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor)
+    }
+
+    /// Whether the op is defined only on floating-point tensors.
+    pub fn float_only(self) -> bool {
+        matches!(self, BinaryOp::Atan2 | BinaryOp::NextAfter)
     }
 
     pub fn is_shift(self) -> bool {
@@ -253,6 +264,24 @@ pub enum SortOrder {
     Descending,
 }
 
+/// What a triangular solve does to `a` first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TriangularTranspose {
+    No,
+    Transpose,
+    Adjoint,
+}
+
+impl TriangularTranspose {
+    pub fn mnemonic(self) -> &'static str {
+        match self {
+            TriangularTranspose::No => "NO_TRANSPOSE",
+            TriangularTranspose::Transpose => "TRANSPOSE",
+            TriangularTranspose::Adjoint => "ADJOINT",
+        }
+    }
+}
+
 /// How a scatter combines an update with the element already there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScatterMode {
@@ -314,6 +343,36 @@ pub enum OpKind {
         to: DType,
     },
     IsFinite,
+    /// The operand's bits read as `to`: one element each for types of one width; a wider
+    /// operand splits into a trailing dimension of narrower elements, and narrower elements in
+    /// a trailing dimension of that ratio join into one.
+    BitcastConvert {
+        to: DType,
+    },
+    /// The operand unchanged; XLA's optimisations do not look through it (see
+    /// `passes::exact_division`).
+    OptimizationBarrier,
+    /// The Cholesky factor of each (Hermitian positive definite) matrix in the last two
+    /// dimensions, lower or upper; only that triangle is read, and a matrix that is not
+    /// positive definite gives NaN.
+    Cholesky {
+        lower: bool,
+    },
+    /// Solves `op(a) x = b` (`left_side`) or `x op(a) = b` for triangular `a` [..., n, n]:
+    /// `a`'s `lower` or upper triangle is read, its diagonal taken as ones if `unit_diagonal`.
+    TriangularSolve {
+        left_side: bool,
+        lower: bool,
+        unit_diagonal: bool,
+        transpose: TriangularTranspose,
+    },
+    /// A call the plugin expands itself (XLA's `Eigh`, `Qr` and
+    /// `ProductOfElementaryHouseholderReflectors` expanders), with its results' types.
+    CustomCall {
+        target: &'static str,
+        config: String,
+        results: Vec<TensorType>,
+    },
     BroadcastInDim {
         dims: Vec<i64>,
         shape: Vec<i64>,
@@ -428,6 +487,11 @@ impl OpKind {
             OpKind::Clamp => "stablehlo.clamp",
             OpKind::Convert { .. } => "stablehlo.convert",
             OpKind::IsFinite => "stablehlo.is_finite",
+            OpKind::BitcastConvert { .. } => "stablehlo.bitcast_convert",
+            OpKind::OptimizationBarrier => "stablehlo.optimization_barrier",
+            OpKind::Cholesky { .. } => "stablehlo.cholesky",
+            OpKind::TriangularSolve { .. } => "stablehlo.triangular_solve",
+            OpKind::CustomCall { .. } => "stablehlo.custom_call",
             OpKind::BroadcastInDim { .. } => "stablehlo.broadcast_in_dim",
             OpKind::Reshape { .. } => "stablehlo.reshape",
             OpKind::Transpose { .. } => "stablehlo.transpose",

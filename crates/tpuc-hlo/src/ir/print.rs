@@ -128,7 +128,25 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
             ("dir", dir.mnemonic().into()),
             ("type", compare.mnemonic().into()),
         ],
-        OpKind::Convert { to } => vec![("to", to.to_string())],
+        OpKind::Convert { to } | OpKind::BitcastConvert { to } => vec![("to", to.to_string())],
+        OpKind::Cholesky { lower } => vec![("lower", lower.to_string())],
+        OpKind::TriangularSolve {
+            left_side,
+            lower,
+            unit_diagonal,
+            transpose,
+        } => vec![
+            ("left", left_side.to_string()),
+            ("lower", lower.to_string()),
+            ("unit", unit_diagonal.to_string()),
+            ("transpose", transpose.mnemonic().into()),
+        ],
+        OpKind::CustomCall { target, config, .. } => {
+            vec![
+                ("target", target.to_string()),
+                ("config", format!("{config:?}")),
+            ]
+        }
         OpKind::BroadcastInDim { dims, shape } => {
             vec![("dims", list(dims)), ("shape", list(shape))]
         }
@@ -231,6 +249,7 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
         | OpKind::Select
         | OpKind::Clamp
         | OpKind::IsFinite
+        | OpKind::OptimizationBarrier
         | OpKind::Real
         | OpKind::Imag
         | OpKind::Complex => vec![],

@@ -101,6 +101,56 @@ pub fn infer(kind: &OpKind, operands: &[&TensorType]) -> Rule {
             }
             one(operands[0].with_elem(*to))
         }
+        OpKind::BitcastConvert { to } => {
+            arity(1)?;
+            let x = operands[0];
+            let (from_bytes, to_bytes) = (x.elem.byte_size(), to.byte_size());
+            if x.elem.is_bool() || to.is_bool() {
+                return Err(format!("cannot reinterpret the bits of {x} as {to}"));
+            }
+            let mut shape = x.shape.clone();
+            if from_bytes > to_bytes {
+                shape.push((from_bytes / to_bytes) as i64);
+            } else if from_bytes < to_bytes {
+                let ratio = (to_bytes / from_bytes) as i64;
+                if shape.last() != Some(&ratio) {
+                    return Err(format!(
+                        "reading {x} as {to} needs a last dimension of {ratio}"
+                    ));
+                }
+                shape.pop();
+            }
+            one(TensorType::new(shape, *to))
+        }
+        OpKind::Cholesky { .. } => {
+            arity(1)?;
+            square_matrices(operands[0])?;
+            one(operands[0].clone())
+        }
+        OpKind::TriangularSolve { left_side, .. } => {
+            arity(2)?;
+            let (a, b) = (operands[0], operands[1]);
+            let n = square_matrices(a)?;
+            let r = b.rank();
+            let solved = if *left_side {
+                r.wrapping_sub(2)
+            } else {
+                r.wrapping_sub(1)
+            };
+            if r != a.rank()
+                || b.elem != a.elem
+                || a.shape[..r - 2] != b.shape[..r - 2]
+                || b.shape[solved] != n
+            {
+                return Err(format!("right-hand sides {b} do not fit the matrices {a}"));
+            }
+            one(b.clone())
+        }
+        OpKind::CustomCall { results, .. } => Ok(results.clone()),
+        OpKind::OptimizationBarrier => {
+            arity(1)?;
+            one(operands[0].clone())
+        }
         OpKind::IsFinite => {
             arity(1)?;
             if !operands[0].elem.is_float() {
@@ -512,13 +562,25 @@ fn binary(op: BinaryOp, a: &TensorType, b: &TensorType) -> Rule {
     if op.is_logical() && ty.elem.is_float() {
         return Err(format!("needs integer or boolean operands, got {ty}"));
     }
-    if op == BinaryOp::Atan2 && !ty.elem.is_float() {
+    if op.float_only() && !ty.elem.is_float() {
         return Err(format!("needs floating-point operands, got {ty}"));
     }
     if op.is_shift() && !ty.elem.is_integer() {
         return Err(format!("needs integer operands, got {ty}"));
     }
     one(ty)
+}
+
+/// Checks `ty` is a batch of square float or complex matrices; returns their size.
+fn square_matrices(ty: &TensorType) -> Result<i64, String> {
+    let r = ty.rank();
+    if r < 2 || ty.shape[r - 1] != ty.shape[r - 2] || !(ty.elem.is_float() || ty.elem.is_complex())
+    {
+        return Err(format!(
+            "needs square float matrices in the last two dimensions, got {ty}"
+        ));
+    }
+    Ok(ty.shape[r - 1])
 }
 
 fn body_fits(body: super::ops::ReduceBody, inputs: &[&TensorType]) -> Result<(), String> {

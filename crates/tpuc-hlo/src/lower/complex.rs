@@ -72,6 +72,20 @@ fn complex(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.complex(parts[0], parts[1])?)])
 }
 
+/// `torch.polar(abs, angle)`: abs * (cos(angle) + i sin(angle)).
+fn polar(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let out = cx.out_type(n, 0)?;
+    let parts = [cx.tensor(n, "abs")?, cx.tensor(n, "angle")?]
+        .map(|p| cx.b.convert(p, out.elem.real_part()));
+    let parts = cx.broadcast_all(&parts)?;
+    let (r, theta) = (parts[0], parts[1]);
+    let c = cx.b.unary(UnaryOp::Cos, theta)?;
+    let s = cx.b.unary(UnaryOp::Sin, theta)?;
+    let re = cx.b.binary(BinaryOp::Mul, r, c)?;
+    let im = cx.b.binary(BinaryOp::Mul, r, s)?;
+    Ok(vec![Some(cx.b.complex(re, im)?)])
+}
+
 pub fn register(r: &mut Registry) {
     r.add_complex(
         &[
@@ -87,6 +101,7 @@ pub fn register(r: &mut Registry) {
     r.add_complex(&["aten.view_as_real.default"], view_as_real);
     r.add_complex(&["aten.view_as_complex.default"], view_as_complex);
     r.add_complex(&["aten.complex.default"], complex);
+    r.add_complex(&["aten.polar.default"], polar);
 }
 
 #[cfg(test)]

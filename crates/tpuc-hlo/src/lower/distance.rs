@@ -137,9 +137,27 @@ fn pdist(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(p_norm_last(cx, diff, p)?)])
 }
 
+/// `torch.dist(a, b, p)`: the p-norm of the broadcast difference, over every element.
+fn dist(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    let p = cx.float(n, "p", Some(2.0))?;
+    check_p(p)?;
+    let out = cx.out_type(n, 0)?.elem;
+    if !out.is_float() {
+        return err(format!("dist needs float tensors, got {out}"));
+    }
+    let v = prepare(cx, &[a, b], out.accumulation())?;
+    let diff = cx.b.binary(BinaryOp::Sub, v[0], v[1])?;
+    let count: i64 = cx.b.shape(diff).iter().product();
+    let flat = cx.b.reshape(diff, &[count])?;
+    let d = p_norm_last(cx, flat, p)?;
+    Ok(vec![Some(cx.b.convert(d, out))])
+}
+
 pub fn register(r: &mut Registry) {
     r.add(&["aten._cdist_forward.default"], cdist);
     r.add(&["aten._pdist_forward.default"], pdist);
+    r.add(&["aten.dist.default"], dist);
 }
 
 #[cfg(test)]

@@ -143,7 +143,7 @@ fn self_in_out_type(cx: &mut Ctx, n: &Node) -> OpResult<Value> {
 /// `f` of `self` in the output's type (ints become floats for exp, sin, ...), computed in its
 /// accumulation type (float32 for 16-bit floats, as torch's CPU kernels compute) and rounded
 /// once.
-fn computed_wide(
+pub(super) fn computed_wide(
     cx: &mut Ctx,
     n: &Node,
     f: impl FnOnce(&mut Ctx, Value) -> OpResult<Value>,
@@ -376,6 +376,19 @@ fn full(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.splat(&ty, value))])
 }
 
+/// `eye(n[, m])`: ones on the diagonal.
+fn eye(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let ty = cx.out_type(n, 0)?;
+    if ty.rank() != 2 {
+        return err(format!("eye makes a matrix, torch recorded {ty}"));
+    }
+    let positions = ty.with_elem(DType::I64);
+    let rows = cx.b.iota(positions.clone(), 0)?;
+    let cols = cx.b.iota(positions, 1)?;
+    let diagonal = cx.b.compare(CompareDir::Eq, rows, cols)?;
+    Ok(vec![Some(cx.b.convert(diagonal, ty.elem))])
+}
+
 fn filled(cx: &mut Ctx, n: &Node, value: f64) -> OpResult<Vec<Option<Value>>> {
     let ty = cx.out_type(n, 0)?;
     Ok(vec![Some(cx.b.splat(&ty, value))])
@@ -519,16 +532,13 @@ fn nan_ignoring(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Val
     Ok(vec![Some(cx.b.select(a_nan, v[1], r)?)])
 }
 
-/// Whether the sign bit of float `x` is set: negative numbers and -0.0 (1/-0 is -inf).
+/// Whether the sign bit of float `x` is set (negative numbers, -0.0 and negative NaNs): the
+/// bits read as a signed integer of the same width are negative.
 fn sign_bit(cx: &mut Ctx, x: Value) -> OpResult<Value> {
-    let zero = cx.full_like(x, 0.0, None);
-    let one = cx.full_like(x, 1.0, None);
-    let negative = cx.b.compare(CompareDir::Lt, x, zero)?;
-    let inverse = cx.b.binary(BinaryOp::Div, one, x)?;
-    let negative_zero = cx.b.compare(CompareDir::Lt, inverse, zero)?;
-    let is_zero = cx.b.compare(CompareDir::Eq, x, zero)?;
-    let negative_zero = cx.b.binary(BinaryOp::And, is_zero, negative_zero)?;
-    Ok(cx.b.binary(BinaryOp::Or, negative, negative_zero)?)
+    let bits = same_width_integer(cx.b.elem(x));
+    let i = cx.b.bitcast(x, bits)?;
+    let zero = cx.full_like(i, 0.0, None);
+    Ok(cx.b.compare(CompareDir::Lt, i, zero)?)
 }
 
 lowering!(signbit, |cx, n| {
@@ -552,7 +562,7 @@ lowering!(copysign, |cx, n| {
 });
 /// digamma with torch's value at 0: -inf (the pole's limit from the right) where CHLO's
 /// expansion gives NaN.
-fn digamma_of(cx: &mut Ctx, x: Value) -> OpResult<Value> {
+pub(super) fn digamma_of(cx: &mut Ctx, x: Value) -> OpResult<Value> {
     let d = cx.b.unary(UnaryOp::Digamma, x)?;
     let zero = cx.full_like(x, 0.0, None);
     let at_zero = cx.b.compare(CompareDir::Eq, x, zero)?;
@@ -630,16 +640,29 @@ lowering!(bitwise_not, |cx, n| {
     let x = cx.tensor(n, "self")?;
     cx.b.unary(UnaryOp::Not, x)?
 });
+// round, to `decimals` places as torch's kernel does it: x * 10^d rounded half to even and
+// divided back (x / 10^-d and multiplied back for negative d), 10^d in x's type.
 lowering!(round_op, |cx, n| {
-    if cx.opt_int(n, "decimals")?.unwrap_or(0) != 0 {
-        return err("not supported: round with decimals != 0");
-    }
+    let decimals = cx.opt_int(n, "decimals")?.unwrap_or(0);
     let x = cx.tensor(n, "self")?;
-    if cx.b.elem(x).is_float() {
-        cx.b.unary(UnaryOp::RoundEven, x)?
-    } else {
-        x
+    if !cx.b.elem(x).is_float() {
+        if decimals != 0 {
+            return err("round with decimals needs a float tensor");
+        }
+        return Ok(vec![Some(x)]);
     }
+    if decimals == 0 {
+        return Ok(vec![Some(cx.b.unary(UnaryOp::RoundEven, x)?)]);
+    }
+    let ten_pow = cx.full_like(x, 10f64.powi(decimals.unsigned_abs().min(400) as i32), None);
+    let (scale, unscale) = if decimals > 0 {
+        (BinaryOp::Mul, BinaryOp::Div)
+    } else {
+        (BinaryOp::Div, BinaryOp::Mul)
+    };
+    let scaled = cx.b.binary(scale, x, ten_pow)?;
+    let rounded = cx.b.unary(UnaryOp::RoundEven, scaled)?;
+    cx.b.binary(unscale, rounded, ten_pow)?
 });
 lowering!(trunc_op, |cx, n| {
     let x = cx.tensor(n, "self")?;
@@ -863,6 +886,7 @@ pub fn register(r: &mut Registry) {
         full,
     );
     r.add(&["aten.linspace.default"], linspace);
+    r.add(&["aten.eye.default", "aten.eye.m"], eye);
     r.add_complex(&["aten.copy.default"], copy);
     r.add_complex(
         &[

@@ -16,6 +16,7 @@ mod elementwise;
 mod fft;
 mod in_place;
 mod indexing;
+mod linalg;
 mod linear;
 mod norm;
 mod padding;
@@ -29,6 +30,7 @@ mod resample;
 mod semantics;
 mod sharding;
 mod sort;
+mod special;
 #[cfg(test)]
 mod testing;
 mod view;

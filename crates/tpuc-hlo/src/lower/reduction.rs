@@ -123,7 +123,12 @@ fn std(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 
 /// (values, indices) of the max (`largest`) or min along one dimension, as torch picks them:
 /// the first index on ties, and for floats a NaN over any number (the first NaN).
-fn arg_reduce(cx: &mut Ctx, x: Value, dim: usize, largest: bool) -> OpResult<(Value, Value)> {
+pub(super) fn arg_reduce(
+    cx: &mut Ctx,
+    x: Value,
+    dim: usize,
+    largest: bool,
+) -> OpResult<(Value, Value)> {
     let ty = cx.b.ty(x).clone();
     if ty.rank() == 0 {
         let zero = cx.b.scalar(DType::I64, 0.0);
@@ -214,6 +219,91 @@ fn cumulative(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value
     Ok(vec![Some(cx.b.convert(r, out.elem))])
 }
 
+/// cummax / cummin: the running extreme and the position it was taken from. On ties the later
+/// position wins and a NaN beats every number (the latest NaN), as torch's kernel has it.
+fn cumulative_extreme(cx: &mut Ctx, n: &Node, largest: bool) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let shape = cx.b.shape(x).to_vec();
+    let index_type = cx.out_type(n, 1)?;
+    if shape.is_empty() {
+        let zero = cx.b.scalar(index_type.elem, 0.0);
+        return Ok(vec![Some(x), Some(zero)]);
+    }
+    let dim = norm_dim(cx.int(n, "dim", None)?, shape.len())?;
+    if shape[dim] == 0 {
+        let none = cx.b.splat(&index_type, 0.0);
+        return Ok(vec![Some(x), Some(none)]);
+    }
+    let elem = cx.b.elem(x);
+    let positions =
+        cx.b.iota(TensorType::new(shape.clone(), index_type.elem), dim as i64)?;
+    let (op, dir) = if largest {
+        (BinaryOp::Max, CompareDir::Ge)
+    } else {
+        (BinaryOp::Min, CompareDir::Le)
+    };
+    let identity = [reduction_identity(op, elem), 0.0];
+    let r = prefix_scan(
+        cx,
+        vec![x, positions],
+        dim,
+        &identity,
+        |cx, earlier, later| {
+            let mut take_later = cx.b.compare(dir, later[0], earlier[0])?;
+            if elem.is_float() {
+                let later_nan = cx.b.compare(CompareDir::Ne, later[0], later[0])?;
+                let earlier_number = cx.b.compare(CompareDir::Eq, earlier[0], earlier[0])?;
+                let wins = cx.b.binary(BinaryOp::And, earlier_number, take_later)?;
+                take_later = cx.b.binary(BinaryOp::Or, later_nan, wins)?;
+            }
+            let v = cx.b.select(take_later, later[0], earlier[0])?;
+            let i = cx.b.select(take_later, later[1], earlier[1])?;
+            Ok(vec![v, i])
+        },
+    )?;
+    Ok(vec![Some(r[0]), Some(r[1])])
+}
+
+/// logcumsumexp: the running log(sum(exp)) combined pairwise as torch's kernel does, so that no
+/// prefix underflows: max + log1p(exp(min - max)), and the operand itself where both are the
+/// same infinity.
+fn logcumsumexp(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let out = cx.out_type(n, 0)?.elem;
+    if !out.is_float() {
+        return err(format!(
+            "not supported: logcumsumexp of {out} (tpuc takes real floats)"
+        ));
+    }
+    let rank = cx.b.ty(x).rank();
+    let x = cx.b.convert(x, out.accumulation());
+    if rank == 0 {
+        return Ok(vec![Some(cx.b.convert(x, out))]);
+    }
+    let dim = norm_dim(cx.int(n, "dim", None)?, rank)?;
+    let r = prefix_scan(
+        cx,
+        vec![x],
+        dim,
+        &[f64::NEG_INFINITY],
+        |cx, earlier, later| {
+            let (a, b) = (earlier[0], later[0]);
+            let hi = cx.b.binary(BinaryOp::Max, a, b)?;
+            let lo = cx.b.binary(BinaryOp::Min, a, b)?;
+            let gap = cx.b.binary(BinaryOp::Sub, lo, hi)?;
+            let e = cx.b.unary(UnaryOp::Exp, gap)?;
+            let l = cx.b.unary(UnaryOp::Log1p, e)?;
+            let sum = cx.b.binary(BinaryOp::Add, hi, l)?;
+            let same = cx.b.compare(CompareDir::Eq, lo, hi)?;
+            let finite = cx.b.is_finite(lo)?;
+            let infinite = cx.b.unary(UnaryOp::Not, finite)?;
+            let same_infinity = cx.b.binary(BinaryOp::And, same, infinite)?;
+            Ok(vec![cx.b.select(same_infinity, a, sum)?])
+        },
+    )?;
+    Ok(vec![Some(cx.b.convert(r[0], out))])
+}
+
 pub fn register(r: &mut Registry) {
     r.add_complex(&["aten.sum.default", "aten.sum.dim_IntList"], |cx, n| {
         simple_reduce(cx, n, BinaryOp::Add)
@@ -262,6 +352,13 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.cumprod.default"], |cx, n| {
         cumulative(cx, n, BinaryOp::Mul)
     });
+    r.add(&["aten.cummax.default"], |cx, n| {
+        cumulative_extreme(cx, n, true)
+    });
+    r.add(&["aten.cummin.default"], |cx, n| {
+        cumulative_extreme(cx, n, false)
+    });
+    r.add(&["aten.logcumsumexp.default"], logcumsumexp);
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub(super) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     r.pointwise = r.lowerings.keys().copied().collect();
     super::view::register(&mut r);
     super::linear::register(&mut r);
+    super::linalg::register(&mut r);
     super::reduction::register(&mut r);
     super::conv::register(&mut r);
     super::distance::register(&mut r);
@@ -32,6 +33,7 @@ pub(super) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     super::complex::register(&mut r);
     super::fft::register(&mut r);
     super::quant::register(&mut r);
+    super::special::register(&mut r);
     super::sharding::register(&mut r);
     super::collectives::register(&mut r);
     r

@@ -169,6 +169,43 @@ pub(super) fn scan(cx: &mut Ctx, x: Value, dim: usize, op: BinaryOp) -> OpResult
         .reduce_window(x, init, &window, &strides, &padding, op)?)
 }
 
+/// The inclusive scan along `dim` of tuples of values (one shape) under an associative
+/// `combine(earlier, later)`, in log2(size) steps (each position combined with the one 2^k
+/// before it, the start filled with `identity`, one number per value): for scans no
+/// reduce_window body expresses (cummax with its indices, logcumsumexp).
+pub(super) fn prefix_scan(
+    cx: &mut Ctx,
+    values: Vec<Value>,
+    dim: usize,
+    identity: &[f64],
+    combine: impl Fn(&mut Ctx, &[Value], &[Value]) -> OpResult<Vec<Value>>,
+) -> OpResult<Vec<Value>> {
+    let shape = cx.b.shape(values[0]).to_vec();
+    let size = shape[dim];
+    let mut current = values;
+    let mut step = 1;
+    while step < size {
+        let mut earlier = Vec::with_capacity(current.len());
+        for (&v, &fill) in current.iter().zip(identity) {
+            let kept = cx.b.slice_dim(v, dim, 0, size - step, 1)?;
+            let elem = cx.b.elem(v);
+            let pad_value = cx.b.scalar(elem, fill);
+            let mut low = vec![0; shape.len()];
+            low[dim] = step;
+            let zeros = vec![0; shape.len()];
+            earlier.push(cx.b.pad(kept, pad_value, &low, &zeros, &zeros)?);
+        }
+        current = combine(cx, &earlier, &current)?;
+        step *= 2;
+    }
+    Ok(current)
+}
+
+/// The signed integer type as wide as `elem` (whose bits a float's can be read as).
+pub(super) fn same_width_integer(elem: DType) -> DType {
+    DType::from_kind(tpuc_dtype::Kind::Signed, elem.byte_size()).expect("1, 2, 4 or 8 bytes")
+}
+
 // ----- Gathering and scattering by index -----------------------------------------------
 
 /// Wraps negative indices (`i < 0` -> `i + size`), as torch's indexing does.

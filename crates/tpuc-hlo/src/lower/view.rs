@@ -168,6 +168,19 @@ fn transpose(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         if rank == 2 {
             perm.swap(0, 1);
         }
+    } else if matches!(
+        n.target.as_str(),
+        "aten.mT.default" | "aten.mH.default" | "aten.adjoint.default"
+    ) {
+        // The last two dimensions (mH and adjoint also conjugate: real tensors only here).
+        if rank < 2 {
+            return err(format!(
+                "{} needs at least 2 dimensions, got {}",
+                n.target,
+                cx.b.ty(x)
+            ));
+        }
+        perm.swap(rank - 2, rank - 1);
     } else if rank > 0 {
         let d0 = norm_dim(cx.int(n, "dim0", None)?, rank)?;
         let d1 = norm_dim(cx.int(n, "dim1", None)?, rank)?;
@@ -481,7 +494,43 @@ fn repeat(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.reshape(b, &out.shape)?)])
 }
 
+/// `x.view(dtype)`: the same bytes read as another type. A narrower type splits each element
+/// along the last dimension, a wider one joins that many (torch's rule); booleans are bytes.
+fn view_dtype(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let out = cx.out_type(n, 0)?;
+    let from = cx.b.elem(x);
+    if from == out.elem {
+        return Ok(vec![Some(x)]);
+    }
+    if from.is_complex() || out.elem.is_complex() {
+        return err(format!(
+            "not supported: viewing {from} as {} (complex bits are not reinterpreted)",
+            out.elem
+        ));
+    }
+    let as_bytes = |d: DType| if d.is_bool() { DType::U8 } else { d };
+    let source = cx.b.convert(x, as_bytes(from));
+    let target = as_bytes(out.elem);
+    let (from_bytes, to_bytes) = (from.byte_size(), target.byte_size());
+    let y = if from_bytes >= to_bytes {
+        let y = cx.b.bitcast(source, target)?;
+        cx.b.reshape(y, &out.shape)?
+    } else {
+        let mut grouped = out.shape.clone();
+        grouped.push((to_bytes / from_bytes) as i64);
+        let grouped = cx.b.reshape(source, &grouped)?;
+        cx.b.bitcast(grouped, target)?
+    };
+    if out.elem.is_bool() {
+        let zero = cx.full_like(y, 0.0, None);
+        return Ok(vec![Some(cx.b.compare(CompareDir::Ne, y, zero)?)]);
+    }
+    Ok(vec![Some(y)])
+}
+
 pub fn register(r: &mut Registry) {
+    r.add(&["aten.view.dtype"], view_dtype);
     r.add_complex(&["aten.slice_scatter.default"], slice_scatter);
     r.add_complex(&["aten.flip.default"], flip);
     r.add_complex(&["aten.constant_pad_nd.default"], constant_pad_nd);
@@ -508,7 +557,11 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.diagonal.default"], diagonal);
     r.add(&["aten.diagonal_scatter.default"], diagonal_scatter);
     r.add(&["aten.unfold.default"], unfold);
-    r.add_complex(&["aten.transpose.int", "aten.t.default"], transpose);
+    r.add_complex(
+        &["aten.transpose.int", "aten.t.default", "aten.mT.default"],
+        transpose,
+    );
+    r.add(&["aten.mH.default", "aten.adjoint.default"], transpose);
     r.add_complex(
         &[
             "aten.expand.default",

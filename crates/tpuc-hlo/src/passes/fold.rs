@@ -466,7 +466,7 @@ fn unary(op: UnaryOp, x: &Elems, elem: DType) -> Option<Elems> {
                 Asinh => f64::asinh,
                 Acosh => f64::acosh,
                 Atanh => f64::atanh,
-                Not | Erf | Lgamma | Digamma | ErfInv | Erfc => return None,
+                Not | Erf | Lgamma | Digamma | ErfInv | Erfc | BesselI1e => return None,
             };
             Some(Elems::Float(
                 v.iter().map(|&a| round_float(elem, f(a))).collect(),

@@ -3,6 +3,7 @@
 pub mod bool_constants;
 pub mod canonicalize;
 pub mod dead_code;
+pub mod exact_division;
 pub mod fold;
 pub mod hoist;
 pub mod sharding;
@@ -54,8 +55,8 @@ pub struct Prepared {
 }
 
 /// The passes, in order: constant folding, canonical forms of views, dead code, hoisting,
-/// sharding (or making the module per device), then the plugin's legalisation of boolean
-/// constants. The verifier runs between
+/// sharding (or making the module per device), then the plugin's legalisations (exact
+/// divisions by constants, boolean constants). The verifier runs between
 /// them when asked; an error names the pass after which the module broke.
 pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, VerifyError> {
     let check = |m: &Module, after: &str| -> Result<(), VerifyError> {
@@ -81,8 +82,8 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
         }
         let main = sharding::per_device(module, mesh).map_err(|e| built(e, "per-device module"))?;
         check(&main, "making the module per device")?;
-        let main = bool_constants::bool_constants_as_bytes(main);
-        check(&main, "boolean constants")?;
+        let main = for_the_plugin(main);
+        check(&main, "the plugin's legalisations")?;
         return Ok(Pipelined {
             main,
             prepared: None,
@@ -121,12 +122,12 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
             check(&p.module, "sharding the prepared module")?;
         }
     }
-    let main = bool_constants::bool_constants_as_bytes(main);
-    check(&main, "boolean constants")?;
+    let main = for_the_plugin(main);
+    check(&main, "the plugin's legalisations")?;
     let prepared = match prepared {
         Some(p) => {
-            let module = bool_constants::bool_constants_as_bytes(p.module);
-            check(&module, "boolean constants of the prepared module")?;
+            let module = for_the_plugin(p.module);
+            check(&module, "the plugin's legalisations of the prepared module")?;
             Some(Prepared {
                 module,
                 reads: p.reads,
@@ -135,6 +136,12 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
         None => None,
     };
     Ok(Pipelined { main, prepared })
+}
+
+/// The last passes: what the plugin needs to compile the module as meant (divisions by
+/// constants kept exact, boolean constants it can parse).
+fn for_the_plugin(module: Module) -> Module {
+    bool_constants::bool_constants_as_bytes(exact_division::exact_division(module))
 }
 
 /// A pass that could not build what it meant to, as the pipeline reports it.

@@ -26,7 +26,7 @@ from torch._functorch.partitioners import default_partition
 
 from . import _tpuc, device
 from .decompositions import EXTRA, NOT_DECOMPOSED
-from .graph import is_structural, op_name, serialize, source_line, unsupported_ops
+from .graph import is_host_check, is_structural, op_name, serialize, source_line, unsupported_ops
 from .options import Options
 from .runtime import CompiledGraph, session
 from .sharding import attribute_specs, batch_split, gather_at_use, input_specs, recompute_gathered
@@ -344,13 +344,14 @@ class GraphCompiler:
         compiled graph's: everything about compiling it that its sizes do not change."""
         specs, result_specs, updated, open_results = layouts or Layouts(None, None)
         own_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+        gm, checks = _host_checks(gm)
         gm, constants = _lift_constants(gm, name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         position = {p: i for i, p in enumerate(placeholders)}
         output_node = next(n for n in gm.graph.nodes if n.op == "output")
         returned = output_node.args[0]
-        single = not isinstance(returned, (tuple, list))
-        returned = [returned] if single else list(returned)
+        single = not isinstance(returned, (tuple, list)) or bool(checks and checks[0][2])
+        returned = [returned] if not isinstance(returned, (tuple, list)) else list(returned)
         # Sizes the graph returns (a counter of a cache's length, say) are computed on the host
         # from the arguments; the size inputs only they read are no inputs of the compiled graph.
         on_host = {i: _size_function(v, position) for i, v in enumerate(returned) if _is_size(v)}
@@ -378,6 +379,12 @@ class GraphCompiler:
                 raise _tpuc.TpucError(f"{name}: output {i} ({value.name}) is not a tensor")
             else:
                 outputs.append(("value", value))
+        # The values torch checks after the call (an LU's info), returned last: checked on the host.
+        if checks:
+            checked = [(x, api, is_matrix) for (_, x), (api, is_matrix, _) in zip(outputs[-len(checks):], checks)]
+            outputs = outputs[:-len(checks)]
+        else:
+            checked = []
         # Each compiled output's layout, from the output of the graph it is.
         laid_out_results = None if result_specs is None else [
             result_specs[i] if i < len(result_specs) and _fits(returned[i], result_specs[i]) else None
@@ -391,7 +398,7 @@ class GraphCompiler:
         laid_out = None if specs is None else [specs[i] if i < own_inputs else None for i in inputs]
         donate = _donations(updated, placeholders, returned, inputs, outputs)
         return PreparedGraph(gm, serialize(gm, tensor_outputs), inputs, outputs, single, constants, stable,
-                             laid_out, laid_out_results, donate, open_results, names)
+                             laid_out, laid_out_results, donate, open_results, names, checked)
 
     def compile_prepared(self, prepared: "PreparedGraph", name: str, args: list | None = None) -> CompiledGraph:
         """The prepared graph compiled; one with symbolic sizes for the shapes of `args`, the
@@ -425,7 +432,7 @@ class GraphCompiler:
             constants = [c.expand(count, *c.shape).contiguous() for c in constants]
         if self.opts.dump_dir:
             dump_graph(self.opts.dump_dir, name, p.gm, compiled)
-        return CompiledGraph(compiled, self.session, p.inputs, p.outputs, p.single, constants, devices)
+        return CompiledGraph(compiled, self.session, p.inputs, p.outputs, p.single, constants, devices, p.checks)
 
     def device_outputs(self, p: "PreparedGraph", name: str) -> list | None:
         """For a graph over the tpuc device's tensors (traced on their inner meta tensors, or
@@ -448,7 +455,8 @@ class PreparedGraph(NamedTuple):
     """A graph ready to compile (`GraphCompiler.prepare`): the graph as the compiler reads it,
     and how the call's arguments and outputs map to the compiled graph's (as `CompiledGraph`
     takes them), with the inputs' stability and layouts, whether outputs without a layout are
-    left to XLA's partitioner, and the names of the nodes the compiled outputs are."""
+    left to XLA's partitioner, the names of the nodes the compiled outputs are, and the
+    outputs torch checks on the host after the call (`_host_checks`)."""
 
     gm: torch.fx.GraphModule
     program: bytes
@@ -462,6 +470,40 @@ class PreparedGraph(NamedTuple):
     donate: list
     open_results: bool
     output_names: list
+    checks: list
+
+
+def _host_checks(gm: torch.fx.GraphModule):
+    """`gm` with each `with_effects` of a check (`graph.HOST_CHECKS`) removed: its effect token
+    passes through, and the tensor it checks becomes an extra output, after the others. Returns
+    the graph and, per extra output, (the API name torch's error names, is_matrix, whether the
+    graph returned a single value)."""
+    if not any(is_host_check(n) for n in gm.graph.nodes):
+        return gm, []
+    gm = _copy_module(gm)
+    graph = gm.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    single = not isinstance(output.args[0], (tuple, list))
+    checked = []
+    for node in [n for n in graph.nodes if is_host_check(n)]:
+        token, _, info, api = node.args[:4]
+        for user in list(node.users):
+            # getitem(with_effects, 0) is the token after the effect; the check returns nothing else.
+            user.replace_all_uses_with(token)
+            graph.erase_node(user)
+        graph.erase_node(node)
+        checked.append((info, api, node.kwargs.get("is_matrix", True)))
+        if token.op == "placeholder":
+            # Effect tokens are None at run time (aot_autograd's wrapper passes them): an
+            # argument the graph returns as it is, not a tensor input.
+            token.meta = {**token.meta, "val": None}
+    returned = output.args[0]
+    returned = [returned] if single else list(returned)
+    output.args = (tuple(returned + [info for info, _, _ in checked]),)
+    checks = [(api, is_matrix, single) for _, api, is_matrix in checked]
+    graph.lint()
+    gm.recompile()
+    return gm, checks
 
 
 def on_device(gm: torch.fx.GraphModule) -> bool:

@@ -37,11 +37,25 @@ def is_structural(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target is operator.getitem
 
 
+# Effectful ops whose effect is a check of values the graph computes (torch.linalg's errors for
+# singular or indefinite matrices): the backend runs them on the host after the call
+# (`backend._host_checks`).
+HOST_CHECKS = {torch.ops.aten._linalg_check_errors.default}
+
+
+def is_host_check(node: torch.fx.Node) -> bool:
+    """A `with_effects` node of one of the `HOST_CHECKS`."""
+    return (node.op == "call_function" and node.target is torch.ops.higher_order.with_effects
+            and len(node.args) >= 2 and node.args[1] in HOST_CHECKS)
+
+
 def unsupported_ops(gm: torch.fx.GraphModule, supported: Container[str]) -> Counter:
-    """Counts of the call_function ops of `gm` that tpuc does not lower."""
+    """Counts of the call_function ops of `gm` that tpuc does not lower (host checks are run by
+    the backend)."""
     counts: Counter = Counter()
     for node in gm.graph.nodes:
-        if node.op == "call_function" and not is_structural(node) and op_name(node) not in supported:
+        if (node.op == "call_function" and not is_structural(node) and not is_host_check(node)
+                and op_name(node) not in supported):
             counts[op_name(node)] += 1
     return counts
 

@@ -1,0 +1,408 @@
+//! Special functions and the integer and float edge ops: polygamma, the Hurwitz zeta function,
+//! the scaled Bessel function I1e, nextafter, hypot, frexp, bit shifts by tensors, gcd and lcm.
+//! Where CHLO has the function as torch defines it (the plugin expands it), tpuc emits that;
+//! the rest are written out here with torch's algorithms and its rules at the edges.
+
+use tpuc_fx::Node;
+
+use super::elementwise::{computed_wide, digamma_of};
+use super::*;
+
+/// Two operands promoted to the output's type and broadcast, then widened to its accumulation
+/// type (float32 for 16-bit floats) for `f`, and the result rounded once.
+fn binary_wide(
+    cx: &mut Ctx,
+    n: &Node,
+    names: [&str; 2],
+    f: impl FnOnce(&mut Ctx, Value, Value) -> OpResult<Value>,
+) -> OpResult<Vec<Option<Value>>> {
+    let (a, b) = (cx.operand(n, names[0])?, cx.operand(n, names[1])?);
+    let elem = cx.out_type(n, 0)?.elem;
+    let v = prepare(cx, &[a, b], elem)?;
+    let wide = elem.accumulation();
+    let (x, y) = (cx.b.convert(v[0], wide), cx.b.convert(v[1], wide));
+    let r = f(cx, x, y)?;
+    Ok(vec![Some(cx.b.convert(r, elem))])
+}
+
+/// polygamma(n, x): the n-th derivative of digamma, as torch computes it: n = 0 is digamma
+/// (with torch's -inf at 0), n = 1 trigamma, and higher orders (-1)^(n+1) n! zeta(n+1, x).
+fn polygamma(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let order = cx.int(n, "n", None)?;
+    if order < 0 {
+        return err(format!("polygamma needs a non-negative order, got {order}"));
+    }
+    computed_wide(cx, n, |cx, x| match order {
+        0 => digamma_of(cx, x),
+        1 => trigamma(cx, x),
+        _ => {
+            let s = cx.full_like(x, (order + 1) as f64, None);
+            let z = zeta(cx, s, x)?;
+            let factorial: f64 = (1..=order).map(|k| k as f64).product();
+            let sign = if order % 2 == 1 { 1.0 } else { -1.0 };
+            Ok(cx.scaled(z, sign * factorial)?)
+        }
+    })
+}
+
+/// trigamma: below 1/2 by reflection (minus pi^2 / sin^2(pi x), then at 1 - x), six steps of
+/// the recurrence, then the asymptotic series; the same steps as torch's kernel, so that it
+/// agrees at the poles too (huge values where sin(pi x) rounds away from zero).
+fn trigamma(cx: &mut Ctx, x: Value) -> OpResult<Value> {
+    let pi = std::f64::consts::PI;
+    let half = cx.full_like(x, 0.5, None);
+    let one = cx.full_like(x, 1.0, None);
+    let reflect = cx.b.compare(CompareDir::Lt, x, half)?;
+    let pix = cx.scaled(x, pi)?;
+    let sin = cx.b.unary(UnaryOp::Sin, pix)?;
+    let sin2 = cx.b.binary(BinaryOp::Mul, sin, sin)?;
+    let pi2 = cx.full_like(x, -pi * pi, None);
+    let reflected = cx.b.binary(BinaryOp::Div, pi2, sin2)?;
+    let zero = cx.full_like(x, 0.0, None);
+    let mut result = cx.b.select(reflect, reflected, zero)?;
+    let mirrored = cx.b.binary(BinaryOp::Sub, one, x)?;
+    let mut x = cx.b.select(reflect, mirrored, x)?;
+    for _ in 0..6 {
+        let xx = cx.b.binary(BinaryOp::Mul, x, x)?;
+        let inv = cx.b.binary(BinaryOp::Div, one, xx)?;
+        result = cx.b.binary(BinaryOp::Add, result, inv)?;
+        x = cx.b.binary(BinaryOp::Add, x, one)?;
+    }
+    let xx = cx.b.binary(BinaryOp::Mul, x, x)?;
+    let ixx = cx.b.binary(BinaryOp::Div, one, xx)?;
+    // 1 + 1/(2x) + ixx (1/6 - ixx (1/30 - ixx / 42)), over x.
+    let mut series = cx.scaled(ixx, 1.0 / 42.0)?;
+    let c30 = cx.full_like(x, 1.0 / 30.0, None);
+    series = cx.b.binary(BinaryOp::Sub, c30, series)?;
+    series = cx.b.binary(BinaryOp::Mul, ixx, series)?;
+    let c6 = cx.full_like(x, 1.0 / 6.0, None);
+    series = cx.b.binary(BinaryOp::Sub, c6, series)?;
+    series = cx.b.binary(BinaryOp::Mul, ixx, series)?;
+    let two_x = cx.scaled(x, 2.0)?;
+    let inv_2x = cx.b.binary(BinaryOp::Div, one, two_x)?;
+    series = cx.b.binary(BinaryOp::Add, series, inv_2x)?;
+    series = cx.b.binary(BinaryOp::Add, series, one)?;
+    series = cx.b.binary(BinaryOp::Div, series, x)?;
+    result = cx.b.binary(BinaryOp::Add, result, series)?;
+    let negated = cx.b.unary(UnaryOp::Neg, result)?;
+    Ok(cx.b.select(reflect, negated, result)?)
+}
+
+/// How far the direct sum of the Hurwitz zeta function goes: torch's (Cephes') algorithm sums
+/// terms until q + k passes 9, so a q below 9 - this is beyond it (NaN then).
+const ZETA_TERMS: usize = 128;
+
+/// The Euler-Maclaurin coefficients of the zeta tail: (2j)! / B_2j for j = 1..=12, from the
+/// Bernoulli numbers.
+fn zeta_tail_coefficients() -> [f64; 12] {
+    const BERNOULLI: [(f64, f64); 12] = [
+        (1.0, 6.0),
+        (-1.0, 30.0),
+        (1.0, 42.0),
+        (-1.0, 30.0),
+        (5.0, 66.0),
+        (-691.0, 2730.0),
+        (7.0, 6.0),
+        (-3617.0, 510.0),
+        (43867.0, 798.0),
+        (-174611.0, 330.0),
+        (854513.0, 138.0),
+        (-236364091.0, 2730.0),
+    ];
+    let mut out = [0.0; 12];
+    let mut factorial = 1.0;
+    for (j, (num, den)) in BERNOULLI.into_iter().enumerate() {
+        let m = 2 * (j + 1);
+        factorial *= ((m - 1) * m) as f64;
+        out[j] = factorial * den / num;
+    }
+    out
+}
+
+/// The Hurwitz zeta function zeta(s, q) as torch computes it (Cephes' algorithm): the direct
+/// sum of (q + k)^-s until q + k > 9 (at least nine terms), then the Euler-Maclaurin tail;
+/// infinite at s = 1 and at q a non-positive integer, NaN for s < 1 and for a negative q with
+/// a fractional s.
+fn zeta(cx: &mut Ctx, s: Value, q: Value) -> OpResult<Value> {
+    let one = cx.full_like(s, 1.0, None);
+    let nine = cx.full_like(s, 9.0, None);
+    let minus_s = cx.b.unary(UnaryOp::Neg, s)?;
+    let mut sum = cx.b.binary(BinaryOp::Pow, q, minus_s)?;
+    let mut a = q;
+    let mut b = cx.full_like(s, 0.0, None);
+    for i in 0..ZETA_TERMS {
+        let next_a = cx.b.binary(BinaryOp::Add, a, one)?;
+        let next_b = cx.b.binary(BinaryOp::Pow, next_a, minus_s)?;
+        let next_sum = cx.b.binary(BinaryOp::Add, sum, next_b)?;
+        if i < 9 {
+            (a, b, sum) = (next_a, next_b, next_sum);
+        } else {
+            let active = cx.b.compare(CompareDir::Le, a, nine)?;
+            a = cx.b.select(active, next_a, a)?;
+            b = cx.b.select(active, next_b, b)?;
+            sum = cx.b.select(active, next_sum, sum)?;
+        }
+    }
+    let summed_far_enough = cx.b.compare(CompareDir::Gt, a, nine)?;
+    // The tail: b w / (s - 1) - b / 2 + sum_j (s)_(2j-1) b / w^(2j-1) / A_j.
+    let w = a;
+    let s_minus_1 = cx.b.binary(BinaryOp::Sub, s, one)?;
+    let bw = cx.b.binary(BinaryOp::Mul, b, w)?;
+    let t = cx.b.binary(BinaryOp::Div, bw, s_minus_1)?;
+    sum = cx.b.binary(BinaryOp::Add, sum, t)?;
+    let half_b = cx.scaled(b, 0.5)?;
+    sum = cx.b.binary(BinaryOp::Sub, sum, half_b)?;
+    let mut rising = one;
+    let mut k = 0.0;
+    for coefficient in zeta_tail_coefficients() {
+        let sk = cx.full_like(s, k, None);
+        let factor = cx.b.binary(BinaryOp::Add, s, sk)?;
+        rising = cx.b.binary(BinaryOp::Mul, rising, factor)?;
+        b = cx.b.binary(BinaryOp::Div, b, w)?;
+        let ab = cx.b.binary(BinaryOp::Mul, rising, b)?;
+        let term = cx.scaled(ab, 1.0 / coefficient)?;
+        sum = cx.b.binary(BinaryOp::Add, sum, term)?;
+        let sk = cx.full_like(s, k + 1.0, None);
+        let factor = cx.b.binary(BinaryOp::Add, s, sk)?;
+        rising = cx.b.binary(BinaryOp::Mul, rising, factor)?;
+        b = cx.b.binary(BinaryOp::Div, b, w)?;
+        k += 2.0;
+    }
+    let zero = cx.full_like(s, 0.0, None);
+    let inf = cx.full_like(s, f64::INFINITY, None);
+    let nan = cx.full_like(s, f64::NAN, None);
+    let z = cx.b.select(summed_far_enough, sum, nan)?;
+    let floor_q = cx.b.unary(UnaryOp::Floor, q)?;
+    let floor_s = cx.b.unary(UnaryOp::Floor, s)?;
+    let q_whole = cx.b.compare(CompareDir::Eq, q, floor_q)?;
+    let s_fractional = cx.b.compare(CompareDir::Ne, s, floor_s)?;
+    let q_non_positive = cx.b.compare(CompareDir::Le, q, zero)?;
+    let domain = cx.b.binary(BinaryOp::And, q_non_positive, s_fractional)?;
+    let z = cx.b.select(domain, nan, z)?;
+    let q_pole = cx.b.binary(BinaryOp::And, q_whole, q_non_positive)?;
+    let z = cx.b.select(q_pole, inf, z)?;
+    let below_one = cx.b.compare(CompareDir::Lt, s, one)?;
+    let z = cx.b.select(below_one, nan, z)?;
+    let at_one = cx.b.compare(CompareDir::Eq, s, one)?;
+    Ok(cx.b.select(at_one, inf, z)?)
+}
+
+/// nextafter in the operands' own type: widening first would step by the wrong amount.
+fn nextafter(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    let elem = cx.out_type(n, 0)?.elem;
+    let v = prepare(cx, &[a, b], elem)?;
+    Ok(vec![Some(cx.b.binary(BinaryOp::NextAfter, v[0], v[1])?)])
+}
+
+/// hypot as C's: without overflow or underflow on the way (the larger magnitude times
+/// sqrt(1 + r^2)), infinite when either operand is, even with a NaN beside it.
+fn hypot(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    binary_wide(cx, n, ["self", "other"], |cx, x, y| {
+        let ax = cx.b.unary(UnaryOp::Abs, x)?;
+        let ay = cx.b.unary(UnaryOp::Abs, y)?;
+        let big = cx.b.binary(BinaryOp::Max, ax, ay)?;
+        let small = cx.b.binary(BinaryOp::Min, ax, ay)?;
+        let zero = cx.full_like(x, 0.0, None);
+        let one = cx.full_like(x, 1.0, None);
+        let inf = cx.full_like(x, f64::INFINITY, None);
+        let big_is_zero = cx.b.compare(CompareDir::Eq, big, zero)?;
+        let divisor = cx.b.select(big_is_zero, one, big)?;
+        let r = cx.b.binary(BinaryOp::Div, small, divisor)?;
+        let r2 = cx.b.binary(BinaryOp::Mul, r, r)?;
+        let s = cx.b.binary(BinaryOp::Add, one, r2)?;
+        let s = cx.b.unary(UnaryOp::Sqrt, s)?;
+        let h = cx.b.binary(BinaryOp::Mul, big, s)?;
+        let h = cx.b.select(big_is_zero, zero, h)?;
+        let x_inf = cx.b.compare(CompareDir::Eq, ax, inf)?;
+        let y_inf = cx.b.compare(CompareDir::Eq, ay, inf)?;
+        let any_inf = cx.b.binary(BinaryOp::Or, x_inf, y_inf)?;
+        Ok(cx.b.select(any_inf, inf, h)?)
+    })
+}
+
+/// frexp: mantissa in [0.5, 1) with the sign of x and exponent with x = mantissa * 2^exponent;
+/// (x, 0) for zeros, infinities and NaN. The exponent comes from log2 and is corrected by one
+/// where rounding put the mantissa outside its range.
+fn frexp(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let elem = cx.b.elem(x);
+    if !elem.is_float() {
+        return err(format!("frexp needs a float tensor, got {elem}"));
+    }
+    let exponent_type = cx.out_type(n, 1)?.elem;
+    // float64 holds every float32 and 16-bit float exponent and 2^e exactly, subnormals included.
+    let w = cx.b.convert(x, DType::F64);
+    let a = cx.b.unary(UnaryOp::Abs, w)?;
+    let ln = cx.b.unary(UnaryOp::Log, a)?;
+    let log2 = cx.scaled(ln, std::f64::consts::LOG2_E)?;
+    let e = cx.b.unary(UnaryOp::Floor, log2)?;
+    let one = cx.full_like(w, 1.0, None);
+    let mut e = cx.b.binary(BinaryOp::Add, e, one)?;
+    let half = cx.full_like(w, 0.5, None);
+    for _ in 0..2 {
+        let m = times_power_of_two(cx, a, e, -1.0)?;
+        let too_big = cx.b.compare(CompareDir::Ge, m, one)?;
+        let too_small = cx.b.compare(CompareDir::Lt, m, half)?;
+        let up = cx.b.binary(BinaryOp::Add, e, one)?;
+        let down = cx.b.binary(BinaryOp::Sub, e, one)?;
+        e = cx.b.select(too_big, up, e)?;
+        e = cx.b.select(too_small, down, e)?;
+    }
+    let m = times_power_of_two(cx, w, e, -1.0)?;
+    // Zeros, infinities and NaN are their own mantissa, with exponent 0.
+    let zero = cx.full_like(w, 0.0, None);
+    let finite = cx.b.is_finite(w)?;
+    let nonzero = cx.b.compare(CompareDir::Ne, w, zero)?;
+    let regular = cx.b.binary(BinaryOp::And, finite, nonzero)?;
+    let m = cx.b.select(regular, m, w)?;
+    let e = cx.b.select(regular, e, zero)?;
+    Ok(vec![
+        Some(cx.b.convert(m, elem)),
+        Some(cx.b.convert(e, exponent_type)),
+    ])
+}
+
+/// `x * 2^(sign * e)` for float64 `x` and whole `e` in [-1100, 1100], exactly: in two
+/// halves, each power of two made from its exponent bits (a normal float64).
+fn times_power_of_two(cx: &mut Ctx, x: Value, e: Value, sign: f64) -> OpResult<Value> {
+    let half_e = cx.scaled(e, 0.5)?;
+    let first = cx.b.unary(UnaryOp::Floor, half_e)?;
+    let second = cx.b.binary(BinaryOp::Sub, e, first)?;
+    let mut v = x;
+    for part in [first, second] {
+        let part = cx.scaled(part, sign)?;
+        let biased = cx.b.convert(part, DType::I64);
+        let bias = cx.full_like(biased, 1023.0, None);
+        let biased = cx.b.binary(BinaryOp::Add, biased, bias)?;
+        let shift = cx.full_like(biased, 52.0, None);
+        let bits = cx.b.binary(BinaryOp::ShiftLeft, biased, shift)?;
+        let p = cx.b.bitcast(bits, DType::F64)?;
+        v = cx.b.binary(BinaryOp::Mul, v, p)?;
+    }
+    Ok(v)
+}
+
+/// Shifts as torch's kernels do them; StableHLO's out-of-range rule is the same (an amount
+/// outside [0, bits) read as unsigned shifts everything out: 0, or the sign for an arithmetic
+/// right shift).
+fn shift(cx: &mut Ctx, n: &Node, left: bool) -> OpResult<Vec<Option<Value>>> {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    let elem = cx.out_type(n, 0)?.elem;
+    if !elem.is_integer() {
+        return err(format!("bit shifts need integer tensors, got {elem}"));
+    }
+    let v = prepare(cx, &[a, b], elem)?;
+    let op = match (left, elem.is_unsigned()) {
+        (true, _) => BinaryOp::ShiftLeft,
+        (false, true) => BinaryOp::ShiftRightLogical,
+        (false, false) => BinaryOp::ShiftRightArithmetic,
+    };
+    Ok(vec![Some(cx.b.binary(op, v[0], v[1])?)])
+}
+
+/// The greatest common divisor of |a| and |b| by Euclid's algorithm, unrolled as far as the
+/// type can need: consecutive Fibonacci numbers are the slowest pair, and the largest of them
+/// in 64 bits takes 92 steps.
+fn gcd_of(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
+    let elem = cx.b.elem(a);
+    let steps = match elem.byte_size() {
+        1 => 12,
+        2 => 23,
+        4 => 46,
+        _ => 92,
+    };
+    let mut x = cx.b.unary(UnaryOp::Abs, a)?;
+    let mut y = cx.b.unary(UnaryOp::Abs, b)?;
+    let zero = cx.full_like(x, 0.0, None);
+    let one = cx.full_like(x, 1.0, None);
+    for _ in 0..steps {
+        let done = cx.b.compare(CompareDir::Eq, y, zero)?;
+        let divisor = cx.b.select(done, one, y)?;
+        let r = cx.b.binary(BinaryOp::Rem, x, divisor)?;
+        let next_x = cx.b.select(done, x, y)?;
+        let next_y = cx.b.select(done, zero, r)?;
+        x = next_x;
+        y = next_y;
+    }
+    // |minimum integer| wraps to itself: torch returns the absolute value as computed.
+    Ok(cx.b.unary(UnaryOp::Abs, x)?)
+}
+
+fn integer_pair(cx: &mut Ctx, n: &Node, what: &str) -> OpResult<(Value, Value)> {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    let elem = cx.out_type(n, 0)?.elem;
+    if !elem.is_integer() {
+        return err(format!("{what} needs integer tensors, got {elem}"));
+    }
+    let v = prepare(cx, &[a, b], elem)?;
+    Ok((v[0], v[1]))
+}
+
+fn gcd(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let (a, b) = integer_pair(cx, n, "gcd")?;
+    Ok(vec![Some(gcd_of(cx, a, b)?)])
+}
+
+/// lcm(a, b) = |a / gcd(a, b) * b|, and 0 where the gcd is 0. As in torch's C++, 8- and 16-bit
+/// integers are multiplied and made absolute in 32 bits, then wrapped to their type.
+fn lcm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let (a, b) = integer_pair(cx, n, "lcm")?;
+    let elem = cx.b.elem(a);
+    let g = gcd_of(cx, a, b)?;
+    let zero = cx.full_like(a, 0.0, None);
+    let one = cx.full_like(a, 1.0, None);
+    let g_zero = cx.b.compare(CompareDir::Eq, g, zero)?;
+    let divisor = cx.b.select(g_zero, one, g)?;
+    let q = cx.b.binary(BinaryOp::Div, a, divisor)?;
+    let wide = if elem.byte_size() < 4 {
+        DType::I32
+    } else {
+        elem
+    };
+    let (q, b) = (cx.b.convert(q, wide), cx.b.convert(b, wide));
+    let l = cx.b.binary(BinaryOp::Mul, q, b)?;
+    let l = cx.b.unary(UnaryOp::Abs, l)?;
+    let l = cx.b.convert(l, elem);
+    Ok(vec![Some(cx.b.select(g_zero, zero, l)?)])
+}
+
+pub fn register(r: &mut Registry) {
+    r.add(&["aten.polygamma.default"], polygamma);
+    r.add(
+        &[
+            "aten.special_zeta.default",
+            "aten.special_zeta.self_scalar",
+            "aten.special_zeta.other_scalar",
+        ],
+        |cx, n| binary_wide(cx, n, ["self", "other"], zeta),
+    );
+    r.add(&["aten.special_i1e.default"], |cx, n| {
+        computed_wide(cx, n, |cx, x| Ok(cx.b.unary(UnaryOp::BesselI1e, x)?))
+    });
+    r.add(&["aten.nextafter.default"], nextafter);
+    r.add(&["aten.hypot.default"], hypot);
+    r.add(&["aten.frexp.Tensor"], frexp);
+    r.add(
+        &[
+            "aten.bitwise_left_shift.Tensor",
+            "aten.bitwise_left_shift.Tensor_Scalar",
+            "aten.bitwise_left_shift.Scalar_Tensor",
+            "aten.__lshift__.Tensor",
+            "aten.__lshift__.Scalar",
+        ],
+        |cx, n| shift(cx, n, true),
+    );
+    r.add(
+        &[
+            "aten.bitwise_right_shift.Tensor",
+            "aten.bitwise_right_shift.Tensor_Scalar",
+            "aten.bitwise_right_shift.Scalar_Tensor",
+            "aten.__rshift__.Tensor",
+            "aten.__rshift__.Scalar",
+        ],
+        |cx, n| shift(cx, n, false),
+    );
+    r.add(&["aten.gcd.default"], gcd);
+    r.add(&["aten.lcm.default"], lcm);
+}
