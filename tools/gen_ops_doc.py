@@ -24,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "ops.md")
 LIST = os.path.join(ROOT, "crates", "tpuc-hlo", "src", "lower", "core_aten_ops.txt")
 CONFORMANCE = os.path.join(ROOT, "docs", "conformance.json")
+TRACED = os.path.join(ROOT, "docs", "traced_ops.json")
 
 
 def core_ops() -> list[str]:
@@ -63,6 +64,43 @@ def tested_dtypes() -> dict[str, list[str]]:
         return {}
     with open(CONFORMANCE) as f:
         return json.load(f).get("passed_dtypes_by_op", {})
+
+
+def traced_section(core: set, decomposed: set) -> list[str]:
+    """docs/ops.md's section on the non-core ops that real models' graphs contain
+    (docs/traced_ops.json, written by tools/trace_ops.py)."""
+    if not os.path.exists(TRACED):
+        return []
+    with open(TRACED) as f:
+        traced = json.load(f)
+    rows = []
+    for op, forms in sorted(traced["ops"].items()):
+        if op in core:
+            continue
+        if is_supported(op):
+            status = "lowered"
+        elif op in decomposed and "export" not in forms:
+            status = "decomposed"
+        elif op in decomposed:
+            status = "decomposed by the torch.compile backend; not supported in `tpuc compile`"
+        else:
+            status = "not supported"
+        seen = "; ".join(f"{form}: {', '.join(names)}" for form, names in sorted(forms.items()))
+        rows.append(f"| `{op}` | {status} | {seen} |")
+    return [
+        "",
+        "## Non-core ops in real graphs",
+        "",
+        f"The ops outside the core set that {len(traced['models'])} models' graphs contain, traced by "
+        f"`tools/trace_ops.py` (torch {traced['torch']}) in three forms: `export` (torch.export, undecomposed: "
+        "what `tpuc compile` reads), `core` (after run_decompositions) and `training` (the forward and "
+        "backward graphs aot_autograd gives the torch.compile backend for a training step). Models: "
+        f"{', '.join(traced['models'])}.",
+        "",
+        "| op | status | where (form: models) |",
+        "|---|---|---|",
+        *rows,
+    ]
 
 
 def render() -> tuple[str, str]:
@@ -115,6 +153,7 @@ def render() -> tuple[str, str]:
     if unsupported:
         lines += ["", "## Not supported, and why", ""]
         lines += [f"- `{op}`: {NOT_SUPPORTED_BECAUSE[op]}." for op in unsupported]
+    lines += traced_section(set(core), decomposed)
     lines += ["", "## Lowered overloads outside the core set", ""]
     lines += [f"- `{op}`" for op in extra]
     doc = "\n".join(lines) + "\n"

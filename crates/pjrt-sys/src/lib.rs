@@ -93,6 +93,8 @@ pub const PJRT_Buffer_Type_F64: PJRT_Buffer_Type = 12;
 pub const PJRT_Buffer_Type_BF16: PJRT_Buffer_Type = 13;
 pub const PJRT_Buffer_Type_C64: PJRT_Buffer_Type = 14;
 pub const PJRT_Buffer_Type_C128: PJRT_Buffer_Type = 15;
+pub const PJRT_Buffer_Type_F8E5M2: PJRT_Buffer_Type = 16;
+pub const PJRT_Buffer_Type_F8E4M3FN: PJRT_Buffer_Type = 17;
 
 pub type PJRT_HostBufferSemantics = c_int;
 pub const PJRT_HostBufferSemantics_kImmutableOnlyDuringCall: PJRT_HostBufferSemantics = 0;

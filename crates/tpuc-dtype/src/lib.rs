@@ -23,6 +23,9 @@ pub enum DType {
     F64,
     C64,
     C128,
+    /// 8-bit floats (torch's float8_e4m3fn: no infinities, one NaN; float8_e5m2: IEEE-like).
+    F8E4M3FN,
+    F8E5M2,
 }
 
 /// What kind of number an element is.
@@ -38,7 +41,7 @@ pub enum Kind {
 /// Each type with its name (torch's and numpy's: `float32`), kind and size in bytes. An IEEE
 /// half comes before bfloat16, so that a 2-byte float without further detail (numpy's `f2`)
 /// is an IEEE half.
-const TABLE: [(DType, &str, Kind, usize); 15] = [
+const TABLE: [(DType, &str, Kind, usize); 17] = [
     (DType::Bool, "bool", Kind::Bool, 1),
     (DType::U8, "uint8", Kind::Unsigned, 1),
     (DType::I8, "int8", Kind::Signed, 1),
@@ -54,11 +57,13 @@ const TABLE: [(DType, &str, Kind, usize); 15] = [
     (DType::F64, "float64", Kind::Float, 8),
     (DType::C64, "complex64", Kind::Complex, 8),
     (DType::C128, "complex128", Kind::Complex, 16),
+    (DType::F8E4M3FN, "float8_e4m3fn", Kind::Float, 1),
+    (DType::F8E5M2, "float8_e5m2", Kind::Float, 1),
 ];
 
 impl DType {
-    pub const ALL: [DType; 15] = {
-        let mut all = [DType::Bool; 15];
+    pub const ALL: [DType; 17] = {
+        let mut all = [DType::Bool; 17];
         let mut i = 0;
         while i < TABLE.len() {
             all[i] = TABLE[i].0;
@@ -122,11 +127,11 @@ impl DType {
         matches!(self.kind(), Kind::Signed | Kind::Float | Kind::Complex)
     }
 
-    /// The type torch's CPU kernels compute in for this type: float32 for 16-bit floats (then
-    /// rounded once), the type itself otherwise.
+    /// The type torch's CPU kernels compute in for this type: float32 for 16- and 8-bit floats
+    /// (then rounded once), the type itself otherwise.
     pub fn accumulation(self) -> DType {
         match self {
-            DType::F16 | DType::BF16 => DType::F32,
+            DType::F16 | DType::BF16 | DType::F8E4M3FN | DType::F8E5M2 => DType::F32,
             other => other,
         }
     }
@@ -150,6 +155,33 @@ impl DType {
     }
 }
 
+/// The largest finite float8_e4m3fn: torch's conversions saturate to it (the type has no
+/// infinity), infinities included.
+pub const F8E4M3FN_MAX: f64 = 448.0;
+
+/// The bits of the 8-bit float `elem` nearest `value` (ties to even), as torch converts:
+/// float8_e4m3fn saturates at +-448, float8_e5m2 overflows to infinity (from 61440, halfway to
+/// the next power of two past its largest value, 57344).
+pub fn f8_bits(elem: DType, value: f64) -> u8 {
+    match elem {
+        DType::F8E4M3FN => float8::F8E4M3::from_f64(value).to_bits(),
+        DType::F8E5M2 if !value.is_nan() && value.abs() >= 61440.0 => {
+            0x7C | if value < 0.0 { 0x80 } else { 0 }
+        }
+        DType::F8E5M2 => float8::F8E5M2::from_f64(value).to_bits(),
+        other => panic!("{other} is not an 8-bit float"),
+    }
+}
+
+/// The value of the 8-bit float `elem` with these bits.
+pub fn f8_value(elem: DType, bits: u8) -> f64 {
+    match elem {
+        DType::F8E4M3FN => float8::F8E4M3::from_bits(bits).to_f64(),
+        DType::F8E5M2 => float8::F8E5M2::from_bits(bits).to_f64(),
+        other => panic!("{other} is not an 8-bit float"),
+    }
+}
+
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -159,6 +191,41 @@ impl fmt::Display for DType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn eight_bit_floats_round_and_overflow_as_torch_converts() {
+        for elem in [DType::F8E4M3FN, DType::F8E5M2] {
+            for v in [0.0, 1.0, -2.5, 0.125, 3.0] {
+                assert_eq!(f8_value(elem, f8_bits(elem, v)), v, "{elem} {v}");
+            }
+        }
+        // 1.0625 lies halfway between 1.0 and 1.125 in float8_e4m3fn: to even (1.0).
+        assert_eq!(
+            f8_value(DType::F8E4M3FN, f8_bits(DType::F8E4M3FN, 1.0625)),
+            1.0
+        );
+        assert_eq!(
+            f8_value(DType::F8E4M3FN, f8_bits(DType::F8E4M3FN, 448.0)),
+            448.0
+        );
+        assert_eq!(
+            f8_value(DType::F8E4M3FN, f8_bits(DType::F8E4M3FN, 1000.0)),
+            448.0
+        );
+        assert_eq!(
+            f8_value(DType::F8E4M3FN, f8_bits(DType::F8E4M3FN, f64::NEG_INFINITY)),
+            -448.0
+        );
+        assert!(f8_value(DType::F8E4M3FN, f8_bits(DType::F8E4M3FN, f64::NAN)).is_nan());
+        assert_eq!(
+            f8_value(DType::F8E5M2, f8_bits(DType::F8E5M2, -1e6)),
+            f64::NEG_INFINITY
+        );
+        assert_eq!(
+            f8_value(DType::F8E5M2, f8_bits(DType::F8E5M2, 57344.0)),
+            57344.0
+        );
+    }
 
     #[test]
     fn the_table_is_in_declaration_order() {
@@ -172,15 +239,17 @@ mod tests {
     fn names_and_kinds_round_trip() {
         for d in DType::ALL {
             assert_eq!(DType::from_name(d.name()), Some(d));
-            if d != DType::BF16 {
+            if !matches!(d, DType::BF16 | DType::F8E5M2) {
                 assert_eq!(DType::from_kind(d.kind(), d.byte_size()), Some(d));
             }
         }
         assert_eq!(DType::from_kind(Kind::Float, 2), Some(DType::F16));
-        assert_eq!(DType::from_name("float8_e4m3fn"), None);
+        assert_eq!(DType::from_name("float8_e4m3fn"), Some(DType::F8E4M3FN));
+        assert_eq!(DType::from_name("float8_e4m3fnuz"), None);
         assert!(DType::I8.is_signed() && !DType::U8.is_signed() && !DType::Bool.is_integer());
         assert_eq!(DType::BF16.accumulation(), DType::F32);
         assert_eq!(DType::C64.real_part(), DType::F32);
+        assert_eq!(DType::F8E5M2.accumulation(), DType::F32);
         assert_eq!(DType::F64.complex_of(), Some(DType::C128));
     }
 }

@@ -21,6 +21,8 @@ pub fn schema_code(d: DType) -> i64 {
         DType::U16 => 28,
         DType::U32 => 34,
         DType::U64 => 35,
+        DType::F8E4M3FN => 29,
+        DType::F8E5M2 => 30,
     }
 }
 
@@ -33,8 +35,6 @@ pub fn describe_unsupported_code(code: i64) -> String {
     let name = match code {
         0 => "UNKNOWN",
         9 => "complex32",
-        29 => "float8_e4m3fn",
-        30 => "float8_e5m2",
         31 => "float8_e4m3fnuz",
         32 => "float8_e5m2fnuz",
         33 => "float8_e8m0fnu",

@@ -176,8 +176,22 @@ fn fortran_to_row_major(data: &[u8], dims: &[i64], element_size: usize) -> Vec<u
 }
 
 /// `tensor` converted to `element_type` where the conversion is one numpy cannot express
-/// (float32 given for bfloat16); otherwise `None`.
+/// (float32 given for bfloat16 or an 8-bit float); otherwise `None`.
 pub fn adapt_to(tensor: &HostTensor, element_type: DType) -> Result<Option<HostTensor>> {
+    if tensor.element_type() == DType::F32
+        && matches!(element_type, DType::F8E4M3FN | DType::F8E5M2)
+    {
+        let bytes: Vec<u8> = tensor
+            .to_vec::<f32>()?
+            .into_iter()
+            .map(|x| tpuc_dtype::f8_bits(element_type, f64::from(x)))
+            .collect();
+        return Ok(Some(HostTensor::from_bytes(
+            element_type,
+            tensor.dims(),
+            &bytes,
+        )?));
+    }
     if tensor.element_type() == DType::F32 && element_type == DType::BF16 {
         let values: Vec<u16> = tensor
             .to_vec::<f32>()?
@@ -194,7 +208,7 @@ pub fn adapt_to(tensor: &HostTensor, element_type: DType) -> Result<Option<HostT
     Ok(None)
 }
 
-/// Writes `tensor` as a `.npy` file (bfloat16 widened to float32).
+/// Writes `tensor` as a `.npy` file (bfloat16 and 8-bit floats widened to float32).
 pub fn write_npy(path: &Path, tensor: &HostTensor) -> Result<()> {
     let file =
         std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
@@ -228,6 +242,9 @@ pub fn write_npy(path: &Path, tensor: &HostTensor) -> Result<()> {
         ),
         DType::F32 => write_as!(f32, tensor.to_vec::<f32>()?),
         DType::F64 => write_as!(f64, tensor.to_vec::<f64>()?),
+        DType::F8E4M3FN | DType::F8E5M2 => {
+            write_as!(f32, eight_bit_floats(tensor)?.map(|v| v as f32))
+        }
         DType::C64 => write_as!(
             npyz::num_complex::Complex32,
             complex_parts(tensor)
@@ -306,5 +323,17 @@ pub fn to_f64(tensor: &HostTensor) -> Result<Vec<f64>> {
         DType::F32 => tensor.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
         DType::F64 => tensor.to_vec::<f64>()?,
         DType::C64 | DType::C128 => complex_parts(tensor),
+        DType::F8E4M3FN | DType::F8E5M2 => eight_bit_floats(tensor)?.collect(),
     })
+}
+
+/// The values of an 8-bit float tensor.
+fn eight_bit_floats(tensor: &HostTensor) -> Result<std::vec::IntoIter<f64>> {
+    let elem = tensor.element_type();
+    let values: Vec<f64> = tensor
+        .bytes()
+        .iter()
+        .map(|&b| tpuc_dtype::f8_value(elem, b))
+        .collect();
+    Ok(values.into_iter())
 }

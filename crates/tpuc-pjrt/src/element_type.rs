@@ -4,7 +4,7 @@ use pjrt_sys::*;
 use tpuc_dtype::DType;
 
 /// PJRT's code for each type tpuc moves between host and device.
-const CODES: [(DType, PJRT_Buffer_Type); 15] = [
+const CODES: [(DType, PJRT_Buffer_Type); 17] = [
     (DType::Bool, PJRT_Buffer_Type_PRED),
     (DType::I8, PJRT_Buffer_Type_S8),
     (DType::I16, PJRT_Buffer_Type_S16),
@@ -20,6 +20,8 @@ const CODES: [(DType, PJRT_Buffer_Type); 15] = [
     (DType::F64, PJRT_Buffer_Type_F64),
     (DType::C64, PJRT_Buffer_Type_C64),
     (DType::C128, PJRT_Buffer_Type_C128),
+    (DType::F8E4M3FN, PJRT_Buffer_Type_F8E4M3FN),
+    (DType::F8E5M2, PJRT_Buffer_Type_F8E5M2),
 ];
 
 pub(crate) fn to_raw(d: DType) -> PJRT_Buffer_Type {
@@ -30,7 +32,7 @@ pub(crate) fn to_raw(d: DType) -> PJRT_Buffer_Type {
         .1
 }
 
-/// `None` for types tpuc does not handle (4-bit, 8-bit floats, tokens).
+/// `None` for types tpuc does not handle (4-bit, other 8-bit floats, tokens).
 pub(crate) fn from_raw(raw: PJRT_Buffer_Type) -> Option<DType> {
     CODES.iter().find(|e| e.1 == raw).map(|e| e.0)
 }

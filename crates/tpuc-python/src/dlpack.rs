@@ -81,7 +81,8 @@ unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
 }
 
 fn data_type(element_type: DType) -> DLDataType {
-    // DLPack codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLComplex 5, kDLBool 6.
+    // DLPack codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLComplex 5, kDLBool 6,
+    // kDLFloat8_e4m3fn 10, kDLFloat8_e5m2 12.
     let code = match element_type {
         DType::Bool => 6,
         DType::I8 | DType::I16 | DType::I32 | DType::I64 => 0,
@@ -89,6 +90,8 @@ fn data_type(element_type: DType) -> DLDataType {
         DType::F16 | DType::F32 | DType::F64 => 2,
         DType::BF16 => 4,
         DType::C64 | DType::C128 => 5,
+        DType::F8E4M3FN => 10,
+        DType::F8E5M2 => 12,
     };
     DLDataType {
         code,

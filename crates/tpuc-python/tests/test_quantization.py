@@ -196,3 +196,57 @@ def test_bad_quantization_arguments_are_named(tmp_path):
     # The same through the backend (strict: refused, not run eagerly).
     with pytest.raises(Exception, match="scales should have one entry per channel"):
         compiled_strict(Bad())(torch.randn(2, 4))
+
+
+F8 = [torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+@pytest.mark.parametrize("f8", F8, ids=["e4m3fn", "e5m2"])
+def test_eight_bit_floats_convert_as_torch_converts(f8):
+    # Ties, values past the largest (NaN for e4m3fn, infinity for e5m2), tiny values.
+    x = torch.tensor([0.0, 1.0625, -2.5, 0.1, 300.0, 500.0, -1e5, 1e-3, 3.0e-4, float("nan")])
+    fn = lambda v: (v.to(f8), v.to(f8).to(torch.float32) * 2)  # noqa: E731
+    got, want = compiled_strict(fn)(x), fn(x)
+    assert got[0].dtype == f8
+    # The same bits, but for NaN's payload (XLA's NaN for float8_e5m2 is 0x7E, torch's 0x7F).
+    number = ~torch.isnan(want[0].float())
+    assert torch.equal(got[0].view(torch.uint8)[number], want[0].view(torch.uint8)[number])
+    assert torch.equal(torch.isnan(got[0].float()), ~number)
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("f8", F8, ids=["e4m3fn", "e5m2"])
+def test_scaled_mm_of_eight_bit_floats_matches_torch(f8):
+    a = (torch.randn(16, 32) * 2).to(f8)
+    b = (torch.randn(16, 32) * 2).to(f8).t()  # column-major, as _scaled_mm takes it
+    cases = [
+        dict(scale_a=torch.tensor(0.5), scale_b=torch.tensor(2.0), out_dtype=torch.bfloat16),
+        dict(scale_a=torch.tensor(0.25), scale_b=torch.tensor(1.5), out_dtype=torch.float32,
+             bias=torch.randn(16)),
+        dict(scale_a=torch.rand(16, 1) + 0.5, scale_b=torch.rand(1, 16) + 0.5, out_dtype=torch.float32),
+    ]
+    for kwargs in cases:
+        fn = lambda x, y, kw=kwargs: torch._scaled_mm(x, y, **kw)  # noqa: E731
+        torch.testing.assert_close(compiled_strict(fn)(a, b), fn(a, b), rtol=1e-5, atol=1e-5, msg=str(kwargs))
+
+
+def test_an_eight_bit_float_linear_layer_runs_through_tpuc_run(tmp_path):
+    class F8Linear(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("weight", (torch.randn(8, 32) * 0.5).to(torch.float8_e4m3fn))
+
+        def forward(self, x):
+            q = (x * 4).to(torch.float8_e4m3fn)
+            return torch._scaled_mm(q, self.weight.t(), scale_a=torch.tensor(0.25), scale_b=torch.tensor(1.0),
+                                    out_dtype=torch.float32)
+
+    x, model = torch.randn(4, 32), F8Linear()
+    archive = tmp_path / "f8.pt2"
+    torch.export.save(torch.export.export(model, (x,)), archive)
+    np.save(tmp_path / "x.npy", x.numpy())
+    run = subprocess.run([tpuc_binary(), "run", str(archive), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "out")],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / "out" / "out0.npy")), model(x),
+                               rtol=1e-5, atol=1e-5)

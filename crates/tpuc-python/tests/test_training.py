@@ -68,3 +68,94 @@ def test_training_matches_eager(model_cls, optimizer):
         torch.testing.assert_close(
             p_o[signal], p_e[signal], rtol=1e-3, atol=1e-4, msg=f"parameter {name} after training"
         )
+
+
+def gradients_match(model, make_loss, steps=3, lr=0.05):
+    """Training steps (SGD) of `model` eager and compiled strictly with tpuc: the same loss and
+    gradients at every step."""
+    torch.manual_seed(0)
+    eager = model
+    ours = copy.deepcopy(eager)
+    compiled = torch.compile(ours, backend="tpuc", options={"strict": True})
+    opt_eager = torch.optim.SGD(eager.parameters(), lr=lr)
+    opt_ours = torch.optim.SGD(ours.parameters(), lr=lr)
+    for step in range(steps):
+        loss_e, loss_o = make_loss(eager, step), make_loss(compiled, step)
+        loss_e.backward()
+        loss_o.backward()
+        torch.testing.assert_close(loss_o, loss_e, rtol=1e-4, atol=1e-5, msg=f"loss at step {step}")
+        for (name, p_e), p_o in zip(eager.named_parameters(), ours.parameters()):
+            if p_e.grad is None:
+                assert p_o.grad is None, name
+                continue
+            torch.testing.assert_close(p_o.grad, p_e.grad, rtol=1e-3, atol=1e-5,
+                                       msg=f"gradient of {name} at step {step}")
+        for opt in (opt_eager, opt_ours):
+            opt.step()
+            opt.zero_grad()
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bags_train_as_in_eager(mode):
+    from models import DLRM
+
+    model = DLRM()
+    for bag in model.embeddings:
+        bag.mode = mode
+
+    def loss(m, step):
+        g = torch.Generator().manual_seed(step)
+        dense = torch.randn(4, 8, generator=g)
+        sparse = [torch.randint(0, n, (10,), generator=g) for n in (20, 30, 40)]
+        offsets = [torch.tensor([0, 2, 5, 7]) for _ in range(3)]
+        return m(dense, sparse, offsets).sum()
+
+    gradients_match(model, loss)
+
+
+class EveryLayer(torch.nn.Module):
+    """Every activation, pooling and normalisation layer torch.nn offers (deterministic ones),
+    each on a tensor of the rank it takes, their outputs summed."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.activations = nn.ModuleList([
+            nn.ReLU(), nn.ReLU6(), nn.LeakyReLU(0.1), nn.PReLU(), nn.ELU(), nn.SELU(), nn.CELU(0.5), nn.GELU(),
+            nn.GELU(approximate="tanh"), nn.SiLU(), nn.Mish(), nn.Softplus(beta=2.0), nn.Softsign(),
+            nn.Softshrink(0.3), nn.Hardshrink(0.3), nn.Tanhshrink(), nn.Hardtanh(-0.5, 0.5), nn.Hardsigmoid(),
+            nn.Hardswish(), nn.Sigmoid(), nn.LogSigmoid(), nn.Tanh(), nn.Threshold(0.1, -1.0), nn.GLU(),
+            nn.Softmax(dim=1), nn.LogSoftmax(dim=1), nn.Softmin(dim=1),
+        ])
+        self.pools_1d = nn.ModuleList([nn.MaxPool1d(2), nn.AvgPool1d(3, stride=2, padding=1),
+                                       nn.AdaptiveAvgPool1d(3), nn.AdaptiveMaxPool1d(3), nn.LPPool1d(2, 2)])
+        self.pools_2d = nn.ModuleList([nn.MaxPool2d(2), nn.AvgPool2d(2, ceil_mode=True), nn.AdaptiveAvgPool2d((3, 2)),
+                                       nn.AdaptiveMaxPool2d((3, 2)), nn.LPPool2d(2, 2)])
+        self.pools_3d = nn.ModuleList([nn.MaxPool3d(2), nn.AvgPool3d(2), nn.AdaptiveAvgPool3d(2), nn.AdaptiveMaxPool3d(2)])
+        self.norms_1d = nn.ModuleList([nn.BatchNorm1d(4), nn.InstanceNorm1d(4, affine=True), nn.GroupNorm(2, 4),
+                                       nn.LayerNorm(8), nn.RMSNorm(8), nn.LocalResponseNorm(2)])
+        self.norms_2d = nn.ModuleList([nn.BatchNorm2d(4), nn.InstanceNorm2d(4, affine=True)])
+        self.norms_3d = nn.ModuleList([nn.BatchNorm3d(4), nn.InstanceNorm3d(4, affine=True)])
+        self.mix = nn.Linear(8, 8)
+
+    def forward(self, x):
+        b = x.shape[0]
+        h = self.mix(x)  # [b, 4, 8]: every layer's input depends on a trained weight
+        total = sum(a(h).sum() for a in self.activations)
+        total = total + sum(p(h).pow(2).sum() for p in self.pools_1d)
+        h2 = h.reshape(b, 4, 4, 2).repeat(1, 1, 2, 3)
+        total = total + sum(p(h2).sum() for p in self.pools_2d)
+        h3 = h.reshape(b, 4, 2, 2, 2).repeat(1, 1, 2, 2, 2)
+        total = total + sum(p(h3).sum() for p in self.pools_3d)
+        total = total + sum((n(h) * h).sum() for n in self.norms_1d)
+        total = total + sum((n(h2) * h2).sum() for n in self.norms_2d)
+        total = total + sum((n(h3) * h3).sum() for n in self.norms_3d)
+        return total
+
+
+def test_every_activation_pooling_and_normalisation_layer_trains_as_in_eager():
+    def loss(m, step):
+        g = torch.Generator().manual_seed(step)
+        return m(torch.randn(3, 4, 8, generator=g)) / 100
+
+    gradients_match(EveryLayer(), loss)

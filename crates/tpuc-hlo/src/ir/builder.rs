@@ -171,6 +171,20 @@ impl Builder {
         if self.elem(x) == elem {
             return x;
         }
+        if elem == DType::F8E4M3FN && !self.elem(x).is_complex() && self.elem(x).byte_size() > 1 {
+            // torch saturates at float8_e4m3fn's largest value (infinities too), where XLA's
+            // conversion gives NaN: clamp first (NaN stays NaN).
+            let from = self.elem(x);
+            let ty = self.ty(x).clone();
+            let hi = self.splat(&ty, tpuc_dtype::F8E4M3FN_MAX);
+            let lo = self.splat(&ty, -tpuc_dtype::F8E4M3FN_MAX);
+            let x = self.binary(BinaryOp::Max, x, lo).expect("same type");
+            let x = self.binary(BinaryOp::Min, x, hi).expect("same type");
+            debug_assert_eq!(self.elem(x), from);
+            return self
+                .op1(OpKind::Convert { to: elem }, &[x])
+                .expect("any real type converts to any other");
+        }
         let x = if self.elem(x).is_complex() && !elem.is_complex() {
             self.real(x).expect("complex operand")
         } else {

@@ -43,6 +43,7 @@ pub fn scalar_bytes(elem: DType, value: f64) -> Vec<u8> {
         DType::BF16 => f32_to_bf16_bits(value as f32).to_le_bytes().to_vec(),
         DType::F32 => (value as f32).to_le_bytes().to_vec(),
         DType::F64 => value.to_le_bytes().to_vec(),
+        DType::F8E4M3FN | DType::F8E5M2 => vec![tpuc_dtype::f8_bits(elem, value)],
         // A real number: the imaginary part is zero.
         DType::C64 | DType::C128 => {
             let mut bytes = scalar_bytes(elem.real_part(), value);
@@ -111,6 +112,7 @@ pub fn scalar_text(elem: DType, b: &[u8]) -> String {
         DType::I64 => i64::from_le_bytes(b[..8].try_into().unwrap()).to_string(),
         DType::U64 => u64::from_le_bytes(b[..8].try_into().unwrap()).to_string(),
         // Floats as their exact bit pattern: no rounding through decimal text.
+        DType::F8E4M3FN | DType::F8E5M2 => format!("0x{:02X}", b[0]),
         DType::F16 | DType::BF16 => format!("0x{:04X}", u16::from_le_bytes([b[0], b[1]])),
         DType::F32 => format!("0x{:08X}", u32::from_le_bytes(b[..4].try_into().unwrap())),
         DType::F64 => format!("0x{:016X}", u64::from_le_bytes(b[..8].try_into().unwrap())),

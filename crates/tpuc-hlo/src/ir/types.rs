@@ -22,6 +22,8 @@ pub fn element_spelling(elem: DType) -> &'static str {
         DType::F64 => "f64",
         DType::C64 => "complex<f32>",
         DType::C128 => "complex<f64>",
+        DType::F8E4M3FN => "f8E4M3FN",
+        DType::F8E5M2 => "f8E5M2",
     }
 }
 

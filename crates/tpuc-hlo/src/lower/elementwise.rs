@@ -242,7 +242,8 @@ fn where_self(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let c = to_bool(cx, c)?;
     let a = cx.operand(n, "self")?;
     let b = cx.operand(n, "other")?;
-    let elem = promoted(cx, &[a, b])?;
+    // The type torch recorded: the promoted one (two Python numbers give the default float).
+    let elem = out_elem(cx, n)?;
     let a = cx.materialize(a, elem);
     let b = cx.materialize(b, elem);
     let v = cx.broadcast_all(&[c, a, b])?;
@@ -699,6 +700,63 @@ lowering!(leaky_relu, |cx, n| {
     let scaled = cx.b.binary(BinaryOp::Mul, x, s)?;
     cx.b.select(pos, x, scaled)?
 });
+/// min(max(x + 3, 0), 6): the ramp of hardsigmoid and hardswish.
+fn ramp_to_six(cx: &mut Ctx, x: Value) -> OpResult<Value> {
+    let three = cx.full_like(x, 3.0, None);
+    let zero = cx.full_like(x, 0.0, None);
+    let six = cx.full_like(x, 6.0, None);
+    let shifted = cx.b.binary(BinaryOp::Add, x, three)?;
+    let clamped = cx.b.binary(BinaryOp::Max, shifted, zero)?;
+    Ok(cx.b.binary(BinaryOp::Min, clamped, six)?)
+}
+
+/// hardsigmoid(x) = ramp(x) / 6 and hardswish(x) = x ramp(x) / 6, in the accumulation type as
+/// torch computes them.
+fn hard_activation(cx: &mut Ctx, n: &Node, swish: bool) -> OpResult<Vec<Option<Value>>> {
+    computed_wide(cx, n, |cx, x| {
+        let mut r = ramp_to_six(cx, x)?;
+        if swish {
+            r = cx.b.binary(BinaryOp::Mul, x, r)?;
+        }
+        let six = cx.full_like(x, 6.0, None);
+        Ok(cx.b.binary(BinaryOp::Div, r, six)?)
+    })
+}
+
+/// `diff(x, n, dim, prepend, append)`: n-th forward differences along dim, after prepending and
+/// appending; for booleans, whether neighbours differ.
+fn diff(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let rank = cx.b.ty(x).rank();
+    let dim = norm_dim(cx.int(n, "dim", Some(-1))?, rank)?;
+    let order = cx.int(n, "n", Some(1))?;
+    if order < 0 {
+        return err(format!("diff needs n >= 0, got {order}"));
+    }
+    let elem = out_elem(cx, n)?;
+    let mut parts = Vec::new();
+    for name in ["prepend", "self", "append"] {
+        if let Some(t) = cx.opt_tensor(n, name)? {
+            parts.push(cx.b.convert(t, elem));
+        }
+    }
+    let mut v = cx.b.concatenate(&parts, dim as i64)?;
+    for _ in 0..order {
+        let size = cx.b.shape(v)[dim];
+        if size == 0 {
+            break;
+        }
+        let later = cx.b.slice_dim(v, dim, 1, size, 1)?;
+        let earlier = cx.b.slice_dim(v, dim, 0, size - 1, 1)?;
+        v = if elem.is_bool() {
+            cx.b.binary(BinaryOp::Xor, later, earlier)?
+        } else {
+            cx.b.binary(BinaryOp::Sub, later, earlier)?
+        };
+    }
+    Ok(vec![Some(v)])
+}
+
 lowering!(hardtanh, |cx, n| {
     let x = cx.tensor(n, "self")?;
     let lo = cx.float(n, "min_val", Some(-1.0))?;
@@ -737,8 +795,8 @@ pub fn register(r: &mut Registry) {
         ],
         pow,
     );
-    r.add(&["aten.maximum.default"], maximum);
-    r.add(&["aten.minimum.default"], minimum);
+    r.add(&["aten.maximum.default", "aten.max.other"], maximum);
+    r.add(&["aten.minimum.default", "aten.min.other"], minimum);
     r.add(&["aten.atan2.default"], atan2);
     r.add(&["aten.fmax.default"], |cx, n| {
         nan_ignoring(cx, n, BinaryOp::Max)
@@ -797,7 +855,15 @@ pub fn register(r: &mut Registry) {
         |cx, n| bitwise(cx, n, BinaryOp::Xor),
     );
     r.add(&["aten.bitwise_not.default"], bitwise_not);
-    r.add_complex(&["aten.where.self"], where_self);
+    r.add_complex(
+        &[
+            "aten.where.self",
+            "aten.where.ScalarOther",
+            "aten.where.ScalarSelf",
+            "aten.where.Scalar",
+        ],
+        where_self,
+    );
     r.add(&["prims.fma.default"], fma);
     r.add(
         &["aten.masked_fill.Scalar", "aten.masked_fill.Tensor"],
@@ -859,6 +925,13 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.gelu.default"], gelu);
     r.add(&["aten.leaky_relu.default"], leaky_relu);
     r.add(&["aten.hardtanh.default"], hardtanh);
+    r.add(&["aten.hardsigmoid.default"], |cx, n| {
+        hard_activation(cx, n, false)
+    });
+    r.add(&["aten.hardswish.default"], |cx, n| {
+        hard_activation(cx, n, true)
+    });
+    r.add(&["aten.diff.default"], diff);
     r.add_complex(
         &[
             "aten.to.dtype",
@@ -874,6 +947,11 @@ pub fn register(r: &mut Registry) {
         convert_to_out,
     );
     r.add(&["aten.dropout.default"], dropout);
+    r.add(&["prims.convert_element_type.default"], |cx, n| {
+        let x = cx.tensor(n, "a")?;
+        let elem = out_elem(cx, n)?;
+        Ok(vec![Some(cx.b.convert(x, elem))])
+    });
     r.add(&["aten._assert_tensor_metadata.default"], assert_metadata);
     r.add_complex(
         &[

@@ -15,6 +15,21 @@ fn embedding(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 /// torch's embedding bag (modes sum and mean), with the auxiliary outputs torch's CPU kernel
 /// returns: offset2bag (bag of each index; empty in sum mode), bag_size (0 in sum mode) and
 /// max_indices (0 in sum mode, bag_size in mean mode).
+/// The bag of each of `count` indices: how many of the `bags` bag starts (`offsets`) are at or
+/// before its position, minus one.
+fn bag_of_indices(cx: &mut Ctx, offsets: Value, count: i64, bags: i64) -> OpResult<Value> {
+    let offsets = cx.b.convert(offsets, DType::I64);
+    let starts = cx.b.slice(offsets, &[0], &[bags], &[1])?;
+    let position =
+        cx.b.iota(TensorType::new(vec![count, bags], DType::I64), 0)?;
+    let starts_b = cx.b.broadcast_in_dim(starts, &[count, bags], &[1])?;
+    let started = cx.b.compare(CompareDir::Ge, position, starts_b)?;
+    let started = cx.b.convert(started, DType::I64);
+    let started = cx.b.reduce_by(started, &[1], BinaryOp::Add)?;
+    let one = cx.full_like(started, 1.0, None);
+    Ok(cx.b.binary(BinaryOp::Sub, started, one)?)
+}
+
 fn embedding_bag(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let weight = cx.tensor(n, "weight")?;
     let indices = cx.tensor(n, "indices")?;
@@ -40,17 +55,9 @@ fn embedding_bag(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let rows = cx.b.shape(weight)[0];
     let i64t = |shape: &[i64]| TensorType::new(shape.to_vec(), DType::I64);
 
-    // Bag of each index: how many bag starts are at or before its position, minus one.
     let indices = cx.b.convert(indices, DType::I64);
     let offsets = cx.b.convert(offsets, DType::I64);
-    let starts = cx.b.slice(offsets, &[0], &[bags], &[1])?;
-    let position = cx.b.iota(i64t(&[count, bags]), 0)?;
-    let starts_b = cx.b.broadcast_in_dim(starts, &[count, bags], &[1])?;
-    let started = cx.b.compare(CompareDir::Ge, position, starts_b)?;
-    let started = cx.b.convert(started, DType::I64);
-    let started = cx.b.reduce_by(started, &[1], BinaryOp::Add)?;
-    let one = cx.full_like(started, 1.0, None);
-    let bag_of = cx.b.binary(BinaryOp::Sub, started, one)?;
+    let bag_of = bag_of_indices(cx, offsets, count, bags)?;
 
     // Indices that count: not padding_idx, and before the end offset when it is given.
     let position = cx.b.iota(i64t(&[count]), 0)?;
@@ -105,11 +112,19 @@ fn embedding_bag(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         let ty = cx.out_type(n, i)?;
         Ok(cx.b.splat(&ty, 0.0))
     };
-    let (offset2bag, bag_size, max_indices) = if mode == 0 {
-        (zeros(cx, 1)?, zeros(cx, 2)?, zeros(cx, 3)?)
+    // Each index's bag and each bag's size, where torch records them (its backward reads
+    // them); zeros of the recorded shape elsewhere.
+    let offset2bag = if cx.out_type(n, 1)?.shape == [count] {
+        cx.b.convert(bag_of, cx.out_type(n, 1)?.elem)
     } else {
-        (bag_of, counts, counts)
+        zeros(cx, 1)?
     };
+    let bag_size = if cx.out_type(n, 2)?.shape == [bags] {
+        cx.b.convert(counts, cx.out_type(n, 2)?.elem)
+    } else {
+        zeros(cx, 2)?
+    };
+    let max_indices = zeros(cx, 3)?;
     Ok(vec![
         Some(output),
         Some(offset2bag),
@@ -623,7 +638,161 @@ fn index_put(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     )?)])
 }
 
+/// The weight gradient of an embedding bag (dense): each bag's output gradient added to the
+/// rows of the indices it took (times the sample's weight; divided by the bag's size for mode
+/// mean, by the index's count with scale_grad_by_freq); for mode max, to the row each output
+/// element was taken from. The padding index receives nothing.
+fn embedding_bag_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    if cx.bool(n, "sparse", false)? {
+        return err("not supported: embedding_bag backward with sparse=True (tpuc computes dense gradients)");
+    }
+    let grad = cx.tensor(n, "grad")?;
+    let indices = cx.tensor(n, "indices")?;
+    let out = cx.out_type(n, 0)?;
+    let (rows, width) = (out.shape[0], out.shape[1]);
+    let mode = cx.int(n, "mode", Some(0))?;
+    let padding_idx = cx.int(n, "padding_idx", Some(-1))?;
+    let grad = cx.b.convert(grad, out.elem.accumulation());
+    let zeros =
+        cx.b.splat(&TensorType::new(out.shape.clone(), cx.b.elem(grad)), 0.0);
+    if mode == 2 {
+        let taken = cx.tensor(n, "maximum_indices")?;
+        let taken = cx.b.convert(taken, DType::I64);
+        let zero = cx.full_like(taken, 0.0, None);
+        let empty = cx.b.compare(CompareDir::Lt, taken, zero)?;
+        let index = cx.b.select(empty, zero, taken)?;
+        let nothing = cx.full_like(grad, 0.0, None);
+        let updates = cx.b.select(empty, nothing, grad)?;
+        let g = scatter_into(
+            cx,
+            zeros,
+            0,
+            index,
+            updates,
+            ScatterMode::Combine(BinaryOp::Add),
+        )?;
+        return Ok(vec![Some(cx.b.convert(g, out.elem))]);
+    }
+    if mode != 0 && mode != 1 {
+        return err(format!("embedding_bag backward: unknown mode {mode}"));
+    }
+    let count = cx.b.ty(indices).numel();
+    let indices = cx.b.reshape(indices, &[count])?;
+    let indices = cx.b.convert(indices, DType::I64);
+    let recorded = cx.tensor(n, "offset2bag")?;
+    let bags = if cx.b.ty(recorded).numel() == count {
+        cx.b.reshape(recorded, &[count])?
+    } else {
+        // The forward's fast path records no bags: they follow from the offsets.
+        let offsets = cx.tensor(n, "offsets")?;
+        let starts = cx.b.ty(offsets).numel();
+        let bags_count = cx.b.shape(grad)[0].min(starts);
+        bag_of_indices(cx, offsets, count, bags_count)?
+    };
+    let mut contributions = take_along(cx, grad, 0, bags)?;
+    let mut scale: Option<Value> = None;
+    if let Some(weights) = cx.opt_tensor(n, "per_sample_weights")? {
+        let w = cx.b.convert(weights, cx.b.elem(grad));
+        scale = Some(cx.b.reshape(w, &[count])?);
+    }
+    if mode == 1 {
+        let sizes = cx.tensor(n, "bag_size")?;
+        let sizes = cx.b.convert(sizes, cx.b.elem(grad));
+        let per_index = take_along(cx, sizes, 0, bags)?;
+        let one = cx.full_like(per_index, 1.0, None);
+        let nonzero = cx.b.binary(BinaryOp::Max, per_index, one)?;
+        let inverse = cx.b.binary(BinaryOp::Div, one, nonzero)?;
+        scale = Some(match scale {
+            Some(s) => cx.b.binary(BinaryOp::Mul, s, inverse)?,
+            None => inverse,
+        });
+    }
+    if cx.bool(n, "scale_grad_by_freq", false)? {
+        let ones = cx.b.splat(&TensorType::new(vec![count], DType::I64), 1.0);
+        let empty = cx.b.splat(&TensorType::new(vec![rows], DType::I64), 0.0);
+        let counts = scatter_into(
+            cx,
+            empty,
+            0,
+            indices,
+            ones,
+            ScatterMode::Combine(BinaryOp::Add),
+        )?;
+        let per_index = take_along(cx, counts, 0, indices)?;
+        let per_index = cx.b.convert(per_index, cx.b.elem(grad));
+        let one = cx.full_like(per_index, 1.0, None);
+        let inverse = cx.b.binary(BinaryOp::Div, one, per_index)?;
+        scale = Some(match scale {
+            Some(s) => cx.b.binary(BinaryOp::Mul, s, inverse)?,
+            None => inverse,
+        });
+    }
+    if padding_idx >= 0 {
+        let pad = cx.full_like(indices, padding_idx as f64, None);
+        let kept = cx.b.compare(CompareDir::Ne, indices, pad)?;
+        let kept = cx.b.convert(kept, cx.b.elem(grad));
+        scale = Some(match scale {
+            Some(s) => cx.b.binary(BinaryOp::Mul, s, kept)?,
+            None => kept,
+        });
+    }
+    if let Some(s) = scale {
+        let s = cx.b.broadcast_in_dim(s, &[count, width], &[0])?;
+        contributions = cx.b.binary(BinaryOp::Mul, contributions, s)?;
+    }
+    let index = cx.b.broadcast_in_dim(indices, &[count, width], &[0])?;
+    let g = scatter_into(
+        cx,
+        zeros,
+        0,
+        index,
+        contributions,
+        ScatterMode::Combine(BinaryOp::Add),
+    )?;
+    Ok(vec![Some(cx.b.convert(g, out.elem))])
+}
+
+/// `put(self, index, source, accumulate)`: `source`'s elements written (or added) into
+/// `self` flattened, at `index` (negative indices from the end).
+fn put(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let index = cx.tensor(n, "index")?;
+    let source = cx.tensor(n, "source")?;
+    let shape = cx.b.shape(x).to_vec();
+    let numel = cx.b.ty(x).numel();
+    let count = cx.b.ty(index).numel();
+    if cx.b.ty(source).numel() != count {
+        return err(format!(
+            "put needs as many source elements as indices, got {} and {count}",
+            cx.b.ty(source).numel()
+        ));
+    }
+    if count == 0 {
+        return Ok(vec![Some(x)]);
+    }
+    let flat = cx.b.reshape(x, &[numel])?;
+    let index = cx.b.reshape(index, &[count])?;
+    let index = wrap_negative(cx, index, numel)?;
+    let values = cx.b.convert(source, cx.b.elem(x));
+    let values = cx.b.reshape(values, &[count])?;
+    let mode = if cx.bool(n, "accumulate", false)? {
+        ScatterMode::Combine(BinaryOp::Add)
+    } else {
+        ScatterMode::Replace
+    };
+    let put = scatter_into(cx, flat, 0, index, values, mode)?;
+    Ok(vec![Some(cx.b.reshape(put, &shape)?)])
+}
+
 pub fn register(r: &mut Registry) {
+    r.add(&["aten.put.default"], put);
+    r.add(
+        &[
+            "aten._embedding_bag_backward.default",
+            "aten._embedding_bag_dense_backward.default",
+        ],
+        embedding_bag_backward,
+    );
     r.add(&["aten.embedding.default"], embedding);
     r.add(
         &[

@@ -280,7 +280,62 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(out), Some(cx.b.convert(lse, lse_type.elem))])
 }
 
+/// `_trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim)`: each input with size-1
+/// dimensions inserted at its `expand` positions, the three multiplied (broadcast) and summed
+/// over `sumdim` (torch's bilinear layer is made of it). In torch's two steps, each rounded to
+/// the output's type: i1 i2 summed over the dimensions i3 lacks, then that times i3 summed
+/// over the rest.
+fn trilinear(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let out = cx.out_type(n, 0)?;
+    let acc = out.elem.accumulation();
+    let mut expanded = Vec::with_capacity(3);
+    for (input, expand) in [("i1", "expand1"), ("i2", "expand2"), ("i3", "expand3")] {
+        let x = cx.tensor(n, input)?;
+        let mut shape = cx.b.shape(x).to_vec();
+        for d in cx.ints(n, expand, None)? {
+            let d = norm_dim(d, shape.len() + 1)?;
+            shape.insert(d, 1);
+        }
+        let x = cx.b.convert(x, acc);
+        expanded.push(cx.b.reshape(x, &shape)?);
+    }
+    let rank = cx.b.ty(expanded[0]).rank();
+    let sumdim = cx
+        .ints(n, "sumdim", None)?
+        .into_iter()
+        .map(|d| norm_dim(d, rank))
+        .collect::<OpResult<Vec<usize>>>()?;
+    let third = cx.b.shape(expanded[2]).to_vec();
+    let (first, second): (Vec<usize>, Vec<usize>) =
+        sumdim.iter().partition(|&&d| third.get(d) == Some(&1));
+    let pair = cx.broadcast_all(&expanded[..2])?;
+    let product = cx.b.binary(BinaryOp::Mul, pair[0], pair[1])?;
+    let partial = sum_keeping(cx, product, &first)?;
+    let partial = cx.b.convert(partial, out.elem);
+    let partial = cx.b.convert(partial, acc);
+    let v = cx.broadcast_all(&[partial, expanded[2]])?;
+    let product = cx.b.binary(BinaryOp::Mul, v[0], v[1])?;
+    let summed = sum_keeping(cx, product, &second)?;
+    let summed = cx.b.reshape(summed, &out.shape)?;
+    Ok(vec![Some(cx.b.convert(summed, out.elem))])
+}
+
+/// `x` summed over `dims`, which stay as size-1 dimensions.
+fn sum_keeping(cx: &mut Ctx, x: Value, dims: &[usize]) -> OpResult<Value> {
+    if dims.is_empty() {
+        return Ok(x);
+    }
+    let mut shape = cx.b.shape(x).to_vec();
+    let dims_i: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+    let summed = cx.b.reduce_by(x, &dims_i, BinaryOp::Add)?;
+    for &d in dims {
+        shape[d] = 1;
+    }
+    Ok(cx.b.reshape(summed, &shape)?)
+}
+
 pub fn register(r: &mut Registry) {
+    r.add(&["aten._trilinear.default"], trilinear);
     r.add(&["aten.linear.default"], linear);
     r.add(&["aten.addmm.default"], |cx, n| {
         add_product(cx, n, ["mat1", "mat2"], |ra, _| contract_last(0, ra, 0))

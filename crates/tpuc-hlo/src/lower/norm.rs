@@ -220,13 +220,25 @@ fn batch_norm_training(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         let sum = cx.b.binary(BinaryOp::Add, a, c)?;
         updated.push((sum, old_elem));
     }
-    if n.target
-        .starts_with("aten._native_batch_norm_legit_functional")
+    let with_update = n.target == "aten._batch_norm_with_update_functional.default";
+    if with_update
+        || n.target
+            .starts_with("aten._native_batch_norm_legit_functional")
     {
-        // _native_batch_norm_legit_functional returns the new running statistics, in the type
-        // torch records (float32 for 16-bit inputs).
+        // The functional forms return the new running statistics, in the type torch records
+        // (float32 for 16-bit inputs); _batch_norm_with_update_functional returns an empty
+        // reserve (cuDNN's workspace) before them.
+        let first = if with_update {
+            let reserve = cx.out_type(n, 3)?;
+            outs.push(Some(cx.b.splat(&reserve, 0.0)));
+            4
+        } else {
+            3
+        };
         for (i, (v, old_elem)) in updated.into_iter().enumerate() {
-            let elem = cx.opt_out_type(n, 3 + i)?.map_or(old_elem, |ty| ty.elem);
+            let elem = cx
+                .opt_out_type(n, first + i)?
+                .map_or(old_elem, |ty| ty.elem);
             outs.push(Some(cx.b.convert(v, elem)));
         }
     } else {
@@ -265,6 +277,10 @@ pub fn register(r: &mut Registry) {
             "aten._native_batch_norm_legit_functional.default",
         ],
         batch_norm_any,
+    );
+    r.add(
+        &["aten._batch_norm_with_update_functional.default"],
+        batch_norm_training,
     );
     r.add(&["aten.native_group_norm.default"], group_norm);
     r.add(

@@ -464,6 +464,119 @@ fn adaptive_avg_pool(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.convert(x, out.elem))])
 }
 
+/// Adaptive max pooling with indices: output position i of a spatial dimension of size `in`
+/// pools [floor(i in / out), ceil((i + 1) in / out)); its index is the flat position in the
+/// input plane (h W + w) of the window's largest value (a NaN over any number, the first on
+/// ties), as torch's kernel picks it. One window reduction per output position.
+fn adaptive_max_pool(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let (values_ty, index_ty) = (cx.out_type(n, 0)?, cx.out_type(n, 1)?);
+    let spatial = pool_spatial(n);
+    let shape = cx.b.shape(x).to_vec();
+    let rank = shape.len();
+    spatial_of(&shape, spatial)?;
+    let lead = shape[..rank - spatial].to_vec();
+    let sizes = shape[rank - spatial..].to_vec();
+    let outs = values_ty.shape[rank - spatial..].to_vec();
+    let windows: Vec<Vec<(i64, i64)>> = sizes
+        .iter()
+        .zip(&outs)
+        .map(|(&input, &o)| {
+            (0..o)
+                .map(|i| (i * input / o, ((i + 1) * input + o - 1) / o))
+                .collect()
+        })
+        .collect();
+    let total: usize = outs.iter().product::<i64>() as usize;
+    let mut values = Vec::with_capacity(total);
+    let mut indices = Vec::with_capacity(total);
+    for flat in 0..total {
+        // The output position, last spatial dimension fastest.
+        let mut rest = flat as i64;
+        let mut at = vec![0; spatial];
+        for d in (0..spatial).rev() {
+            at[d] = rest % outs[d];
+            rest /= outs[d];
+        }
+        let mut region = x;
+        for d in 0..spatial {
+            let (start, end) = windows[d][at[d] as usize];
+            region = cx.b.slice_dim(region, rank - spatial + d, start, end, 1)?;
+        }
+        let region_sizes: Vec<i64> = (0..spatial)
+            .map(|d| {
+                let (start, end) = windows[d][at[d] as usize];
+                end - start
+            })
+            .collect();
+        let count: i64 = region_sizes.iter().product();
+        let mut flat_shape = lead.clone();
+        flat_shape.push(count);
+        let region = cx.b.reshape(region, &flat_shape)?;
+        let (value, local) = super::reduction::arg_reduce(cx, region, lead.len(), true)?;
+        // The local index unravelled over the window, then flattened over the input plane.
+        let mut remaining = local;
+        let mut position = cx.full_like(local, 0.0, None);
+        let mut plane_stride = 1;
+        for d in (0..spatial).rev() {
+            let size = cx.full_like(local, region_sizes[d] as f64, None);
+            let within = cx.b.binary(BinaryOp::Rem, remaining, size)?;
+            remaining = cx.b.binary(BinaryOp::Div, remaining, size)?;
+            let start = cx.full_like(local, windows[d][at[d] as usize].0 as f64, None);
+            let coordinate = cx.b.binary(BinaryOp::Add, within, start)?;
+            let scaled = cx.scaled(coordinate, plane_stride as f64)?;
+            position = cx.b.binary(BinaryOp::Add, position, scaled)?;
+            plane_stride *= sizes[d];
+        }
+        let mut one = lead.clone();
+        one.push(1);
+        values.push(cx.b.reshape(value, &one)?);
+        indices.push(cx.b.reshape(position, &one)?);
+    }
+    let values = cx.b.concatenate(&values, lead.len() as i64)?;
+    let indices = cx.b.concatenate(&indices, lead.len() as i64)?;
+    let indices = cx.b.convert(indices, index_ty.elem);
+    Ok(vec![
+        Some(cx.b.reshape(values, &values_ty.shape)?),
+        Some(cx.b.reshape(indices, &index_ty.shape)?),
+    ])
+}
+
+/// The backward of adaptive max pooling: each output's gradient added to the input element its
+/// index names (flat in the input plane).
+fn adaptive_max_pool_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let grad = cx.tensor(n, "grad_output")?;
+    let x = cx.tensor(n, "self")?;
+    let indices = cx.tensor(n, "indices")?;
+    let spatial = pool_spatial(n);
+    let shape = cx.b.shape(x).to_vec();
+    let rank = shape.len();
+    spatial_of(&shape, spatial)?;
+    let lead = shape[..rank - spatial].to_vec();
+    let plane: i64 = shape[rank - spatial..].iter().product();
+    let outputs: i64 = cx.b.shape(grad)[rank - spatial..].iter().product();
+    let mut flat_out = lead.clone();
+    flat_out.push(outputs);
+    let mut flat_in = lead.clone();
+    flat_in.push(plane);
+    let elem = cx.out_type(n, 0)?.elem;
+    let acc = elem.accumulation();
+    let g = cx.b.convert(grad, acc);
+    let g = cx.b.reshape(g, &flat_out)?;
+    let idx = cx.b.reshape(indices, &flat_out)?;
+    let zeros = cx.b.splat(&TensorType::new(flat_in, acc), 0.0);
+    let dx = scatter_into(
+        cx,
+        zeros,
+        lead.len(),
+        idx,
+        g,
+        ScatterMode::Combine(BinaryOp::Add),
+    )?;
+    let dx = cx.b.reshape(dx, &shape)?;
+    Ok(vec![Some(cx.b.convert(dx, elem))])
+}
+
 /// The backward of adaptive average pooling: the transposed averaging matrix along each dim.
 fn adaptive_avg_pool_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let mut g = cx.tensor(n, "grad_output")?;
@@ -482,6 +595,21 @@ fn adaptive_avg_pool_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Val
 }
 
 pub fn register(r: &mut Registry) {
+    r.add(
+        &[
+            "aten.adaptive_max_pool1d.default",
+            "aten.adaptive_max_pool2d.default",
+            "aten.adaptive_max_pool3d.default",
+        ],
+        adaptive_max_pool,
+    );
+    r.add(
+        &[
+            "aten.adaptive_max_pool2d_backward.default",
+            "aten.adaptive_max_pool3d_backward.default",
+        ],
+        adaptive_max_pool_backward,
+    );
     r.add(
         &[
             "aten.max_pool1d.default",

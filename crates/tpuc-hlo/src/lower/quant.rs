@@ -1,6 +1,7 @@
 //! Quantization: the `quantized_decomposed` ops PT2E quantization leaves in a graph (quantize and
-//! dequantize, per tensor and per channel), torch's fake quantization (QAT), and the integer
-//! matmuls of quantized linear layers (`_int_mm`, `_weight_int8pack_mm`).
+//! dequantize, per tensor and per channel), torch's fake quantization (QAT), the integer
+//! matmuls of quantized linear layers (`_int_mm`, `_weight_int8pack_mm`) and the scaled matmul
+//! of 8-bit floats (`_scaled_mm`).
 //!
 //! Each follows torch's reference arithmetic step by step, in the types torch computes in:
 //! `round_half_even(x * (1 / scale)) + zero_point`, clamped to `[quant_min, quant_max]`, then
@@ -420,7 +421,69 @@ fn weight_int8pack_mm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.convert(y, out))])
 }
 
+/// `_scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype)`: 8-bit float matrices
+/// widened to float32 and multiplied, scaled by a per-tensor scale or per-row (of a) and
+/// per-column (of b) scales, plus the bias, rounded once to `out_dtype` (a's type if absent).
+fn scaled_mm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let a = cx.tensor(n, "self")?;
+    let b = cx.tensor(n, "mat2")?;
+    for (name, v) in [("self", a), ("mat2", b)] {
+        let elem = cx.b.elem(v);
+        if cx.b.ty(v).rank() != 2 || !elem.is_float() {
+            return err(format!(
+                "_scaled_mm expects float matrices, got {name} of {}",
+                cx.b.ty(v)
+            ));
+        }
+    }
+    if cx.opt_tensor(n, "scale_result")?.is_some() {
+        return err("not supported: _scaled_mm with scale_result (a scaled 8-bit output)");
+    }
+    let out = cx.out_type(n, 0)?;
+    let a = cx.b.convert(a, DType::F32);
+    let b = cx.b.convert(b, DType::F32);
+    let dims = DotDims {
+        lhs_batch: vec![],
+        rhs_batch: vec![],
+        lhs_contracting: vec![1],
+        rhs_contracting: vec![0],
+    };
+    let p = precision(cx, DType::F32);
+    let mut y = cx.b.dot_general(a, b, dims, p)?;
+    let shape = cx.b.shape(y).to_vec();
+    for (name, axis) in [("scale_a", 0), ("scale_b", 1)] {
+        let s = cx.tensor(n, name)?;
+        let s = cx.b.convert(s, DType::F32);
+        let count = cx.b.ty(s).numel();
+        let s = if count == 1 {
+            let s = cx.b.reshape(s, &[])?;
+            cx.b.broadcast_in_dim(s, &shape, &[])?
+        } else if count == shape[axis] {
+            let s = cx.b.reshape(s, &[count])?;
+            cx.b.broadcast_in_dim(s, &shape, &[axis as i64])?
+        } else {
+            return err(format!(
+                "{name} must be one scale or one per {} ({}), got {count}",
+                if axis == 0 {
+                    "row of self"
+                } else {
+                    "column of mat2"
+                },
+                shape[axis]
+            ));
+        };
+        y = cx.b.binary(BinaryOp::Mul, y, s)?;
+    }
+    if let Some(bias) = cx.opt_tensor(n, "bias")? {
+        let bias = cx.b.convert(bias, DType::F32);
+        let bias = cx.b.broadcast_to(bias, &shape)?;
+        y = cx.b.binary(BinaryOp::Add, y, bias)?;
+    }
+    Ok(vec![Some(cx.b.convert(y, out.elem))])
+}
+
 pub fn register(r: &mut Registry) {
+    r.add(&["aten._scaled_mm.default"], scaled_mm);
     r.add(
         &[
             "quantized_decomposed.quantize_per_tensor.default",

@@ -304,7 +304,217 @@ fn logcumsumexp(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.convert(r[0], out))])
 }
 
+/// `histc(x, bins, min, max)`: counts of x in `bins` equal bins over [min, max] (the data's
+/// range when min = max, widened by one on each side when that is a single value); values
+/// outside are not counted, and max falls into the last bin.
+fn histc(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let elem = cx.b.elem(x);
+    if !elem.is_float() {
+        return err(format!("histc needs a float tensor, got {elem}"));
+    }
+    let bins = cx.int(n, "bins", Some(100))?;
+    if bins <= 0 {
+        return err(format!("histc needs bins > 0, got {bins}"));
+    }
+    let (lo, hi) = (
+        cx.float(n, "min", Some(0.0))?,
+        cx.float(n, "max", Some(0.0))?,
+    );
+    if lo > hi {
+        return err(format!("histc needs max >= min, got min {lo} and max {hi}"));
+    }
+    let count = cx.b.ty(x).numel();
+    let flat = cx.b.reshape(x, &[count])?;
+    let wide = cx.b.convert(flat, DType::F64);
+    let (mut lo_v, mut hi_v) = (cx.b.scalar(DType::F64, lo), cx.b.scalar(DType::F64, hi));
+    if lo == hi {
+        let data_lo = cx.b.reduce_by(wide, &[0], BinaryOp::Min)?;
+        let data_hi = cx.b.reduce_by(wide, &[0], BinaryOp::Max)?;
+        let one = cx.b.scalar(DType::F64, 1.0);
+        let same = cx.b.compare(CompareDir::Eq, data_lo, data_hi)?;
+        let below = cx.b.binary(BinaryOp::Sub, data_lo, one)?;
+        let above = cx.b.binary(BinaryOp::Add, data_hi, one)?;
+        lo_v = cx.b.select(same, below, data_lo)?;
+        hi_v = cx.b.select(same, above, data_hi)?;
+    }
+    let lo_b = cx.b.broadcast_in_dim(lo_v, &[count], &[])?;
+    let hi_b = cx.b.broadcast_in_dim(hi_v, &[count], &[])?;
+    let offset = cx.b.binary(BinaryOp::Sub, wide, lo_b)?;
+    let width = cx.b.binary(BinaryOp::Sub, hi_b, lo_b)?;
+    let scaled = cx.scaled(offset, bins as f64)?;
+    let position = cx.b.binary(BinaryOp::Div, scaled, width)?;
+    let position = cx.b.unary(UnaryOp::Floor, position)?;
+    let last = cx.full_like(position, (bins - 1) as f64, None);
+    let at_max = cx.b.compare(CompareDir::Eq, wide, hi_b)?;
+    let position = cx.b.select(at_max, last, position)?;
+    let inside_lo = cx.b.compare(CompareDir::Ge, wide, lo_b)?;
+    let inside_hi = cx.b.compare(CompareDir::Le, wide, hi_b)?;
+    let inside = cx.b.binary(BinaryOp::And, inside_lo, inside_hi)?;
+    let position = cx.b.convert(position, DType::I64);
+    let grid = TensorType::new(vec![count, bins], DType::I64);
+    let position = cx.b.broadcast_in_dim(position, &grid.shape, &[0])?;
+    let inside = cx.b.broadcast_in_dim(inside, &grid.shape, &[0])?;
+    let bin = cx.b.iota(grid, 1)?;
+    let hit = cx.b.compare(CompareDir::Eq, position, bin)?;
+    let hit = cx.b.binary(BinaryOp::And, hit, inside)?;
+    let ones = cx.b.convert(hit, DType::F64);
+    let counts = cx.b.reduce_by(ones, &[0], BinaryOp::Add)?;
+    Ok(vec![Some(cx.b.convert(counts, elem))])
+}
+
+/// `mode(x, dim)`: the most frequent value along `dim` (the smallest of those equally
+/// frequent) and a position of it (the last), by comparing every pair of elements.
+fn mode(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let shape = cx.b.shape(x).to_vec();
+    let (values_ty, index_ty) = (cx.out_type(n, 0)?, cx.out_type(n, 1)?);
+    if shape.is_empty() {
+        let zero = cx.b.scalar(index_ty.elem, 0.0);
+        return Ok(vec![Some(x), Some(zero)]);
+    }
+    let rank = shape.len();
+    let dim = norm_dim(cx.int(n, "dim", Some(-1))?, rank)?;
+    let size = shape[dim];
+    // Pairs (i, j) along dim in two trailing dimensions: [..., i, j].
+    let mut moved: Vec<i64> = (0..rank as i64).filter(|&d| d != dim as i64).collect();
+    moved.push(dim as i64);
+    let xm = cx.b.transpose(x, &moved)?;
+    let lead = cx.b.shape(xm)[..rank - 1].to_vec();
+    let mut pairs = lead.clone();
+    pairs.extend([size, size]);
+    let dims_i: Vec<i64> = (0..rank as i64 - 1).chain([rank as i64 - 1]).collect();
+    let dims_j: Vec<i64> = (0..rank as i64 - 1).chain([rank as i64]).collect();
+    let xi = cx.b.broadcast_in_dim(xm, &pairs, &dims_i)?;
+    let xj = cx.b.broadcast_in_dim(xm, &pairs, &dims_j)?;
+    let equal = cx.b.compare(CompareDir::Eq, xi, xj)?;
+    let ones = cx.b.convert(equal, DType::I64);
+    let counts = cx.b.reduce_by(ones, &[rank as i64], BinaryOp::Add)?;
+    let last = rank as i64 - 1;
+    let most = cx.b.reduce_by(counts, &[last], BinaryOp::Max)?;
+    let most = cx.b.broadcast_in_dim(
+        most,
+        cx.b.shape(counts).to_vec().as_slice(),
+        &(0..last).collect::<Vec<_>>(),
+    )?;
+    let frequent = cx.b.compare(CompareDir::Eq, counts, most)?;
+    let elem = cx.b.elem(xm);
+    let highest = cx.full_like(xm, reduction_identity(BinaryOp::Min, elem), None);
+    let candidates = cx.b.select(frequent, xm, highest)?;
+    let value = cx.b.reduce_by(candidates, &[last], BinaryOp::Min)?;
+    let value_b = cx.b.broadcast_in_dim(
+        value,
+        cx.b.shape(xm).to_vec().as_slice(),
+        &(0..last).collect::<Vec<_>>(),
+    )?;
+    let at = cx.b.compare(CompareDir::Eq, xm, value_b)?;
+    let positions =
+        cx.b.iota(TensorType::new(cx.b.shape(xm).to_vec(), DType::I64), last)?;
+    let none = cx.full_like(positions, -1.0, None);
+    let where_at = cx.b.select(at, positions, none)?;
+    let index = cx.b.reduce_by(where_at, &[last], BinaryOp::Max)?;
+    let index = cx.b.convert(index, index_ty.elem);
+    Ok(vec![
+        Some(cx.b.reshape(value, &values_ty.shape)?),
+        Some(cx.b.reshape(index, &index_ty.shape)?),
+    ])
+}
+
+/// `hash_tensor(x, dim, keepdim, mode=0)`: the elements widened to their 64-bit type (float64,
+/// int64 or uint64), read as uint64 and combined by xor.
+fn hash_tensor(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    if cx.int(n, "mode", Some(0))? != 0 {
+        return err("not supported: hash_tensor with a mode other than 0 (xor of the bits)");
+    }
+    let x = cx.tensor(n, "self")?;
+    let elem = cx.b.elem(x);
+    let wide = match elem.kind() {
+        tpuc_dtype::Kind::Float => DType::F64,
+        tpuc_dtype::Kind::Signed => DType::I64,
+        tpuc_dtype::Kind::Unsigned | tpuc_dtype::Kind::Bool => DType::U64,
+        tpuc_dtype::Kind::Complex => return err("not supported: hash_tensor of complex tensors"),
+    };
+    let w = cx.b.convert(x, wide);
+    let bits = cx.b.bitcast(w, DType::U64)?;
+    let dims = reduce_dims(cx, n, x)?;
+    let h = cx.b.reduce_by(bits, &dims, BinaryOp::Xor)?;
+    let out = cx.out_type(n, 0)?;
+    Ok(vec![Some(cx.b.reshape(h, &out.shape)?)])
+}
+
+/// `segment_reduce(data, reduce, lengths | offsets, axis=0, initial)` over 1-d lengths: each
+/// segment's elements (along axis 0) reduced with sum, mean, max, min or prod, starting from
+/// `initial` where given; an empty segment is the reduction's identity (its mean NaN).
+fn segment_reduce(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let data = cx.tensor(n, "data")?;
+    let how = cx.opt_str(n, "reduce")?.unwrap_or("sum");
+    if cx.int(n, "axis", Some(0))? != 0 {
+        return err("not supported: segment_reduce along an axis other than 0");
+    }
+    let lengths = match (cx.opt_tensor(n, "lengths")?, cx.opt_tensor(n, "offsets")?) {
+        (Some(l), _) => l,
+        (None, Some(o)) => {
+            let count = cx.b.ty(o).numel();
+            let later = cx.b.slice_dim(o, 0, 1, count, 1)?;
+            let earlier = cx.b.slice_dim(o, 0, 0, count - 1, 1)?;
+            cx.b.binary(BinaryOp::Sub, later, earlier)?
+        }
+        (None, None) => return err("segment_reduce needs lengths or offsets"),
+    };
+    if cx.b.ty(lengths).rank() != 1 {
+        return err("not supported: segment_reduce with batched (multi-dimensional) lengths");
+    }
+    let op = match how {
+        "sum" | "mean" => BinaryOp::Add,
+        "max" => BinaryOp::Max,
+        "min" => BinaryOp::Min,
+        "prod" => BinaryOp::Mul,
+        other => return err(format!("segment_reduce: unknown reduction {other:?}")),
+    };
+    let initial = cx.opt_float(n, "initial")?;
+    if initial.is_some() && how == "mean" {
+        return err("not supported: segment_reduce mean with an initial value");
+    }
+    let shape = cx.b.shape(data).to_vec();
+    let segments = cx.b.shape(lengths)[0];
+    let count = shape[0];
+    let elem = cx.b.elem(data);
+    let lengths = cx.b.convert(lengths, DType::I64);
+    let ends = scan(cx, lengths, 0, BinaryOp::Add)?;
+    let starts = cx.b.binary(BinaryOp::Sub, ends, lengths)?;
+    // membership[s, i]: element i belongs to segment s.
+    let grid = [segments, count];
+    let position = cx.b.iota(TensorType::new(grid.to_vec(), DType::I64), 1)?;
+    let starts = cx.b.broadcast_in_dim(starts, &grid, &[0])?;
+    let ends = cx.b.broadcast_in_dim(ends, &grid, &[0])?;
+    let after = cx.b.compare(CompareDir::Ge, position, starts)?;
+    let before = cx.b.compare(CompareDir::Lt, position, ends)?;
+    let member = cx.b.binary(BinaryOp::And, after, before)?;
+    let mut wide = vec![segments];
+    wide.extend_from_slice(&shape);
+    let member = cx.b.broadcast_in_dim(member, &wide, &[0, 1])?;
+    let dims: Vec<i64> = (1..=shape.len() as i64).collect();
+    let values = cx.b.broadcast_in_dim(data, &wide, &dims)?;
+    let identity = cx.full_like(values, reduction_identity(op, elem), None);
+    let kept = cx.b.select(member, values, identity)?;
+    let mut r = cx.b.reduce_by(kept, &[1], op)?;
+    if let Some(initial) = initial {
+        let init = cx.full_like(r, initial, None);
+        r = cx.b.binary(op, r, init)?;
+    }
+    if how == "mean" {
+        let counts = cx.b.convert(member, elem);
+        let counts = cx.b.reduce_by(counts, &[1], BinaryOp::Add)?;
+        r = cx.b.binary(BinaryOp::Div, r, counts)?;
+    }
+    Ok(vec![Some(r)])
+}
+
 pub fn register(r: &mut Registry) {
+    r.add(&["aten.hash_tensor.default"], hash_tensor);
+    r.add(&["aten.segment_reduce.default"], segment_reduce);
+    r.add(&["aten.histc.default"], histc);
+    r.add(&["aten.mode.default"], mode);
     r.add_complex(&["aten.sum.default", "aten.sum.dim_IntList"], |cx, n| {
         simple_reduce(cx, n, BinaryOp::Add)
     });
