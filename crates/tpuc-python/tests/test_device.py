@@ -170,14 +170,17 @@ def test_factories_make_device_tensors(mode):
 
 
 def test_ops_tpuc_cannot_lower_run_on_the_cpu_with_a_warning(mode):
-    x = torch.randn(4, 3)
+    x = torch.randn(4, 4)
+    x = x + x.T  # symmetric: LDL^T (with pivoting), which tpuc does not lower
     tpuc.device._ON_CPU.clear()  # said once per op and process: say it again
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        u, s, vh = torch.linalg.svd(x.to("tpuc"), full_matrices=False)
-    assert u.device.type == "tpuc"
-    torch.testing.assert_close(((u * s) @ vh).cpu(), x, **TOL)
-    assert any("_linalg_svd" in str(w.message) and "runs on the CPU" in str(w.message) for w in caught)
+        ld, pivots = torch.linalg.ldl_factor(x.to("tpuc"))
+    assert ld.device.type == "tpuc"
+    want_ld, want_pivots = torch.linalg.ldl_factor(x)
+    torch.testing.assert_close(ld.cpu(), want_ld, **TOL)
+    assert torch.equal(pivots.cpu(), want_pivots)
+    assert any("linalg_ldl_factor" in str(w.message) and "runs on the CPU" in str(w.message) for w in caught)
     # The warning names the user's line.
     assert any(w.filename == __file__ for w in caught), [w.filename for w in caught]
     # Ops whose results' sizes or values decide what they return run on the CPU too.
@@ -190,7 +193,7 @@ def test_ops_tpuc_cannot_lower_run_on_the_cpu_with_a_warning(mode):
                for w in caught), [str(w.message) for w in caught]
     # Strict settings make it an error.
     script = ("import torch, tpuc\n"
-              "torch.linalg.svd(torch.randn(4, 3).to('tpuc'))\n")
+              "torch.linalg.ldl_factor(torch.eye(4).to('tpuc'))\n")
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, TPUC_STRICT="1", TF_CPP_MIN_LOG_LEVEL="3"))
     assert run.returncode != 0 and "cannot run on the tpuc device: tpuc does not lower it (TPUC_STRICT=1)" \
@@ -542,10 +545,10 @@ def test_torch_compile_over_device_tensors_falls_back_compares_and_refuses_clear
     # An op tpuc cannot lower runs on the device op by op (there, on the CPU), with one warning.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        got = torch.compile(lambda v: torch.tanh(torch.special.i0(v) + 1) * 3, backend="tpuc")(x_on_device)
-    torch.testing.assert_close(got.cpu(), torch.tanh(torch.special.i0(x) + 1) * 3, **TOL)
+        got = torch.compile(lambda v: torch.tanh(torch.special.bessel_j0(v) + 1) * 3, backend="tpuc")(x_on_device)
+    torch.testing.assert_close(got.cpu(), torch.tanh(torch.special.bessel_j0(x) + 1) * 3, **TOL)
     assert got.device.type == "tpuc"
-    assert any("aten.i0.default" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert any("aten.special_bessel_j0.default" in str(w.message) for w in caught), [str(w.message) for w in caught]
     # The compare option checks a graph over the device's tensors against the CPU as well.
     compared = torch.compile(lambda v: torch.sin(v) * v, backend="tpuc", options={"compare": True})
     torch.testing.assert_close(compared(x_on_device).cpu(), torch.sin(x) * x, **TOL)
