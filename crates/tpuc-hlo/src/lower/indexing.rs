@@ -690,10 +690,11 @@ fn embedding_bag_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>
         bag_of_indices(cx, offsets, count, bags_count)?
     };
     let mut contributions = take_along(cx, grad, 0, bags)?;
-    let mut scale: Option<Value> = None;
+    // Each index's contribution is multiplied by these factors (one value per index).
+    let mut factors: Vec<Value> = Vec::new();
     if let Some(weights) = cx.opt_tensor(n, "per_sample_weights")? {
         let w = cx.b.convert(weights, cx.b.elem(grad));
-        scale = Some(cx.b.reshape(w, &[count])?);
+        factors.push(cx.b.reshape(w, &[count])?);
     }
     if mode == 1 {
         let sizes = cx.tensor(n, "bag_size")?;
@@ -702,10 +703,7 @@ fn embedding_bag_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>
         let one = cx.full_like(per_index, 1.0, None);
         let nonzero = cx.b.binary(BinaryOp::Max, per_index, one)?;
         let inverse = cx.b.binary(BinaryOp::Div, one, nonzero)?;
-        scale = Some(match scale {
-            Some(s) => cx.b.binary(BinaryOp::Mul, s, inverse)?,
-            None => inverse,
-        });
+        factors.push(inverse);
     }
     if cx.bool(n, "scale_grad_by_freq", false)? {
         let ones = cx.b.splat(&TensorType::new(vec![count], DType::I64), 1.0);
@@ -722,23 +720,21 @@ fn embedding_bag_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>
         let per_index = cx.b.convert(per_index, cx.b.elem(grad));
         let one = cx.full_like(per_index, 1.0, None);
         let inverse = cx.b.binary(BinaryOp::Div, one, per_index)?;
-        scale = Some(match scale {
-            Some(s) => cx.b.binary(BinaryOp::Mul, s, inverse)?,
-            None => inverse,
-        });
+        factors.push(inverse);
     }
     if padding_idx >= 0 {
         let pad = cx.full_like(indices, padding_idx as f64, None);
         let kept = cx.b.compare(CompareDir::Ne, indices, pad)?;
         let kept = cx.b.convert(kept, cx.b.elem(grad));
-        scale = Some(match scale {
-            Some(s) => cx.b.binary(BinaryOp::Mul, s, kept)?,
-            None => kept,
-        });
+        factors.push(kept);
     }
-    if let Some(s) = scale {
-        let s = cx.b.broadcast_in_dim(s, &[count, width], &[0])?;
-        contributions = cx.b.binary(BinaryOp::Mul, contributions, s)?;
+    if let Some((&first, rest)) = factors.split_first() {
+        let mut scale = first;
+        for &f in rest {
+            scale = cx.b.binary(BinaryOp::Mul, scale, f)?;
+        }
+        let scale = cx.b.broadcast_in_dim(scale, &[count, width], &[0])?;
+        contributions = cx.b.binary(BinaryOp::Mul, contributions, scale)?;
     }
     let index = cx.b.broadcast_in_dim(indices, &[count, width], &[0])?;
     let g = scatter_into(
