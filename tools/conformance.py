@@ -55,6 +55,9 @@ CI_OPS = [
     "polygamma", "special.zeta", "special.i1e", "nextafter", "hypot", "frexp", "bitwise_left_shift",
     "gcd", "dist", "cummax", "logcumsumexp", "round", "special.i0e", "special.erfcx", "special.ndtri",
     "mode", "put", "histc", "nn.functional.adaptive_max_pool2d", "nn.functional.bilinear",
+    "special.bessel_j0", "special.bessel_j1", "special.bessel_y0", "special.bessel_y1",
+    "special.modified_bessel_k0", "special.modified_bessel_k1", "special.scaled_modified_bessel_k0",
+    "special.scaled_modified_bessel_k1", "special.airy_ai",
     # Linear algebra (float32).
     "linalg.solve", "linalg.det", "linalg.slogdet", "linalg.inv", "linalg.cholesky", "linalg.eigh",
     "linalg.svd", "linalg.qr", "linalg.lu_factor", "linalg.solve_triangular", "linalg.pinv",
@@ -378,12 +381,6 @@ NOT_REACHED_BECAUSE = [
     ("aten.linalg_ldl", "Bunch-Kaufman LDL^T (pivoting by magnitude comparisons step by step): not written yet"),
     ("aten.linalg_matrix_exp", "the Pade degree and the number of squarings follow the matrix's norm "
                                "(data): not written yet"),
-    ("aten.special_bessel", "Bessel functions J and Y oscillate where their series cancel: they need "
-                            "piecewise approximation tables, not written yet"),
-    ("aten.special_modified_bessel_k", "the modified Bessel functions K decay where their series cancel: "
-                                       "approximation tables, not written yet"),
-    ("aten.special_scaled_modified_bessel_k", "as the modified Bessel functions K"),
-    ("aten.special_airy_ai", "Airy's function: approximation tables, not written yet"),
     ("polynomial", "orthogonal polynomials of a degree each element gives (a tensor): torch's recurrence "
                    "runs as often as the degree, a loop whose length is data (no while loop in tpuc's IR yet)"),
     ("aten.igamma", "the regularized incomplete gamma functions iterate to convergence (a data-dependent "

@@ -7,6 +7,7 @@
 //! The lowering produces the module as the graph says it; the passes (`crate::passes`) clean it
 //! up afterwards.
 
+mod bessel;
 mod collectives;
 mod complex;
 mod conv;

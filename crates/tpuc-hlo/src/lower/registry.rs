@@ -34,6 +34,7 @@ pub(super) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     super::fft::register(&mut r);
     super::quant::register(&mut r);
     super::special::register(&mut r);
+    super::bessel::register(&mut r);
     super::sharding::register(&mut r);
     super::collectives::register(&mut r);
     r

@@ -1,5 +1,6 @@
 //! Special functions and the integer and float edge ops: polygamma, the Hurwitz zeta function,
-//! the scaled Bessel function I1e, nextafter, hypot, frexp, bit shifts by tensors, gcd and lcm.
+//! the scaled Bessel function I1e (the other Bessel functions are in `bessel`), erfcx, ndtri,
+//! nextafter, hypot, frexp, bit shifts by tensors, gcd and lcm.
 //! Where CHLO has the function as torch defines it (the plugin expands it), tpuc emits that;
 //! the rest are written out here with torch's algorithms and its rules at the edges.
 
@@ -189,7 +190,7 @@ fn zeta(cx: &mut Ctx, s: Value, q: Value) -> OpResult<Value> {
 
 /// `f` of `self` computed in float64 (the functions below lose digits in float32 on the way),
 /// rounded once to the output's type.
-fn in_double(
+pub(super) fn in_double(
     cx: &mut Ctx,
     n: &Node,
     f: impl FnOnce(&mut Ctx, Value) -> OpResult<Value>,
@@ -206,72 +207,6 @@ fn in_double(
     let wide = cx.b.convert(x, DType::F64);
     let r = f(cx, wide)?;
     Ok(vec![Some(cx.b.convert(r, elem))])
-}
-
-/// Where the modified Bessel functions switch from their power series to their asymptotic
-/// expansion: both reach float64's precision there (the series in 50 terms, the expansion in
-/// 15).
-const BESSEL_SWITCH: f64 = 30.0;
-
-/// The modified Bessel function of the first kind I_order(x) (order 0 or 1), times
-/// exp(-|x|) when `scaled`: the power series sum_k (x/2)^(2k+order) / (k! (k+order)!) up to
-/// the switch, then exp(|x|) / sqrt(2 pi |x|) sum_k (-1)^k a_k / |x|^k with
-/// a_k = prod_j (4 order^2 - (2j-1)^2) / (8 j). Float64.
-fn bessel_i(cx: &mut Ctx, x: Value, order: u32, scaled: bool) -> OpResult<Value> {
-    let a = cx.b.unary(UnaryOp::Abs, x)?;
-    // The series.
-    let half = cx.scaled(a, 0.5)?;
-    let q = cx.b.binary(BinaryOp::Mul, half, half)?;
-    let mut term = if order == 0 {
-        cx.full_like(a, 1.0, None)
-    } else {
-        half
-    };
-    let mut series = term;
-    for k in 1..=50u32 {
-        let t = cx.b.binary(BinaryOp::Mul, term, q)?;
-        term = cx.scaled(t, 1.0 / f64::from(k * (k + order)))?;
-        series = cx.b.binary(BinaryOp::Add, series, term)?;
-    }
-    if scaled {
-        let minus = cx.b.unary(UnaryOp::Neg, a)?;
-        let decay = cx.b.unary(UnaryOp::Exp, minus)?;
-        series = cx.b.binary(BinaryOp::Mul, series, decay)?;
-    }
-    // The asymptotic expansion.
-    let one = cx.full_like(a, 1.0, None);
-    let inverse = cx.b.binary(BinaryOp::Div, one, a)?;
-    let mut coefficient = 1.0;
-    let mut power = one;
-    let mut sum = one;
-    let mu = 4.0 * f64::from(order * order);
-    for j in 1..15u32 {
-        let odd = f64::from(2 * j - 1);
-        coefficient *= -(mu - odd * odd) / (8.0 * f64::from(j));
-        power = cx.b.binary(BinaryOp::Mul, power, inverse)?;
-        let t = cx.scaled(power, coefficient)?;
-        sum = cx.b.binary(BinaryOp::Add, sum, t)?;
-    }
-    // exp(|x|) / sqrt(2 pi |x|), as one exponential so that it overflows no sooner than I does.
-    let two_pi_a = cx.scaled(a, 2.0 * std::f64::consts::PI)?;
-    let log_root = cx.b.unary(UnaryOp::Log, two_pi_a)?;
-    let log_root = cx.scaled(log_root, -0.5)?;
-    let exponent = if scaled {
-        log_root
-    } else {
-        cx.b.binary(BinaryOp::Add, a, log_root)?
-    };
-    let factor = cx.b.unary(UnaryOp::Exp, exponent)?;
-    let asymptotic = cx.b.binary(BinaryOp::Mul, factor, sum)?;
-    let switch = cx.full_like(a, BESSEL_SWITCH, None);
-    let far = cx.b.compare(CompareDir::Gt, a, switch)?;
-    let value = cx.b.select(far, asymptotic, series)?;
-    if order == 1 {
-        // I1 is odd.
-        let sign = cx.b.unary(UnaryOp::Sign, x)?;
-        return Ok(cx.b.binary(BinaryOp::Mul, value, sign)?);
-    }
-    Ok(value)
 }
 
 /// erfcx(x) = exp(x^2) erfc(x): directly below 10 (in float64 neither factor overflows or
@@ -307,32 +242,6 @@ fn ndtri(cx: &mut Ctx, p: Value) -> OpResult<Value> {
     let y = cx.b.binary(BinaryOp::Sub, two_p, one)?;
     let e = cx.b.unary(UnaryOp::ErfInv, y)?;
     cx.scaled(e, std::f64::consts::SQRT_2)
-}
-
-/// The spherical Bessel function j0(x) = sin(x) / x: its Taylor series below 1/2 (where the
-/// quotient would lose digits), 0 at infinity, as torch computes it.
-fn spherical_bessel_j0(cx: &mut Ctx, x: Value) -> OpResult<Value> {
-    let x2 = cx.b.binary(BinaryOp::Mul, x, x)?;
-    // 1 - x^2/3! + x^4/5! - ...: the coefficients (-1)^k / (2k+1)! for k = 6 down to 0.
-    let mut series = cx.full_like(x, 1.0 / 6_227_020_800.0, None);
-    let mut factorial = 6_227_020_800.0_f64;
-    for k in (0..6).rev() {
-        factorial /= f64::from((2 * k + 2) * (2 * k + 3));
-        let sign = if k % 2 == 0 { 1.0 } else { -1.0 };
-        let c = cx.full_like(x, sign / factorial, None);
-        let t = cx.b.binary(BinaryOp::Mul, series, x2)?;
-        series = cx.b.binary(BinaryOp::Add, c, t)?;
-    }
-    let s = cx.b.unary(UnaryOp::Sin, x)?;
-    let quotient = cx.b.binary(BinaryOp::Div, s, x)?;
-    let a = cx.b.unary(UnaryOp::Abs, x)?;
-    let half = cx.full_like(x, 0.5, None);
-    let small = cx.b.compare(CompareDir::Lt, a, half)?;
-    let v = cx.b.select(small, series, quotient)?;
-    let inf = cx.full_like(x, f64::INFINITY, None);
-    let infinite = cx.b.compare(CompareDir::Eq, a, inf)?;
-    let zero = cx.full_like(x, 0.0, None);
-    Ok(cx.b.select(infinite, zero, v)?)
 }
 
 /// nextafter in the operands' own type: widening first would step by the wrong amount.
@@ -529,31 +438,8 @@ pub fn register(r: &mut Registry) {
         computed_wide(cx, n, |cx, x| Ok(cx.b.unary(UnaryOp::BesselI1e, x)?))
     });
     r.add(&["aten.nextafter.default"], nextafter);
-    for (names, order, scaled) in [
-        (
-            &["aten.i0.default", "aten.special_modified_bessel_i0.default"][..],
-            0,
-            false,
-        ),
-        (&["aten.special_i0e.default"][..], 0, true),
-        (
-            &[
-                "aten.special_i1.default",
-                "aten.special_modified_bessel_i1.default",
-            ][..],
-            1,
-            false,
-        ),
-    ] {
-        r.add(names, move |cx, n| {
-            in_double(cx, n, |cx, x| bessel_i(cx, x, order, scaled))
-        });
-    }
     r.add(&["aten.special_erfcx.default"], |cx, n| {
         in_double(cx, n, erfcx)
-    });
-    r.add(&["aten.special_spherical_bessel_j0.default"], |cx, n| {
-        in_double(cx, n, spherical_bessel_j0)
     });
     r.add(&["aten.special_ndtri.default"], |cx, n| {
         in_double(cx, n, ndtri)
