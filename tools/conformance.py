@@ -57,7 +57,10 @@ CI_OPS = [
     "mode", "put", "histc", "nn.functional.adaptive_max_pool2d", "nn.functional.bilinear",
     "special.bessel_j0", "special.bessel_j1", "special.bessel_y0", "special.bessel_y1",
     "special.modified_bessel_k0", "special.modified_bessel_k1", "special.scaled_modified_bessel_k0",
-    "special.scaled_modified_bessel_k1", "special.airy_ai",
+    "special.scaled_modified_bessel_k1", "special.airy_ai", "special.chebyshev_polynomial_t",
+    "special.chebyshev_polynomial_u", "special.chebyshev_polynomial_v", "special.chebyshev_polynomial_w",
+    "special.shifted_chebyshev_polynomial_t", "special.shifted_chebyshev_polynomial_u",
+    "special.shifted_chebyshev_polynomial_v", "special.shifted_chebyshev_polynomial_w",
     # Linear algebra (float32).
     "linalg.solve", "linalg.det", "linalg.slogdet", "linalg.inv", "linalg.cholesky", "linalg.eigh",
     "linalg.svd", "linalg.qr", "linalg.lu_factor", "linalg.solve_triangular", "linalg.pinv",
@@ -381,8 +384,9 @@ NOT_REACHED_BECAUSE = [
     ("aten.linalg_ldl", "Bunch-Kaufman LDL^T (pivoting by magnitude comparisons step by step): not written yet"),
     ("aten.linalg_matrix_exp", "the Pade degree and the number of squarings follow the matrix's norm "
                                "(data): not written yet"),
-    ("polynomial", "orthogonal polynomials of a degree each element gives (a tensor): torch's recurrence "
-                   "runs as often as the degree, a loop whose length is data (no while loop in tpuc's IR yet)"),
+    ("polynomial", "Hermite, Laguerre and Legendre polynomials of a degree each element gives (a "
+                   "tensor): torch's recurrence runs as often as the degree, a loop whose length is data "
+                   "(no while loop in tpuc's IR yet; the Chebyshev kinds have closed forms, which tpuc uses)"),
     ("aten.igamma", "the regularized incomplete gamma functions iterate to convergence (a data-dependent "
                     "loop): not written yet"),
     ("aten.segment_reduce", "segments of data-given lengths: not written yet"),

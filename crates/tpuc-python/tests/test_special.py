@@ -66,3 +66,25 @@ def test_bessel_and_airy_functions_at_their_edges():
         limit = want.isnan() & ((edges == math.inf) | ((edges == -math.inf) & (name not in POSITIVE_ONLY)))
         assert torch.equal(got[limit], torch.zeros_like(got[limit])), (name, got)
         torch.testing.assert_close(got[~limit], want[~limit], equal_nan=True, msg=name)
+
+
+CHEBYSHEV = [f"{shift}chebyshev_polynomial_{kind}" for shift in ("", "shifted_") for kind in "tuvw"]
+
+
+@pytest.mark.parametrize("name", CHEBYSHEV)
+def test_chebyshev_polynomials_of_tensor_degrees_match_torch(name):
+    fn = getattr(torch.special, name)
+    # Inside and outside [-1, 1] (shifted: [0, 1]), at its ends and 0, NaN; negative degrees.
+    xs = torch.cat([torch.linspace(-3, 3, 61), torch.tensor([-1.0, 1.0, 0.0, 0.5, math.nan, -0.999, 0.999])]).double()
+    x, n = torch.meshgrid(xs, torch.arange(-2, 25).double(), indexing="ij")
+    want = fn(x, n)  # torch's float64 recurrence
+    torch.testing.assert_close(compiled(fn)(x, n), want, rtol=1e-9, atol=1e-9, equal_nan=True)
+    # float32 is computed in float64 and rounded once (eager's float32 recurrence drifts further).
+    torch.testing.assert_close(compiled(fn)(x.float(), n.float()), want.float(), equal_nan=True)
+    # Integer arguments give float32; a Python number for either argument; fractional degrees
+    # truncate.
+    xi, ni = x.nan_to_num().long(), n.long()
+    torch.testing.assert_close(compiled(fn)(xi, ni), fn(xi, ni), equal_nan=True)
+    torch.testing.assert_close(compiled(lambda v: fn(v, 3))(x), fn(x, 3), equal_nan=True)
+    torch.testing.assert_close(compiled(lambda v: fn(0.25, v))(n), fn(0.25, n), equal_nan=True)
+    torch.testing.assert_close(compiled(fn)(x, n + 0.7), fn(x, n + 0.7), rtol=1e-9, atol=1e-9, equal_nan=True)

@@ -144,20 +144,14 @@ fn with_value_where(cx: &mut Ctx, at: Value, value: f64, v: Value) -> OpResult<V
     Ok(cx.b.select(at, c, v)?)
 }
 
-/// Masks comparing `x` with a constant.
-fn compared(cx: &mut Ctx, x: Value, dir: CompareDir, c: f64) -> OpResult<Value> {
-    let c = cx.full_like(x, c, None);
-    Ok(cx.b.compare(dir, x, c)?)
-}
-
 /// J_order(x): even (order 0) or odd (order 1) in x, 0 at infinity.
 fn bessel_j(cx: &mut Ctx, x: Value, order: u32) -> OpResult<Value> {
     let a = cx.b.unary(UnaryOp::Abs, x)?;
     let (series, _) = first_kind_series(cx, a, order, true, false)?;
     let far = hankel(cx, a, order, false)?;
-    let is_far = compared(cx, a, CompareDir::Ge, OSCILLATING_SWITCH)?;
+    let is_far = cx.compared(a, CompareDir::Ge, OSCILLATING_SWITCH)?;
     let v = cx.b.select(is_far, far, series)?;
-    let infinite = compared(cx, a, CompareDir::Eq, f64::INFINITY)?;
+    let infinite = cx.compared(a, CompareDir::Eq, f64::INFINITY)?;
     let v = with_value_where(cx, infinite, 0.0, v)?;
     if order == 1 {
         let sign = cx.b.unary(UnaryOp::Sign, x)?;
@@ -183,7 +177,7 @@ fn bessel_y(cx: &mut Ctx, x: Value, order: u32) -> OpResult<Value> {
         series = cx.b.binary(BinaryOp::Sub, series, pole)?;
     }
     let far = hankel(cx, x, order, true)?;
-    let is_far = compared(cx, x, CompareDir::Ge, OSCILLATING_SWITCH)?;
+    let is_far = cx.compared(x, CompareDir::Ge, OSCILLATING_SWITCH)?;
     let v = cx.b.select(is_far, far, series)?;
     second_kind_edges(cx, x, v, f64::NEG_INFINITY, 0.0)
 }
@@ -197,11 +191,11 @@ fn second_kind_edges(
     at_zero: f64,
     at_infinity: f64,
 ) -> OpResult<Value> {
-    let zero = compared(cx, x, CompareDir::Eq, 0.0)?;
+    let zero = cx.compared(x, CompareDir::Eq, 0.0)?;
     let v = with_value_where(cx, zero, at_zero, v)?;
-    let negative = compared(cx, x, CompareDir::Lt, 0.0)?;
+    let negative = cx.compared(x, CompareDir::Lt, 0.0)?;
     let v = with_value_where(cx, negative, f64::NAN, v)?;
-    let infinite = compared(cx, x, CompareDir::Eq, f64::INFINITY)?;
+    let infinite = cx.compared(x, CompareDir::Eq, f64::INFINITY)?;
     with_value_where(cx, infinite, at_infinity, v)
 }
 
@@ -240,7 +234,7 @@ fn bessel_i(cx: &mut Ctx, x: Value, order: u32, scaled: bool) -> OpResult<Value>
     };
     let factor = cx.b.unary(UnaryOp::Exp, exponent)?;
     let asymptotic = cx.b.binary(BinaryOp::Mul, factor, sum)?;
-    let far = compared(cx, a, CompareDir::Gt, GROWING_SWITCH)?;
+    let far = cx.compared(a, CompareDir::Gt, GROWING_SWITCH)?;
     let value = cx.b.select(far, asymptotic, series)?;
     if order == 1 {
         // I1 is odd.
@@ -316,7 +310,7 @@ fn bessel_k(cx: &mut Ctx, x: Value, order: u32, scaled: bool) -> OpResult<Value>
         series = cx.b.binary(BinaryOp::Mul, series, growth)?;
     }
     let integral = k_integral(cx, x, f64::from(order), scaled)?;
-    let is_far = compared(cx, x, CompareDir::Gt, DECAYING_SWITCH)?;
+    let is_far = cx.compared(x, CompareDir::Gt, DECAYING_SWITCH)?;
     let v = cx.b.select(is_far, integral, series)?;
     second_kind_edges(cx, x, v, f64::INFINITY, 0.0)
 }
@@ -338,9 +332,9 @@ fn spherical_bessel_j0(cx: &mut Ctx, x: Value) -> OpResult<Value> {
     let s = cx.b.unary(UnaryOp::Sin, x)?;
     let quotient = cx.b.binary(BinaryOp::Div, s, x)?;
     let a = cx.b.unary(UnaryOp::Abs, x)?;
-    let small = compared(cx, a, CompareDir::Lt, 0.5)?;
+    let small = cx.compared(a, CompareDir::Lt, 0.5)?;
     let v = cx.b.select(small, series, quotient)?;
-    let infinite = compared(cx, a, CompareDir::Eq, f64::INFINITY)?;
+    let infinite = cx.compared(a, CompareDir::Eq, f64::INFINITY)?;
     with_value_where(cx, infinite, 0.0, v)
 }
 
@@ -407,11 +401,11 @@ fn airy_ai(cx: &mut Ctx, x: Value) -> OpResult<Value> {
     let amplitude = cx.b.unary(UnaryOp::Rsqrt, root)?;
     let amplitude = cx.scaled(amplitude, 1.0 / PI.sqrt())?;
     let oscillating = cx.b.binary(BinaryOp::Mul, amplitude, oscillation)?;
-    let is_decaying = compared(cx, x, CompareDir::Gt, AIRY_DECAYING_SWITCH)?;
+    let is_decaying = cx.compared(x, CompareDir::Gt, AIRY_DECAYING_SWITCH)?;
     let v = cx.b.select(is_decaying, decaying, series)?;
-    let is_oscillating = compared(cx, x, CompareDir::Lt, AIRY_OSCILLATING_SWITCH)?;
+    let is_oscillating = cx.compared(x, CompareDir::Lt, AIRY_OSCILLATING_SWITCH)?;
     let v = cx.b.select(is_oscillating, oscillating, v)?;
-    let infinite = compared(cx, a, CompareDir::Eq, f64::INFINITY)?;
+    let infinite = cx.compared(a, CompareDir::Eq, f64::INFINITY)?;
     with_value_where(cx, infinite, 0.0, v)
 }
 

@@ -345,6 +345,12 @@ impl<'p> Ctx<'p> {
         self.b.splat(&ty, value)
     }
 
+    /// Where `v` compares with the constant `c` as `dir` says.
+    pub fn compared(&mut self, v: Value, dir: CompareDir, c: f64) -> OpResult<Value> {
+        let c = self.full_like(v, c, None);
+        Ok(self.b.compare(dir, v, c)?)
+    }
+
     /// `v * factor` (`v` itself when the factor is 1).
     pub fn scaled(&mut self, v: Value, factor: f64) -> OpResult<Value> {
         if factor == 1.0 {

@@ -21,6 +21,7 @@ mod linalg;
 mod linear;
 mod norm;
 mod padding;
+mod polynomials;
 mod pool;
 mod promote;
 mod quant;

@@ -35,6 +35,7 @@ pub(super) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     super::quant::register(&mut r);
     super::special::register(&mut r);
     super::bessel::register(&mut r);
+    super::polynomials::register(&mut r);
     super::sharding::register(&mut r);
     super::collectives::register(&mut r);
     r
