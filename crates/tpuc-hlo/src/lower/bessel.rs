@@ -138,12 +138,6 @@ fn hankel(cx: &mut Ctx, x: Value, order: u32, second_kind: bool) -> OpResult<Val
     Ok(cx.b.binary(BinaryOp::Mul, amplitude, combined)?)
 }
 
-/// `value` where `at` holds, `v` elsewhere.
-fn with_value_where(cx: &mut Ctx, at: Value, value: f64, v: Value) -> OpResult<Value> {
-    let c = cx.full_like(v, value, None);
-    Ok(cx.b.select(at, c, v)?)
-}
-
 /// J_order(x): even (order 0) or odd (order 1) in x, 0 at infinity.
 fn bessel_j(cx: &mut Ctx, x: Value, order: u32) -> OpResult<Value> {
     let a = cx.b.unary(UnaryOp::Abs, x)?;
@@ -152,7 +146,7 @@ fn bessel_j(cx: &mut Ctx, x: Value, order: u32) -> OpResult<Value> {
     let is_far = cx.compared(a, CompareDir::Ge, OSCILLATING_SWITCH)?;
     let v = cx.b.select(is_far, far, series)?;
     let infinite = cx.compared(a, CompareDir::Eq, f64::INFINITY)?;
-    let v = with_value_where(cx, infinite, 0.0, v)?;
+    let v = cx.value_where(infinite, 0.0, v)?;
     if order == 1 {
         let sign = cx.b.unary(UnaryOp::Sign, x)?;
         return Ok(cx.b.binary(BinaryOp::Mul, v, sign)?);
@@ -192,11 +186,11 @@ fn second_kind_edges(
     at_infinity: f64,
 ) -> OpResult<Value> {
     let zero = cx.compared(x, CompareDir::Eq, 0.0)?;
-    let v = with_value_where(cx, zero, at_zero, v)?;
+    let v = cx.value_where(zero, at_zero, v)?;
     let negative = cx.compared(x, CompareDir::Lt, 0.0)?;
-    let v = with_value_where(cx, negative, f64::NAN, v)?;
+    let v = cx.value_where(negative, f64::NAN, v)?;
     let infinite = cx.compared(x, CompareDir::Eq, f64::INFINITY)?;
-    with_value_where(cx, infinite, at_infinity, v)
+    cx.value_where(infinite, at_infinity, v)
 }
 
 /// I_order(x) (order 0 or 1), times exp(-|x|) when `scaled`: the power series up to the
@@ -335,7 +329,7 @@ fn spherical_bessel_j0(cx: &mut Ctx, x: Value) -> OpResult<Value> {
     let small = cx.compared(a, CompareDir::Lt, 0.5)?;
     let v = cx.b.select(small, series, quotient)?;
     let infinite = cx.compared(a, CompareDir::Eq, f64::INFINITY)?;
-    with_value_where(cx, infinite, 0.0, v)
+    cx.value_where(infinite, 0.0, v)
 }
 
 /// Ai(0) and -Ai'(0).
@@ -406,7 +400,7 @@ fn airy_ai(cx: &mut Ctx, x: Value) -> OpResult<Value> {
     let is_oscillating = cx.compared(x, CompareDir::Lt, AIRY_OSCILLATING_SWITCH)?;
     let v = cx.b.select(is_oscillating, oscillating, v)?;
     let infinite = cx.compared(a, CompareDir::Eq, f64::INFINITY)?;
-    with_value_where(cx, infinite, 0.0, v)
+    cx.value_where(infinite, 0.0, v)
 }
 
 pub fn register(r: &mut Registry) {

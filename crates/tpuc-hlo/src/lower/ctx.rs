@@ -351,6 +351,12 @@ impl<'p> Ctx<'p> {
         Ok(self.b.compare(dir, v, c)?)
     }
 
+    /// The constant `value` where `at` holds, `v` elsewhere.
+    pub fn value_where(&mut self, at: Value, value: f64, v: Value) -> OpResult<Value> {
+        let c = self.full_like(v, value, None);
+        Ok(self.b.select(at, c, v)?)
+    }
+
     /// `v * factor` (`v` itself when the factor is 1).
     pub fn scaled(&mut self, v: Value, factor: f64) -> OpResult<Value> {
         if factor == 1.0 {
