@@ -1,17 +1,18 @@
 //! Bessel functions as torch.special defines them: J0, J1, Y0, Y1, the modified I0, I1, K0, K1
-//! (and their exponentially scaled forms), the spherical j0 and the Airy function Ai. Each is computed in float64
-//! and rounded once, from power series where they keep float64's digits, Hankel's asymptotic
-//! expansion for large arguments, and for K the trapezoidal rule on its integral
-//! representation, which converges exponentially there; torch's rules at 0, at infinity and
-//! for negative arguments are applied last.
+//! (and their exponentially scaled forms), the spherical j0 and the Airy function Ai. Each is
+//! computed in float64 and rounded once, from power series where they keep float64's digits,
+//! asymptotic expansions for large arguments, and for K the trapezoidal rule on its integral
+//! representation, which converges exponentially there; torch's rules at 0 and for negative
+//! arguments are applied last, and at infinity each function's limit (eager gives NaN for J, Y
+//! and Ai there).
 
 use std::f64::consts::{FRAC_2_PI, PI};
 
 use super::special::in_double;
 use super::*;
 
-/// Terms of the power series: far more than the switches below need (past |x| = 12 the 60th
-/// term is below 1e-50 of the largest).
+/// Terms of the power series: more than the switches below need (at |x| = 30, I's switch, the
+/// 60th term is below 1e-30 of the largest).
 const SERIES_TERMS: u32 = 60;
 
 /// Where J and Y switch from their power series to Hankel's expansion, measured against exact
