@@ -11,6 +11,7 @@
 use tpuc_fx::Node;
 
 use super::semantics::prepare;
+use super::special::float_result;
 use super::*;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -108,13 +109,7 @@ fn chebyshev(cx: &mut Ctx, kind: Kind, x: Value, n: Value) -> OpResult<Value> {
 /// the output's type.
 fn lower(cx: &mut Ctx, node: &Node, kind: Kind, shifted: bool) -> OpResult<Vec<Option<Value>>> {
     let (x, n) = (cx.operand(node, "x")?, cx.operand(node, "n")?);
-    let elem = cx.out_type(node, 0)?.elem;
-    if !elem.is_float() {
-        return err(format!(
-            "{} needs a float result, torch recorded {elem}",
-            node.target
-        ));
-    }
+    let elem = float_result(cx, node)?;
     let v = prepare(cx, &[x, n], DType::F64)?;
     let x = if shifted {
         affine(cx, v[0], 2.0, -1.0)?

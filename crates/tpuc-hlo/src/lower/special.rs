@@ -189,6 +189,18 @@ fn zeta(cx: &mut Ctx, s: Value, q: Value) -> OpResult<Value> {
     Ok(cx.b.select(at_one, inf, z)?)
 }
 
+/// The element type of `n`'s result, which must be a float (torch promotes integers to one).
+pub(super) fn float_result(cx: &Ctx, n: &Node) -> OpResult<DType> {
+    let elem = cx.out_type(n, 0)?.elem;
+    if !elem.is_float() {
+        return err(format!(
+            "{} needs a float result, torch recorded {elem}",
+            n.target
+        ));
+    }
+    Ok(elem)
+}
+
 /// `f` of `self` computed in float64 (the functions below lose digits in float32 on the way),
 /// rounded once to the output's type.
 pub(super) fn in_double(
@@ -198,13 +210,7 @@ pub(super) fn in_double(
 ) -> OpResult<Vec<Option<Value>>> {
     // torch.special's newer functions name their argument `x`.
     let x = cx.tensor(n, if n.arg("x").is_some() { "x" } else { "self" })?;
-    let elem = cx.out_type(n, 0)?.elem;
-    if !elem.is_float() {
-        return err(format!(
-            "{} needs a float result, torch recorded {elem}",
-            n.target
-        ));
-    }
+    let elem = float_result(cx, n)?;
     let wide = cx.b.convert(x, DType::F64);
     let r = f(cx, wide)?;
     Ok(vec![Some(cx.b.convert(r, elem))])
@@ -469,14 +475,13 @@ fn incomplete_gamma(cx: &mut Ctx, a: Value, x: Value, upper: bool) -> OpResult<V
     let mut d = cx.b.binary(BinaryOp::Div, one, b0)?;
     let mut fraction = d;
     let mut step = one;
+    let two = cx.full_like(x, 2.0, None);
     for i in 1..INCOMPLETE_GAMMA_TERMS {
         let i = f64::from(i);
-        // a_i = -i (i - a).
-        let i_minus_a = cx.scaled(a, -1.0)?;
-        let ic = cx.full_like(x, i, None);
-        let i_minus_a = cx.b.binary(BinaryOp::Add, i_minus_a, ic)?;
-        let an = cx.scaled(i_minus_a, -i)?;
-        let two = cx.full_like(x, 2.0, None);
+        // a_i = -i (i - a) = i a - i^2.
+        let ia = cx.scaled(a, i)?;
+        let square = cx.full_like(x, -i * i, None);
+        let an = cx.b.binary(BinaryOp::Add, ia, square)?;
         b = cx.b.binary(BinaryOp::Add, b, two)?;
         let ad = cx.b.binary(BinaryOp::Mul, an, d)?;
         let dn = cx.b.binary(BinaryOp::Add, ad, b)?;
@@ -496,18 +501,18 @@ fn incomplete_gamma(cx: &mut Ctx, a: Value, x: Value, upper: bool) -> OpResult<V
     // Pick the method, then the function.
     let threshold = cx.b.binary(BinaryOp::Add, a, one)?;
     let by_series = cx.b.compare(CompareDir::Lt, x, threshold)?;
-    let (direct, complement) = if upper {
-        (upper_fraction, lower_series)
+    let (series_value, fraction_value) = if upper {
+        (
+            cx.b.binary(BinaryOp::Sub, one, lower_series)?,
+            upper_fraction,
+        )
     } else {
-        (lower_series, upper_fraction)
+        (
+            lower_series,
+            cx.b.binary(BinaryOp::Sub, one, upper_fraction)?,
+        )
     };
-    let complemented = cx.b.binary(BinaryOp::Sub, one, complement)?;
-    let (from_series, from_fraction) = if upper {
-        (complemented, direct)
-    } else {
-        (direct, complemented)
-    };
-    let v = cx.b.select(by_series, from_series, from_fraction)?;
+    let v = cx.b.select(by_series, series_value, fraction_value)?;
     // Not converged: NaN.
     let residual = cx.b.select(by_series, series_residual, fraction_residual)?;
     let residual = cx.b.unary(UnaryOp::Abs, residual)?;
@@ -538,7 +543,7 @@ fn incomplete_gamma(cx: &mut Ctx, a: Value, x: Value, upper: bool) -> OpResult<V
 /// igamma / igammac: both operands promoted and broadcast, computed in float64 and rounded once.
 fn igamma(cx: &mut Ctx, n: &Node, upper: bool) -> OpResult<Vec<Option<Value>>> {
     let (a, x) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
-    let elem = cx.out_type(n, 0)?.elem;
+    let elem = float_result(cx, n)?;
     let v = prepare(cx, &[a, x], DType::F64)?;
     let r = incomplete_gamma(cx, v[0], v[1], upper)?;
     Ok(vec![Some(cx.b.convert(r, elem))])
