@@ -1,6 +1,7 @@
 """Linear algebra against eager torch (LAPACK): solves, determinants, inverses, Cholesky,
-triangular solves, LU, QR, symmetric eigendecompositions and SVDs over batches of matrices,
-compiled with torch.compile and exported through `tpuc run`; what tpuc refuses is named."""
+triangular solves, LU, QR, symmetric eigendecompositions, SVDs, polar decompositions and
+symmetric square roots over batches of matrices, compiled with torch.compile and exported
+through `tpuc run`; what tpuc refuses is named."""
 import subprocess
 
 import numpy as np
@@ -150,6 +151,24 @@ def test_eigh_and_svd_match_torch_up_to_the_sign_of_each_vector(dtype):
         same_up_to_column_signs(u, want_u, TOL[dtype])
         same_up_to_column_signs(vh.mT, want_vh.mT, TOL[dtype])
         torch.testing.assert_close(compiled(torch.linalg.svdvals)(a), want_s, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_polar_decomposition_and_symmetric_square_root_match_torch(dtype):
+    for shape in [(5, 5), (2, 6, 4)]:
+        a = torch.randn(*shape, dtype=dtype)
+        u, h = compiled(torch.linalg.polar)(a)
+        want_u, want_h = torch.linalg.polar(a)
+        torch.testing.assert_close(u, want_u, **TOL[dtype])
+        torch.testing.assert_close(h, want_h, **TOL[dtype])
+    with pytest.raises(Exception, match="at least as many rows as columns, but got 3 by 5"):
+        compiled(torch.linalg.polar)(torch.randn(3, 5, dtype=dtype))
+    spd = positive_definite(2, 5, 5, dtype=dtype)
+    # Only the lower triangle is read; negative eigenvalues (an indefinite matrix) count as 0.
+    upper_noise = torch.randn(2, 5, 5, dtype=dtype).triu(1)
+    indefinite = spd - 8 * torch.eye(5, dtype=dtype)
+    for m in (spd, spd.tril() + upper_noise, indefinite):
+        torch.testing.assert_close(compiled(torch.linalg.matrix_sqrth)(m), torch.linalg.matrix_sqrth(m), **TOL[dtype])
 
 
 def test_what_tpuc_does_not_compute_is_refused_by_name():

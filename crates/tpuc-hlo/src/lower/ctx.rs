@@ -357,6 +357,14 @@ impl<'p> Ctx<'p> {
         Ok(self.b.select(at, c, v)?)
     }
 
+    /// `v` rounded to `elem` and widened back: a value torch stores in `elem` between two steps
+    /// it computes wider (a no-op when `elem` is `v`'s type).
+    pub fn rounded_to(&mut self, v: Value, elem: DType) -> Value {
+        let wide = self.b.elem(v);
+        let narrow = self.b.convert(v, elem);
+        self.b.convert(narrow, wide)
+    }
+
     /// `v * factor` (`v` itself when the factor is 1).
     pub fn scaled(&mut self, v: Value, factor: f64) -> OpResult<Value> {
         if factor == 1.0 {

@@ -35,13 +35,40 @@ fn add_sub(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>>
     Ok(vec![Some(arith(cx, a, b, op)?)])
 }
 
+/// `a op b` for mul and true division. Where the result is a 16-bit float and `b` a scalar (a
+/// number or a 0-dimensional tensor), torch's CPU kernels multiply or divide by the scalar's
+/// value in float32, not by the scalar rounded to 16 bits, and round once.
+fn scaled_arith(
+    cx: &mut Ctx,
+    a: Operand,
+    b: Operand,
+    elem: DType,
+    op: BinaryOp,
+) -> OpResult<Value> {
+    let scalar_b = match b {
+        Operand::Number(..) => true,
+        Operand::Tensor(v) => cx.b.shape(v).is_empty(),
+    };
+    let wide = elem.accumulation();
+    if wide == elem || !elem.is_float() || !scalar_b {
+        let v = prepare(cx, &[a, b], elem)?;
+        return Ok(cx.b.binary(op, v[0], v[1])?);
+    }
+    let a = match a {
+        Operand::Tensor(v) => Operand::Tensor(cx.b.convert(v, elem)),
+        number => number,
+    };
+    let v = prepare(cx, &[a, b], wide)?;
+    let r = cx.b.binary(op, v[0], v[1])?;
+    Ok(cx.b.convert(r, elem))
+}
+
 fn true_div(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
     let mut elem = promoted(cx, &[a, b])?;
     if !elem.is_float() && !elem.is_complex() {
         elem = DType::F32;
     }
-    let v = prepare(cx, &[a, b], elem)?;
-    Ok(cx.b.binary(BinaryOp::Div, v[0], v[1])?)
+    scaled_arith(cx, a, b, elem, BinaryOp::Div)
 }
 
 fn trunc_div(cx: &mut Ctx, a: Operand, b: Operand) -> OpResult<Value> {
@@ -313,16 +340,132 @@ fn triangle(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.select(keep, x, zero)?)])
 }
 
-/// The outer product of two vectors.
-fn outer(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let a = cx.tensor(n, "self")?;
-    let b = cx.tensor(n, "vec2")?;
-    let out = cx.out_type(n, 0)?;
+/// Vectors `a` [n] and `b` [m] in `out`'s type, broadcast to its shape [n, m] along rows and
+/// columns.
+fn outer_operands(cx: &mut Ctx, a: Value, b: Value, out: &TensorType) -> OpResult<(Value, Value)> {
+    let (sa, sb) = (cx.b.shape(a).to_vec(), cx.b.shape(b).to_vec());
+    if sa.len() != 1 || sb.len() != 1 {
+        return err(format!(
+            "an outer product needs two vectors, got shapes {sa:?} and {sb:?}"
+        ));
+    }
     let a = cx.b.convert(a, out.elem);
     let b = cx.b.convert(b, out.elem);
     let a = cx.b.broadcast_in_dim(a, &out.shape, &[0])?;
     let b = cx.b.broadcast_in_dim(b, &out.shape, &[1])?;
+    Ok((a, b))
+}
+
+/// The outer product of two vectors.
+fn outer(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let out = cx.out_type(n, 0)?;
+    let (a, b) = (cx.tensor(n, "self")?, cx.tensor(n, "vec2")?);
+    let (a, b) = outer_operands(cx, a, b, &out)?;
     Ok(vec![Some(cx.b.binary(BinaryOp::Mul, a, b)?)])
+}
+
+/// addr: beta self + (alpha vec1) vec2, each step in the result's type as torch's CPU kernel
+/// computes it (16-bit floats rounded after every product and sum; alpha and beta in that type
+/// too); self is ignored, NaN included, when beta is 0. For booleans: (beta and self) or
+/// (alpha and vec1 and vec2).
+fn addr(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let out = cx.out_type(n, 0)?;
+    let (v1, v2) = (cx.tensor(n, "vec1")?, cx.tensor(n, "vec2")?);
+    let (v1, v2) = outer_operands(cx, v1, v2, &out)?;
+    let beta = cx.float(n, "beta", Some(1.0))?;
+    let alpha = cx.float(n, "alpha", Some(1.0))?;
+    let (product, step) = if out.elem.is_bool() {
+        (BinaryOp::And, BinaryOp::Or)
+    } else {
+        (BinaryOp::Mul, BinaryOp::Add)
+    };
+    let alpha = cx.full_like(v1, alpha, None);
+    let scaled = cx.b.binary(product, alpha, v1)?;
+    let term = cx.b.binary(product, scaled, v2)?;
+    if beta == 0.0 {
+        return Ok(vec![Some(term)]);
+    }
+    let x = cx.tensor(n, "self")?;
+    let x = cx.b.convert(x, out.elem);
+    let x = cx.b.broadcast_to(x, &out.shape)?;
+    let beta = cx.full_like(x, beta, None);
+    let x = cx.b.binary(product, beta, x)?;
+    Ok(vec![Some(cx.b.binary(step, x, term)?)])
+}
+
+/// The cross product of 3-vectors along `dim` (broadcast operands), each product and
+/// difference in the result's type as torch's CPU kernel computes it.
+fn linalg_cross(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    let elem = promoted(cx, &[a, b])?;
+    let v = prepare(cx, &[a, b], elem)?;
+    let shape = cx.b.shape(v[0]).to_vec();
+    let dim = norm_dim(cx.int(n, "dim", Some(-1))?, shape.len())?;
+    if shape.get(dim) != Some(&3) {
+        return err(format!(
+            "linalg.cross needs size 3 along dimension {dim}, got shape {shape:?}"
+        ));
+    }
+    let mut parts = Vec::with_capacity(6);
+    for x in [v[0], v[1]] {
+        for i in 0..3 {
+            parts.push(cx.b.slice_dim(x, dim, i, i + 1, 1)?);
+        }
+    }
+    let (x, y) = (&parts[..3], &parts[3..]);
+    let mut components = Vec::with_capacity(3);
+    for (i, j) in [(1, 2), (2, 0), (0, 1)] {
+        let first = cx.b.binary(BinaryOp::Mul, x[i], y[j])?;
+        let second = cx.b.binary(BinaryOp::Mul, x[j], y[i])?;
+        components.push(cx.b.binary(BinaryOp::Sub, first, second)?);
+    }
+    Ok(vec![Some(cx.b.concatenate(&components, dim as i64)?)])
+}
+
+/// addcmul / addcdiv: self + (value * tensor1) op tensor2, in the order torch's CPU kernel
+/// takes, 16-bit floats computed in float32 and rounded once (torch's decompositions would
+/// round after every step instead).
+fn addc(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
+    let operands = [
+        cx.operand(n, "self")?,
+        cx.operand(n, "tensor1")?,
+        cx.operand(n, "tensor2")?,
+    ];
+    let elem = promoted(cx, &operands)?;
+    let what = if op == BinaryOp::Div {
+        "addcdiv"
+    } else {
+        "addcmul"
+    };
+    if elem.is_bool() || (op == BinaryOp::Div && !elem.is_float() && !elem.is_complex()) {
+        return err(format!(
+            "{what} of {elem} tensors: torch refuses them (addcdiv takes floats, addcmul \
+             numbers)"
+        ));
+    }
+    let value = cx.float(n, "value", Some(1.0))?;
+    let v = prepare(cx, &operands, elem.accumulation())?;
+    let scaled = cx.scaled(v[1], value)?;
+    let term = cx.b.binary(op, scaled, v[2])?;
+    let sum = cx.b.binary(BinaryOp::Add, v[0], term)?;
+    Ok(vec![Some(cx.b.convert(sum, elem))])
+}
+
+/// logit: log(x / (1 - x)), x first clamped to [eps, 1 - eps] when eps is given and not
+/// negative; each step in the result's type as torch's CPU kernel computes it.
+fn logit(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let elem = special::float_result(cx, n)?;
+    let x = cx.tensor(n, "self")?;
+    let mut x = cx.b.convert(x, elem);
+    if let Some(eps) = cx.opt_float(n, "eps")?.filter(|&e| e >= 0.0) {
+        let lo = cx.full_like(x, eps, None);
+        let hi = cx.full_like(x, 1.0 - eps, None);
+        x = cx.b.clamp(lo, x, hi)?;
+    }
+    let one = cx.full_like(x, 1.0, None);
+    let rest = cx.b.binary(BinaryOp::Sub, one, x)?;
+    let odds = cx.b.binary(BinaryOp::Div, x, rest)?;
+    Ok(vec![Some(cx.b.unary(UnaryOp::Log, odds)?)])
 }
 
 fn clamp(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
@@ -481,7 +624,8 @@ lowering!(rsub, |cx, n| {
 });
 lowering!(mul, |cx, n| {
     let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
-    arith(cx, a, b, BinaryOp::Mul)?
+    let elem = promoted(cx, &[a, b])?;
+    scaled_arith(cx, a, b, elem, BinaryOp::Mul)?
 });
 lowering!(div, |cx, n| {
     let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
@@ -871,6 +1015,15 @@ pub fn register(r: &mut Registry) {
     );
     r.add(&["aten.triu.default", "aten.tril.default"], triangle);
     r.add(&["aten.outer.default"], outer);
+    r.add(&["aten.addr.default"], addr);
+    r.add(&["aten.linalg_cross.default"], linalg_cross);
+    r.add(&["aten.logit.default"], logit);
+    r.add(&["aten.addcmul.default"], |cx, n| {
+        addc(cx, n, BinaryOp::Mul)
+    });
+    r.add(&["aten.addcdiv.default"], |cx, n| {
+        addc(cx, n, BinaryOp::Div)
+    });
     r.add(&["aten.log2.default"], |cx, n| log_base(cx, n, 2.0));
     r.add(&["aten.log10.default"], |cx, n| log_base(cx, n, 10.0));
     r.add(&["aten.elu.default"], elu);
@@ -1042,5 +1195,51 @@ mod tests {
             e.contains("node0 (aten.add.Tensor)") && e.contains("torch recorded tensor<2xi64>"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_scalar_factor_of_a_half_tensor_stays_float32() {
+        let mut g = TestGraph::default();
+        let x = g.input("x", DType::BF16, &[4]);
+        let y = g.node1(
+            "aten.mul.Tensor",
+            vec![("self", t(&x)), ("other", Arg::Float(1.0137))],
+            DType::BF16,
+            &[4],
+        );
+        assert_checks(
+            &g.text(&[&y]),
+            &[
+                "stablehlo.convert %0 to=float32",
+                // 1.0137 in float32 (in bfloat16 it would be 1.015625).
+                "stablehlo.constant splat=0x3F81C0EC : tensor<f32>",
+                "stablehlo.multiply %1, %3 : tensor<4xf32>",
+                "stablehlo.convert %4 to=bfloat16",
+            ],
+        );
+    }
+
+    #[test]
+    fn cross_products_and_integer_addcdiv_are_refused_by_name() {
+        let mut g = TestGraph::default();
+        let a = g.input("a", DType::F32, &[4, 2]);
+        let y = g.node1(
+            "aten.linalg_cross.default",
+            vec![("self", t(&a)), ("other", t(&a))],
+            DType::F32,
+            &[4, 2],
+        );
+        let e = g.lower(&[&y]).unwrap_err().to_string();
+        assert!(e.contains("needs size 3 along dimension 1"), "{e}");
+        let mut g = TestGraph::default();
+        let i = g.input("i", DType::I64, &[3]);
+        let y = g.node1(
+            "aten.addcdiv.default",
+            vec![("self", t(&i)), ("tensor1", t(&i)), ("tensor2", t(&i))],
+            DType::I64,
+            &[3],
+        );
+        let e = g.lower(&[&y]).unwrap_err().to_string();
+        assert!(e.contains("addcdiv of int64 tensors"), "{e}");
     }
 }

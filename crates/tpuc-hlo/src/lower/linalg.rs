@@ -841,6 +841,48 @@ fn linalg_svd(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(u), Some(s), Some(vh)])
 }
 
+/// `x` [..., m, k] with column j scaled by `d` [..., k]: x diag(d).
+fn columns_scaled(cx: &mut Ctx, x: Value, d: Value) -> OpResult<Value> {
+    let shape = cx.b.shape(x).to_vec();
+    let r = shape.len() as i64;
+    let dims: Vec<i64> = (0..r - 2).chain([r - 1]).collect();
+    let d = cx.b.broadcast_in_dim(d, &shape, &dims)?;
+    Ok(cx.b.binary(BinaryOp::Mul, x, d)?)
+}
+
+/// The polar decomposition A = U H of A [..., m, n], m >= n, from the reduced SVD A = W S V^T:
+/// U = W V^T, H = V S V^T.
+fn linalg_polar(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let a = matrix_input(cx, n)?;
+    let (_, m, cols) = matrices(cx, a, "polar")?;
+    if m < cols {
+        return err(format!(
+            "linalg.polar: input must have at least as many rows as columns, but got {m} by \
+             {cols} matrices"
+        ));
+    }
+    let (w, s, vh) = svd(cx, a)?;
+    let u = matmul(cx, w, vh)?;
+    let v = transposed(cx, vh)?;
+    let vs = columns_scaled(cx, v, s)?;
+    let h = matmul(cx, vs, vh)?;
+    Ok(vec![Some(u), Some(h)])
+}
+
+/// The principal square root of symmetric positive-definite matrices (their lower triangles),
+/// V sqrt(L) V^T from the eigendecomposition, negative eigenvalues taken as zero (as torch does).
+fn linalg_matrix_sqrth(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let a = matrix_input(cx, n)?;
+    square(cx, a, "matrix_sqrth")?;
+    let (w, v) = eigh(cx, a, true)?;
+    let zero = cx.full_like(w, 0.0, None);
+    let w = cx.b.binary(BinaryOp::Max, w, zero)?;
+    let root = cx.b.unary(UnaryOp::Sqrt, w)?;
+    let vr = columns_scaled(cx, v, root)?;
+    let vt = transposed(cx, v)?;
+    Ok(vec![Some(matmul(cx, vr, vt)?)])
+}
+
 /// The old `svd(self, some, compute_uv)`: (U, S, V), V not transposed; without `compute_uv`,
 /// U and V are zeros of their full shapes.
 fn old_svd(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
@@ -952,10 +994,7 @@ fn linalg_pinv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let inverse = cx.b.binary(BinaryOp::Div, one, divisor)?;
     let inverse = keep(cx, kept, inverse)?;
     // (V * s^+) @ U^T, scaling V's columns.
-    let left_shape = cx.b.shape(left).to_vec();
-    let dims: Vec<i64> = (0..r as i64 - 2).chain([r as i64 - 1]).collect();
-    let scale = cx.b.broadcast_in_dim(inverse, &left_shape, &dims)?;
-    let scaled = cx.b.binary(BinaryOp::Mul, left, scale)?;
+    let scaled = columns_scaled(cx, left, inverse)?;
     Ok(vec![Some(matmul(cx, scaled, right)?)])
 }
 
@@ -1115,6 +1154,8 @@ pub fn register(r: &mut Registry) {
         linalg_svd,
     );
     r.add(&["aten.svd.default"], old_svd);
+    r.add(&["aten.linalg_polar.default"], linalg_polar);
+    r.add(&["aten.linalg_matrix_sqrth.default"], linalg_matrix_sqrth);
     r.add(
         &[
             "aten.linalg_pinv.atol_rtol_tensor",

@@ -116,6 +116,47 @@ fn add_product(
     Ok(vec![Some(narrowed(cx, sum, half))])
 }
 
+/// addbmm as torch's CPU kernel runs it: one addmm per batch into the result, which is stored
+/// in its type after each (beta scales `self` in the first only):
+/// r = beta self + alpha b1[0] b2[0], then r += alpha b1[i] b2[i].
+fn addbmm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let mut operands = [
+        cx.tensor(n, "batch1")?,
+        cx.tensor(n, "batch2")?,
+        cx.tensor(n, "self")?,
+    ];
+    let beta = cx.float(n, "beta", Some(1.0))?;
+    let alpha = cx.float(n, "alpha", Some(1.0))?;
+    let stored = cx.b.elem(operands[0]);
+    let half = widened(cx, &mut operands);
+    let [a, b, bias] = operands;
+    let (sa, sb) = (cx.b.shape(a).to_vec(), cx.b.shape(b).to_vec());
+    if sa.len() != 3 || sb.len() != 3 || sa[0] != sb[0] || sa[2] != sb[1] {
+        return err(format!(
+            "addbmm needs batches [b, n, m] and [b, m, p], got {sa:?} and {sb:?}"
+        ));
+    }
+    let p = precision(cx, cx.b.elem(a));
+    let products = cx.b.dot_general(a, b, contract_last(1, 3, 1), p)?;
+    let products = cx.scaled(products, alpha)?;
+    let shape = vec![sa[1], sb[2]];
+    let first = if beta == 0.0 {
+        // torch ignores self (even NaN in it) when beta is 0.
+        cx.b.splat(&TensorType::new(shape.clone(), cx.b.elem(a)), 0.0)
+    } else {
+        let bias = cx.b.broadcast_to(bias, &shape)?;
+        cx.scaled(bias, beta)?
+    };
+    let mut result = first;
+    for i in 0..sa[0] {
+        let product = cx.b.slice_dim(products, 0, i, i + 1, 1)?;
+        let product = cx.b.reshape(product, &shape)?;
+        let sum = cx.b.binary(BinaryOp::Add, result, product)?;
+        result = cx.rounded_to(sum, stored);
+    }
+    Ok(vec![Some(narrowed(cx, result, half))])
+}
+
 /// Contracts the last dim of the left operand with dim `rhs_contracting` of the right one,
 /// over `batch` leading batch dims.
 fn contract_last(batch: usize, ra: usize, rhs_contracting: usize) -> DotDims {
@@ -311,8 +352,7 @@ fn trilinear(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let pair = cx.broadcast_all(&expanded[..2])?;
     let product = cx.b.binary(BinaryOp::Mul, pair[0], pair[1])?;
     let partial = sum_keeping(cx, product, &first)?;
-    let partial = cx.b.convert(partial, out.elem);
-    let partial = cx.b.convert(partial, acc);
+    let partial = cx.rounded_to(partial, out.elem);
     let v = cx.broadcast_all(&[partial, expanded[2]])?;
     let product = cx.b.binary(BinaryOp::Mul, v[0], v[1])?;
     let summed = sum_keeping(cx, product, &second)?;
@@ -346,14 +386,7 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.baddbmm.default"], |cx, n| {
         add_product(cx, n, ["batch1", "batch2"], |ra, _| contract_last(1, ra, 1))
     });
-    r.add(&["aten.addbmm.default"], |cx, n| {
-        add_product(cx, n, ["batch1", "batch2"], |_, _| DotDims {
-            lhs_batch: vec![],
-            rhs_batch: vec![],
-            lhs_contracting: vec![0, 2],
-            rhs_contracting: vec![0, 1],
-        })
-    });
+    r.add(&["aten.addbmm.default"], addbmm);
     r.add(&["aten.mm.default", "aten.bmm.default"], mm);
     r.add(&["aten.matmul.default"], matmul);
     r.add(

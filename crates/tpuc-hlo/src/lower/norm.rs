@@ -45,6 +45,52 @@ fn affine(
     Ok(y)
 }
 
+/// y = x * alpha + beta per channel, alpha = invstd * weight and beta = bias - mean * alpha,
+/// computed in `x`'s accumulation type and rounded once, as torch's CPU kernel does (the same
+/// value as normalising first, but not the same rounding).
+fn batch_normalized(
+    cx: &mut Ctx,
+    n: &Node,
+    x: Value,
+    mean: Value,
+    invstd: Value,
+) -> OpResult<Value> {
+    let elem = cx.b.elem(x);
+    let acc = elem.accumulation();
+    let (w, b) = (cx.opt_tensor(n, "weight")?, cx.opt_tensor(n, "bias")?);
+    let alpha = match w {
+        Some(w) => {
+            let w = cx.b.convert(w, acc);
+            cx.b.binary(BinaryOp::Mul, invstd, w)?
+        }
+        None => invstd,
+    };
+    let shift = cx.b.binary(BinaryOp::Mul, mean, alpha)?;
+    let beta = match b {
+        Some(b) => {
+            let b = cx.b.convert(b, acc);
+            cx.b.binary(BinaryOp::Sub, b, shift)?
+        }
+        None => cx.b.unary(UnaryOp::Neg, shift)?,
+    };
+    let shape = cx.b.shape(x).to_vec();
+    let xa = cx.b.convert(x, acc);
+    let alpha = cx.b.broadcast_in_dim(alpha, &shape, &[1])?;
+    let beta = cx.b.broadcast_in_dim(beta, &shape, &[1])?;
+    let scaled = cx.b.binary(BinaryOp::Mul, xa, alpha)?;
+    let y = cx.b.binary(BinaryOp::Add, scaled, beta)?;
+    Ok(cx.b.convert(y, elem))
+}
+
+/// 1 / sqrt(var + eps), as torch writes it (not rsqrt: its rounding differs).
+fn inverse_std(cx: &mut Ctx, var: Value, eps: f64) -> OpResult<Value> {
+    let e = cx.full_like(var, eps, None);
+    let ve = cx.b.binary(BinaryOp::Add, var, e)?;
+    let root = cx.b.unary(UnaryOp::Sqrt, ve)?;
+    let one = cx.full_like(root, 1.0, None);
+    Ok(cx.b.binary(BinaryOp::Div, one, root)?)
+}
+
 /// Batch norm with running statistics (inference).
 fn batch_norm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "input")?;
@@ -54,11 +100,10 @@ fn batch_norm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         return err("not supported: batch_norm in inference without running statistics");
     };
     let eps = cx.float(n, "eps", Some(1e-5))?;
-    let elem = cx.b.elem(x);
-    let (mean_x, var_x) = (cx.b.convert(mean, elem), cx.b.convert(var, elem));
-    let (y, _) = normalize(cx, x, mean_x, var_x, eps, &[1])?;
-    let (w, b) = (cx.opt_tensor(n, "weight")?, cx.opt_tensor(n, "bias")?);
-    let y = affine(cx, y, w, b, &[1])?;
+    let acc = cx.b.elem(x).accumulation();
+    let (mean_acc, var_acc) = (cx.b.convert(mean, acc), cx.b.convert(var, acc));
+    let invstd = inverse_std(cx, var_acc, eps)?;
+    let y = batch_normalized(cx, n, x, mean_acc, invstd)?;
     // The saved statistics (outputs 1 and 2) are empty in inference; the functional form also
     // returns the running statistics, unchanged.
     let mut empty = |i: usize| -> OpResult<Option<Value>> {
@@ -195,8 +240,25 @@ fn batch_norm_training(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let xa = cx.b.convert(x, elem.accumulation());
     let dims: Vec<i64> = (0..shape.len() as i64).filter(|&d| d != 1).collect();
     let (mean, var, count) = moments(cx, xa, &dims)?;
-    let (y, rstd) = normalize(cx, xa, mean, var, eps, &[1])?;
-    let mut outs = finish(cx, n, y, &[1], elem, mean, rstd)?;
+    let invstd = inverse_std(cx, var, eps)?;
+    // torch keeps the batch statistics in the parameters' type (the weight's, else the
+    // input's) and normalises with those stored values: 16-bit ones are rounded first.
+    let param = match cx.opt_tensor(n, "weight")? {
+        Some(w) => cx.b.elem(w),
+        None => elem,
+    };
+    let (used_mean, used_invstd) = if param.accumulation() != param {
+        (cx.rounded_to(mean, param), cx.rounded_to(invstd, param))
+    } else {
+        (mean, invstd)
+    };
+    let y = batch_normalized(cx, n, x, used_mean, used_invstd)?;
+    let mut outs = vec![Some(y)];
+    for (i, stat) in [(1, mean), (2, invstd)] {
+        if i < output_slots(n).len() {
+            outs.push(stat_output(cx, n, i, stat)?);
+        }
+    }
     let running = (
         cx.opt_tensor(n, "running_mean")?,
         cx.opt_tensor(n, "running_var")?,

@@ -149,16 +149,9 @@ fn dequantize_per_tensor(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>>
     let scale = per_tensor_param(cx, n, "scale", wide)?;
     let [zero_point, scale] = splat_all(cx, x, [zero_point, scale])?;
     let centred = cx.b.binary(BinaryOp::Sub, x, zero_point)?;
-    let centred = rounded_to(cx, centred, out);
+    let centred = cx.rounded_to(centred, out);
     let y = cx.b.binary(BinaryOp::Mul, centred, scale)?;
     Ok(vec![Some(cx.b.convert(y, out))])
-}
-
-/// `v` rounded to `elem` and widened back (a no-op when `elem` is `v`'s type).
-fn rounded_to(cx: &mut Ctx, v: Value, elem: DType) -> Value {
-    let wide = cx.b.elem(v);
-    let narrow = cx.b.convert(v, elem);
-    cx.b.convert(narrow, wide)
 }
 
 /// A per-channel parameter (a vector with one entry per index of `axis`) broadcast to `shape`.

@@ -1,5 +1,6 @@
 //! Resampling: upsampling (nearest, nearest-exact, linear/bilinear/trilinear) and
-//! grid_sampler_2d. Source positions follow torch's CPU kernels, computed in float32 as they are.
+//! grid_sampler_2d. Source positions follow torch's CPU kernels: upsampling computes them in
+//! float32, grid sampling in the input's type.
 
 use tpuc_fx::Node;
 
@@ -163,7 +164,9 @@ fn upsample(cx: &mut Ctx, n: &Node, mode: Mode) -> OpResult<Vec<Option<Value>>> 
 }
 
 /// grid_sampler_2d(input [N, C, H, W], grid [N, Ho, Wo, 2]) with bilinear (0) or nearest (1)
-/// interpolation and zeros (0) or border (1) padding; grid holds (x, y) in [-1, 1].
+/// interpolation and zeros (0) or border (1) padding; grid holds (x, y) in [-1, 1]. Every step
+/// is in the input's type, in the order of torch's scalar CPU kernel (the one 16-bit floats
+/// take, which rounds after each step); corner positions are integers.
 fn grid_sampler_2d(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "input")?;
     let grid = cx.tensor(n, "grid")?;
@@ -186,10 +189,9 @@ fn grid_sampler_2d(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let (batch, channels, height, width) = (xs[0], xs[1], xs[2], xs[3]);
     let (out_h, out_w) = (gs[1], gs[2]);
     let elem = cx.b.elem(x);
-    let work = elem.accumulation();
-    let xw = cx.b.convert(x, work);
-    let grid = cx.b.convert(grid, work);
+    let grid = cx.b.convert(grid, elem);
     let plane = [batch, out_h, out_w];
+    let spread = [batch, channels, out_h, out_w];
     // Unnormalised source coordinate along one axis (torch's grid_sampler_compute_source_index).
     let source = |cx: &mut Ctx, component: i64, size: i64| -> OpResult<Value> {
         let c = cx.b.slice(
@@ -200,16 +202,17 @@ fn grid_sampler_2d(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         )?;
         let c = cx.b.reshape(c, &plane)?;
         let one = cx.full_like(c, 1.0, None);
+        let two = cx.full_like(c, 2.0, None);
         let plus = cx.b.binary(BinaryOp::Add, c, one)?;
         let coord = if align_corners {
-            let f = cx.full_like(c, (size - 1) as f64 / 2.0, None);
-            cx.b.binary(BinaryOp::Mul, plus, f)?
+            // ((c + 1) / 2) * (size - 1)
+            let half = cx.b.binary(BinaryOp::Div, plus, two)?;
+            cx.scaled(half, (size - 1) as f64)?
         } else {
-            let f = cx.full_like(c, size as f64, None);
-            let scaled = cx.b.binary(BinaryOp::Mul, plus, f)?;
-            let half = cx.full_like(c, 0.5, None);
+            // ((c + 1) * size - 1) / 2
+            let scaled = cx.scaled(plus, size as f64)?;
             let minus = cx.b.binary(BinaryOp::Sub, scaled, one)?;
-            cx.b.binary(BinaryOp::Mul, minus, half)?
+            cx.b.binary(BinaryOp::Div, minus, two)?
         };
         if padding_mode == 1 {
             let lo = cx.full_like(coord, 0.0, None);
@@ -222,7 +225,7 @@ fn grid_sampler_2d(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let sx = source(cx, 0, width)?;
     let sy = source(cx, 1, height)?;
     // Values at integer positions (ix, iy) of each output, zero where out of bounds.
-    let flat = cx.b.reshape(xw, &[batch, channels, height * width])?;
+    let flat = cx.b.reshape(x, &[batch, channels, height * width])?;
     let sample = |cx: &mut Ctx, ix: Value, iy: Value| -> OpResult<Value> {
         let zero = cx.full_like(ix, 0.0, None);
         let w_hi = cx.full_like(ix, (width - 1) as f64, None);
@@ -236,12 +239,10 @@ fn grid_sampler_2d(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             let ok = cx.b.compare(dir, v, bound)?;
             inside = cx.b.binary(BinaryOp::And, inside, ok)?;
         }
-        let cx_ = cx.b.clamp(zero, ix, w_hi)?;
-        let cy_ = cx.b.clamp(zero, iy, h_hi)?;
-        let wv = cx.full_like(cy_, width as f64, None);
-        let row = cx.b.binary(BinaryOp::Mul, cy_, wv)?;
-        let pos = cx.b.binary(BinaryOp::Add, row, cx_)?;
-        let pos = cx.b.convert(pos, DType::I64);
+        let column = cx.b.clamp(zero, ix, w_hi)?;
+        let row = cx.b.clamp(zero, iy, h_hi)?;
+        let row = cx.scaled(row, width as f64)?;
+        let pos = cx.b.binary(BinaryOp::Add, row, column)?;
         let pos = cx.b.reshape(pos, &[batch, out_h * out_w])?;
         // Per batch element: gather its plane's positions for every channel.
         let dims = GatherDims {
@@ -254,37 +255,42 @@ fn grid_sampler_2d(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             slice_sizes: vec![1, channels, 1],
         };
         let taken = cx.b.gather(flat, pos, dims)?; // [N, C, Ho*Wo]
-        let taken = cx.b.reshape(taken, &[batch, channels, out_h, out_w])?;
-        let mask =
-            cx.b.broadcast_in_dim(inside, &[batch, channels, out_h, out_w], &[0, 2, 3])?;
+        let taken = cx.b.reshape(taken, &spread)?;
+        let mask = cx.b.broadcast_in_dim(inside, &spread, &[0, 2, 3])?;
         let zeros = cx.full_like(taken, 0.0, None);
         Ok(cx.b.select(mask, taken, zeros)?)
+    };
+    let corner = |cx: &mut Ctx, v: Value| -> OpResult<Value> {
+        let rounded = cx.b.unary(UnaryOp::Floor, v)?;
+        Ok(cx.b.convert(rounded, DType::I64))
     };
     let result = if interpolation == 1 {
         let ix = cx.b.unary(UnaryOp::RoundEven, sx)?;
         let iy = cx.b.unary(UnaryOp::RoundEven, sy)?;
+        let (ix, iy) = (cx.b.convert(ix, DType::I64), cx.b.convert(iy, DType::I64));
         sample(cx, ix, iy)?
     } else {
-        let x0 = cx.b.unary(UnaryOp::Floor, sx)?;
-        let y0 = cx.b.unary(UnaryOp::Floor, sy)?;
+        let (x0, y0) = (corner(cx, sx)?, corner(cx, sy)?);
         let one = cx.full_like(x0, 1.0, None);
         let x1 = cx.b.binary(BinaryOp::Add, x0, one)?;
         let y1 = cx.b.binary(BinaryOp::Add, y0, one)?;
-        let fx = cx.b.binary(BinaryOp::Sub, sx, x0)?;
-        let fy = cx.b.binary(BinaryOp::Sub, sy, y0)?;
-        let gx = cx.b.binary(BinaryOp::Sub, one, fx)?;
-        let gy = cx.b.binary(BinaryOp::Sub, one, fy)?;
+        // The distances to the corners, as the kernel takes them: (x1 - x) and (x - x0).
+        let (x0f, x1f) = (cx.b.convert(x0, elem), cx.b.convert(x1, elem));
+        let (y0f, y1f) = (cx.b.convert(y0, elem), cx.b.convert(y1, elem));
+        let east = cx.b.binary(BinaryOp::Sub, x1f, sx)?;
+        let west = cx.b.binary(BinaryOp::Sub, sx, x0f)?;
+        let south = cx.b.binary(BinaryOp::Sub, y1f, sy)?;
+        let north = cx.b.binary(BinaryOp::Sub, sy, y0f)?;
         let mut acc: Option<Value> = None;
         for (ix, iy, wx, wy) in [
-            (x0, y0, gx, gy),
-            (x1, y0, fx, gy),
-            (x0, y1, gx, fy),
-            (x1, y1, fx, fy),
+            (x0, y0, east, south),
+            (x1, y0, west, south),
+            (x0, y1, east, north),
+            (x1, y1, west, north),
         ] {
             let v = sample(cx, ix, iy)?;
             let w = cx.b.binary(BinaryOp::Mul, wx, wy)?;
-            let w =
-                cx.b.broadcast_in_dim(w, &[batch, channels, out_h, out_w], &[0, 2, 3])?;
+            let w = cx.b.broadcast_in_dim(w, &spread, &[0, 2, 3])?;
             let term = cx.b.binary(BinaryOp::Mul, v, w)?;
             acc = Some(match acc {
                 Some(a) => cx.b.binary(BinaryOp::Add, a, term)?,
@@ -293,7 +299,7 @@ fn grid_sampler_2d(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         }
         acc.expect("four corners")
     };
-    Ok(vec![Some(cx.b.convert(result, elem))])
+    Ok(vec![Some(result)])
 }
 
 pub fn register(r: &mut Registry) {

@@ -51,6 +51,19 @@ EXTRA = {
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default: flash_attention_cpu_backward,
 }
 
-# torch's decomposition of CPU flash attention returns the attention probabilities where the op
-# returns the log-sum-exp of each row: tpuc lowers the op itself.
-NOT_DECOMPOSED = {aten._scaled_dot_product_flash_attention_for_cpu.default}
+# Ops tpuc lowers itself rather than through torch's decomposition:
+# - CPU flash attention: the decomposition returns the attention probabilities where the op
+#   returns the log-sum-exp of each row;
+# - cross, logit and addr: the decompositions compute 16-bit floats in float32 and round once,
+#   where torch's CPU kernels round after every step;
+# - addcmul and addcdiv: the other way round, the decompositions round after every step where
+#   the kernels compute in float32 and round once.
+# tpuc's lowerings do as the kernels do.
+NOT_DECOMPOSED = {
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten.linalg_cross.default,
+    aten.logit.default,
+    aten.addr.default,
+    aten.addcmul.default,
+    aten.addcdiv.default,
+}
