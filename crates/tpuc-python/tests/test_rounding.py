@@ -33,16 +33,20 @@ def data(*shape, dtype, low=-4.0, high=4.0, seed=0):
 
 @pytest.mark.parametrize("dtype", HALF_TYPES)
 def test_a_scalar_multiplies_and_divides_in_float32(dtype):
-    x = data(4096, dtype=dtype)
+    x, y = data(4096, dtype=dtype), data(4096, dtype=dtype, seed=20)
     scalar = 1.0137
     factor = torch.tensor(scalar)  # a 0-dimensional float32 tensor counts as a scalar too
 
-    def fn(x, factor):
-        return x * scalar, x / scalar, x * factor, x + scalar, x - scalar
+    def fn(x, y, factor):
+        # A scalar added is rounded to 16 bits, as is alpha; alpha * y is not rounded.
+        return (x * scalar, x / scalar, x * factor, x + scalar, x - scalar, torch.add(x, y, alpha=scalar),
+                torch.sub(x, y, alpha=0.3), torch.rsub(x, y, alpha=scalar))
 
-    assert_bitwise(compiled(fn)(x, factor), fn(x, factor))
+    want = fn(x, y, factor)
+    assert_bitwise(compiled(fn)(x, y, factor), want)
     rounded = float(torch.tensor(scalar).to(dtype))
-    assert differs((x.float() * rounded).to(dtype), fn(x, factor)[0])
+    assert differs((x.float() * rounded).to(dtype), want[0])
+    assert differs(x + (y * rounded), want[5])
 
 
 @pytest.mark.parametrize("dtype", HALF_TYPES)

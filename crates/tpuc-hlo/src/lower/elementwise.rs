@@ -8,31 +8,48 @@ fn out_elem(cx: &Ctx, n: &Node) -> OpResult<DType> {
     Ok(cx.out_type(n, 0)?.elem)
 }
 
+/// `a op (alpha * b)`, as add, sub and rsub take it.
+fn plus_scaled(cx: &mut Ctx, a: Operand, b: Operand, alpha: f64, op: BinaryOp) -> OpResult<Value> {
+    if alpha == 1.0 {
+        return arith(cx, a, b, op);
+    }
+    let elem = promoted(cx, &[a, b])?;
+    let b = match b {
+        Operand::Number(x, d) => Operand::Number(x * alpha, d),
+        Operand::Tensor(_) if elem.accumulation() != elem => {
+            // torch's CPU kernel for 16-bit floats: a + alpha * b in float32, alpha rounded to
+            // the 16-bit type, the result rounded once.
+            let v = prepare(cx, &[a, b], elem)?;
+            let wide = elem.accumulation();
+            let (x, y) = (cx.b.convert(v[0], wide), cx.b.convert(v[1], wide));
+            let alpha = cx.full_like(v[1], alpha, None);
+            let alpha = cx.b.convert(alpha, wide);
+            let scaled = cx.b.binary(BinaryOp::Mul, y, alpha)?;
+            let r = cx.b.binary(op, x, scaled)?;
+            return Ok(cx.b.convert(r, elem));
+        }
+        Operand::Tensor(_) => {
+            let alpha_dt = if alpha.fract() == 0.0 {
+                DType::I64
+            } else {
+                DType::F64
+            };
+            Operand::Tensor(arith(
+                cx,
+                b,
+                Operand::Number(alpha, alpha_dt),
+                BinaryOp::Mul,
+            )?)
+        }
+    };
+    arith(cx, a, b, op)
+}
+
 /// `self op (alpha * other)`, as add/sub take it.
 fn add_sub(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
-    let a = cx.operand(n, "self")?;
-    let mut b = cx.operand(n, "other")?;
-    if let Some(alpha) = cx.opt_float(n, "alpha")? {
-        if alpha != 1.0 {
-            b = match b {
-                Operand::Number(x, d) => Operand::Number(x * alpha, d),
-                Operand::Tensor(_) => {
-                    let alpha_dt = if alpha.fract() == 0.0 {
-                        DType::I64
-                    } else {
-                        DType::F64
-                    };
-                    Operand::Tensor(arith(
-                        cx,
-                        b,
-                        Operand::Number(alpha, alpha_dt),
-                        BinaryOp::Mul,
-                    )?)
-                }
-            };
-        }
-    }
-    Ok(vec![Some(arith(cx, a, b, op)?)])
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
+    let alpha = cx.float(n, "alpha", Some(1.0))?;
+    Ok(vec![Some(plus_scaled(cx, a, b, alpha, op)?)])
 }
 
 /// `a op b` for mul and true division. Where the result is a 16-bit float and `b` a scalar (a
@@ -607,20 +624,9 @@ lowering!(add, |cx, n| add_sub(cx, n, BinaryOp::Add)?[0]
 lowering!(sub, |cx, n| add_sub(cx, n, BinaryOp::Sub)?[0]
     .expect("computed"));
 lowering!(rsub, |cx, n| {
-    let a = cx.operand(n, "self")?;
-    let b = cx.operand(n, "other")?;
+    let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
     let alpha = cx.float(n, "alpha", Some(1.0))?;
-    let a = if alpha != 1.0 {
-        Operand::Tensor(arith(
-            cx,
-            a,
-            Operand::Number(alpha, DType::F64),
-            BinaryOp::Mul,
-        )?)
-    } else {
-        a
-    };
-    arith(cx, b, a, BinaryOp::Sub)?
+    plus_scaled(cx, b, a, alpha, BinaryOp::Sub)?
 });
 lowering!(mul, |cx, n| {
     let (a, b) = (cx.operand(n, "self")?, cx.operand(n, "other")?);
