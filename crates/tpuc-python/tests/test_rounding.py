@@ -1,10 +1,11 @@
 """16-bit floats rounded where torch's CPU kernels round them, compiled against eager torch bit
 for bit: a scalar multiplies or divides in float32 (not rounded to 16 bits first), cross
 products, logit and addr round after every step, addcmul computes in float32 and rounds once,
-addbmm stores its result after each batch, batch norm normalises with the statistics it stores
-in the parameters' type, and grid sampling runs torch's scalar kernel step by step. Each test
-also checks that the other rounding (the one torch's decompositions or a float32 computation
-would give) differs on the same data, so that it can fail."""
+addbmm stores its result after each batch, a convolution adds its bias before rounding, batch
+norm normalises with the statistics it stores in the parameters' type, and grid sampling runs
+torch's scalar kernel step by step. Each test also checks that the other rounding (the one
+torch's decompositions or a float32 computation would give) differs on the same data, so that
+it can fail."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -147,3 +148,16 @@ def test_grid_sample_runs_the_scalar_kernel_step_by_step(dtype, mode, padding, a
     assert_bitwise(compiled(fn)(image, grid), want)
     if mode == "bilinear":
         assert differs(fn(image.float(), grid.float()).to(dtype), want)
+
+
+@pytest.mark.parametrize("dtype", HALF_TYPES)
+def test_a_convolution_adds_its_bias_before_rounding(dtype):
+    x, w, b = data(2, 3, 9, 9, dtype=dtype, seed=21), data(5, 3, 3, 3, dtype=dtype, seed=22), data(5, dtype=dtype, seed=23)
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, padding=1), F.conv1d(x[:, :, 0], w[..., 0], b)
+
+    want = fn(x, w, b)
+    assert_bitwise(compiled(fn)(x, w, b), want)
+    rounded_first = F.conv2d(x, w, None, padding=1) + b[:, None, None]
+    assert differs(rounded_first, want[0])

@@ -59,13 +59,15 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         };
         (w, attrs)
     };
-    let y = cx.b.convolution(x, w, attrs)?;
-    let mut y = narrowed(cx, y, half);
+    let mut y = cx.b.convolution(x, w, attrs)?;
+    // The bias is added before the one rounding, as torch's kernels add it.
     if let Some(bias) = cx.opt_tensor(n, "bias")? {
         let shape = cx.b.shape(y).to_vec();
+        let bias = cx.b.convert(bias, cx.b.elem(y));
         let bias = cx.b.broadcast_in_dim(bias, &shape, &[1])?;
         y = cx.b.binary(BinaryOp::Add, y, bias)?;
     }
+    let y = narrowed(cx, y, half);
     let out = cx.out_type(n, 0)?;
     Ok(vec![Some(cx.b.reshape(y, &out.shape)?)])
 }
