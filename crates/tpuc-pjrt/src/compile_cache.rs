@@ -578,7 +578,10 @@ fn key(client: &Client, module: &[u8], options: &CompileOptions) -> Result<(Stri
                 ("threads", &threads.to_le_bytes()),
             ]),
         ),
-        ("host CPU", part(&[("cpu", host_cpu().as_bytes())])),
+        (
+            "host CPU",
+            part(&[("cpu", crate::host_cpu::description().as_bytes())]),
+        ),
         ("options", part(&[("options", &options.encode()?)])),
         // The module holds the graph's sizes: for one graph, another module is other sizes.
         (
@@ -596,29 +599,6 @@ fn key(client: &Client, module: &[u8], options: &CompileOptions) -> Result<(Stri
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// What identifies the host's CPU to a compiler emitting code for it: on Linux its vendor,
-/// model and feature flags; elsewhere the architecture alone. Read once per process
-/// (/proc/cpuinfo is large on machines with many cores).
-fn host_cpu() -> &'static str {
-    static HOST_CPU: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HOST_CPU.get_or_init(describe_host_cpu)
-}
-
-fn describe_host_cpu() -> String {
-    let described = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let first = described.split("\n\n").next().unwrap_or_default();
-    let mut cpu: Vec<&str> = first
-        .lines()
-        .filter(|l| {
-            ["vendor_id", "model name", "flags", "Features", "CPU part"]
-                .iter()
-                .any(|k| l.starts_with(k))
-        })
-        .collect();
-    cpu.push(std::env::consts::ARCH);
-    cpu.join("\n")
 }
 
 #[cfg(test)]

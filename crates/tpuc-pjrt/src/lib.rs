@@ -29,6 +29,7 @@ mod error;
 mod event;
 mod executable;
 mod host;
+mod host_cpu;
 mod plugin;
 mod sharded;
 mod stderr_filter;

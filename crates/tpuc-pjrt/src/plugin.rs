@@ -243,9 +243,7 @@ impl fmt::Debug for Plugin {
 /// - XLA logs informational lines (its start-up, the device count it was given) on every first
 ///   use; a library is quiet unless asked: warnings and errors only, unless the user sets
 ///   `TF_CPP_MIN_LOG_LEVEL` (0 for everything).
-/// - XLA:CPU's minimum and maximum (elementwise, reductions, max pooling) drop NaN unless its
-///   fast min/max is turned off; torch propagates NaN. The user's own setting of that flag in
-///   XLA_FLAGS wins.
+/// - XLA:CPU's own defaults where they change results: see [`cpu_plugin_flags`].
 fn prepare_environment(path: &Path) {
     const LOG_LEVEL: &str = "TF_CPP_MIN_LOG_LEVEL";
     let kind = crate::discover::PluginKind::of(path);
@@ -256,12 +254,35 @@ fn prepare_environment(path: &Path) {
     if std::env::var_os(LOG_LEVEL).is_none() {
         std::env::set_var(LOG_LEVEL, "1");
     }
-    const MIN_MAX_FLAG: &str = "xla_cpu_enable_fast_min_max";
-    let flags = std::env::var("XLA_FLAGS").unwrap_or_default();
-    if kind == crate::discover::PluginKind::Cpu && !flags.contains(MIN_MAX_FLAG) {
-        let flags = format!("{flags} --{MIN_MAX_FLAG}=false");
-        std::env::set_var("XLA_FLAGS", flags.trim_start());
+    if kind == crate::discover::PluginKind::Cpu {
+        let flags = std::env::var("XLA_FLAGS").unwrap_or_default();
+        let flags = cpu_plugin_flags(&flags, crate::host_cpu::description());
+        std::env::set_var("XLA_FLAGS", flags);
     }
+}
+
+/// `XLA_FLAGS` for the CPU plugin: the user's flags, then tpuc's where the user set none of
+/// that name (the user's setting wins).
+/// - XLA:CPU's minimum and maximum (elementwise, reductions, max pooling) drop NaN unless its
+///   fast min/max is turned off; torch propagates NaN.
+/// - On a CPU with float16 instructions (`avx512_fp16`), XLA:CPU's code computes 16-bit floats
+///   natively and its results differ from those of every other CPU (and torch's) by a 16-bit
+///   ulp where a product feeds a sum; capped at AVX2, it computes them as elsewhere. tpuc's
+///   modules compute 16-bit arithmetic in float32 (`passes::narrow_arithmetic`), but LLVM
+///   narrows such steps back to 16-bit instructions where that is exact for the step alone.
+fn cpu_plugin_flags(user: &str, host_cpu: &str) -> String {
+    let mut flags = vec![user.trim().to_string()];
+    let mut default = |name: &str, value: &str| {
+        if !user.contains(name) {
+            flags.push(format!("--{name}={value}"));
+        }
+    };
+    default("xla_cpu_enable_fast_min_max", "false");
+    if crate::host_cpu::has_feature(host_cpu, "avx512_fp16") {
+        default("xla_cpu_max_isa", "AVX2");
+    }
+    flags.retain(|f| !f.is_empty());
+    flags.join(" ")
 }
 
 /// A slice the plugin owns; empty for a null pointer.
@@ -324,4 +345,41 @@ unsafe fn output_shardings_of(api: *const PJRT_Api) -> Option<OutputShardingsFn>
         extension = base.next;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_plugin_flags;
+
+    const PLAIN_CPU: &str = "flags\t\t: fpu avx2 avx512f avx512_bf16\nx86_64";
+    const FP16_CPU: &str = "flags\t\t: fpu avx2 avx512f avx512_bf16 avx512_fp16\nx86_64";
+
+    #[test]
+    fn nan_propagating_min_max_unless_the_user_says_otherwise() {
+        assert_eq!(
+            cpu_plugin_flags("", PLAIN_CPU),
+            "--xla_cpu_enable_fast_min_max=false"
+        );
+        assert_eq!(
+            cpu_plugin_flags(" --xla_dump_to=/tmp/d ", PLAIN_CPU),
+            "--xla_dump_to=/tmp/d --xla_cpu_enable_fast_min_max=false"
+        );
+        assert_eq!(
+            cpu_plugin_flags("--xla_cpu_enable_fast_min_max=true", PLAIN_CPU),
+            "--xla_cpu_enable_fast_min_max=true"
+        );
+    }
+
+    #[test]
+    fn a_cpu_with_float16_instructions_is_capped_at_avx2_unless_the_user_chose() {
+        assert_eq!(
+            cpu_plugin_flags("", FP16_CPU),
+            "--xla_cpu_enable_fast_min_max=false --xla_cpu_max_isa=AVX2"
+        );
+        assert_eq!(
+            cpu_plugin_flags("--xla_cpu_max_isa=AVX512", FP16_CPU),
+            "--xla_cpu_max_isa=AVX512 --xla_cpu_enable_fast_min_max=false"
+        );
+        assert!(!cpu_plugin_flags("", PLAIN_CPU).contains("max_isa"));
+    }
 }

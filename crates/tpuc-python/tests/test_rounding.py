@@ -6,6 +6,11 @@ norm normalises with the statistics it stores in the parameters' type, and grid 
 torch's scalar kernel step by step. Each test also checks that the other rounding (the one
 torch's decompositions or a float32 computation would give) differs on the same data, so that
 it can fail."""
+import os
+import re
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -161,3 +166,45 @@ def test_a_convolution_adds_its_bias_before_rounding(dtype):
     assert_bitwise(compiled(fn)(x, w, b), want)
     rounded_first = F.conv2d(x, w, None, padding=1) + b[:, None, None]
     assert differs(rounded_first, want[0])
+
+
+# An XLA op computing a 16-bit float by arithmetic, in its optimized HLO text
+# (`%name = f16[64,3]{1,0} multiply(...)`).
+NARROW_ARITHMETIC = re.compile(
+    r"= (f16|bf16)\[[^\]]*\]\S* (add|subtract|multiply|divide|power|remainder|atan2|exponential|"
+    r"exponential-minus-one|log|log-plus-one|sqrt|rsqrt|cbrt|tanh|logistic|sine|cosine|tan|erf|dot|"
+    r"convolution)\(")
+
+NARROW_PROGRAMS = """
+import torch
+import torch.nn.functional as F
+
+def fn(a, b, m, v1, v2, image, grid, w):
+    return (torch.linalg.cross(a, b), torch.addr(m, v1, v2), a * b + a, torch.exp(a) * b, torch.logit(a.sigmoid()),
+            F.grid_sample(image, grid, align_corners=False), m @ w, F.conv1d(image[:, :, 0], image[:, :, 1, :3]))
+
+g = torch.Generator().manual_seed(0)
+for dtype in (torch.float16, torch.bfloat16):
+    args = [torch.randn(*shape, generator=g).to(dtype)
+            for shape in [(64, 3), (64, 3), (16, 24), (16,), (24,), (2, 3, 9, 13), (2, 6, 5, 2), (24, 8)]]
+    torch.compile(fn, backend="tpuc", options={"strict": True, "cache_dir": "off"})(*args)
+print("compiled")
+"""
+
+
+def test_no_16_bit_arithmetic_reaches_xla(tmp_path):
+    # XLA:CPU computes 16-bit arithmetic natively on CPUs with float16 instructions and through
+    # float32 elsewhere, with other results (a multiply-add fused, other approximations): every
+    # step must reach it as float32 between explicit roundings, whatever the host. Checked on the
+    # module XLA optimized (its dump), so that no pass of XLA's narrows a step again.
+    dump = tmp_path / "xla"
+    env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text", TF_CPP_MIN_LOG_LEVEL="3")
+    run = subprocess.run([sys.executable, "-c", NARROW_PROGRAMS], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)
+    assert run.returncode == 0 and "compiled" in run.stdout, run.stderr[-3000:]
+    optimized = list(dump.glob("*after_optimizations.txt"))
+    assert optimized, sorted(p.name for p in dump.iterdir())
+    text = "\n".join(p.read_text() for p in optimized)
+    assert "f16[" in text and "bf16[" in text, "the programs take and return 16-bit tensors"
+    narrow = [line.strip() for line in text.splitlines() if NARROW_ARITHMETIC.search(line)]
+    assert not narrow, "\n".join(narrow[:20])

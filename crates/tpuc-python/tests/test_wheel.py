@@ -61,6 +61,10 @@ def installed(tmp_path_factory):
     return python, env / "bin"
 
 
+# Both tests use one wheel, built once: one pytest-xdist worker runs them.
+pytestmark = pytest.mark.xdist_group("wheel")
+
+
 def test_the_wheel_installs_into_a_fresh_venv_and_runs_models(installed, tmp_path):
     python, bin_dir = installed
     assert _run([python, "-c", USER_SCRIPT], cwd=tmp_path).stdout.split() == ["ok"]

@@ -6,6 +6,7 @@ pub mod dead_code;
 pub mod exact_division;
 pub mod fold;
 pub mod hoist;
+pub mod narrow_arithmetic;
 pub mod sharding;
 
 use crate::ir::{verify, Mesh, Module, Sharding, VerifyError};
@@ -55,8 +56,8 @@ pub struct Prepared {
 }
 
 /// The passes, in order: constant folding, canonical forms of views, dead code, hoisting,
-/// sharding (or making the module per device), then the plugin's legalisations (exact
-/// divisions by constants, boolean constants). The verifier runs between
+/// sharding (or making the module per device), then the plugin's legalisations (narrow float
+/// arithmetic in float32, exact divisions by constants, boolean constants). The verifier runs between
 /// them when asked; an error names the pass after which the module broke.
 pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, VerifyError> {
     let check = |m: &Module, after: &str| -> Result<(), VerifyError> {
@@ -138,9 +139,11 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
     Ok(Pipelined { main, prepared })
 }
 
-/// The last passes: what the plugin needs to compile the module as meant (divisions by
-/// constants kept exact, boolean constants it can parse).
+/// The last passes: what the plugin needs to compile the module as meant (narrow float
+/// arithmetic computed in float32 and rounded explicitly, divisions by constants kept exact,
+/// boolean constants it can parse).
 fn for_the_plugin(module: Module) -> Module {
+    let module = narrow_arithmetic::arithmetic_in_float32(module);
     bool_constants::bool_constants_as_bytes(exact_division::exact_division(module))
 }
 
