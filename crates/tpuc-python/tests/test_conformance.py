@@ -1,7 +1,7 @@
 """PyTorch's OpInfo database through the backend in strict mode and on the tpuc device in strict
 and fused eager mode: the CI subset (a documented selection of common ops, float32 and int64,
-first sample). `tools/conformance.py --write` runs every op and dtype and writes
-docs/conformance.md (`--mode strict|fused`: docs/conformance-<mode>.md)."""
+first sample), one test per op and mode. `tools/conformance.py --write` runs every op and dtype
+and writes docs/conformance.md (`--mode strict|fused`: docs/conformance-<mode>.md)."""
 import importlib.util
 import os
 
@@ -17,12 +17,35 @@ def load_runner():
     return module
 
 
-@pytest.mark.parametrize("mode", ["compiled", "strict", "fused"])
-def test_opinfo_ci_subset_passes(mode):
-    runner = load_runner()
-    results = runner.run(runner.CI_OPS, runner.CI_DTYPES, samples=1, mode=mode)
-    counts, rate = runner.summary(results)
-    failures = [f"{r['op']} {r['dtype']}: {r['status']}: {r['reason']}" for r in results
-                if r["status"] in ("failed", "not reached")]
-    assert counts["passed"] >= 100, counts
-    assert rate >= 0.95, "\n".join(failures)
+RUNNER = load_runner()
+
+# The sets of the subset that do not pass, with the status they have and why. Any other set
+# that does not pass fails its test, and so does one of these that changes status (update the
+# list when it starts passing).
+DEVICE_MODES = ("strict", "fused")
+KNOWN = {
+    # One element of 50 is 1.7e-5 off eager's: eager rounds each batch's product, tpuc matches
+    # the float64 computation rounded once.
+    **{(mode, "addbmm", "float32"): "failed" for mode in RUNNER.MODES},
+    # On the device, torch.linalg's error check is an op of its own that tpuc does not lower (the
+    # compile backend checks those errors on the host after the call).
+    **{(mode, op, "float32"): "not reached" for mode in DEVICE_MODES
+       for op in ("linalg.cholesky", "linalg.lu_factor", "linalg.inv", "linalg.solve")},
+}
+
+
+@pytest.mark.parametrize("op", RUNNER.CI_OPS)
+@pytest.mark.parametrize("mode", RUNNER.MODES)
+def test_opinfo_ci_subset_passes(mode, op):
+    results = RUNNER.run([op], RUNNER.CI_DTYPES, samples=1, mode=mode)
+    assert any(r["status"] != "skipped" for r in results), f"no set of {op} was judged: {results}"
+    # A set OpInfo cannot run here (eager rejects its sample) is skipped, not judged.
+    unexpected = [f"{r['dtype']}: {r['status']} (expected {KNOWN.get((mode, op, r['dtype']), 'passed')}): {r['reason']}"
+                  for r in results
+                  if r["status"] != "skipped" and r["status"] != KNOWN.get((mode, op, r["dtype"]), "passed")]
+    assert not unexpected, "\n".join(unexpected)
+
+
+def test_the_known_exceptions_name_sets_of_the_subset():
+    for mode, op, dtype in KNOWN:
+        assert mode in RUNNER.MODES and op in RUNNER.CI_OPS and dtype in RUNNER.CI_DTYPES, (mode, op, dtype)
