@@ -72,6 +72,45 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.reshape(y, &out.shape)?)])
 }
 
+/// conv_tbc(self [time, batch, in], weight [kernel, in, out], bias [out], pad): a 1-d
+/// convolution over time-major input, returning [time', batch, out].
+fn conv_tbc(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let w = cx.tensor(n, "weight")?;
+    let bias = cx.tensor(n, "bias")?;
+    let pad = cx.int(n, "pad", Some(0))?;
+    if cx.b.ty(x).rank() != 3 || cx.b.ty(w).rank() != 3 || cx.b.ty(bias).rank() != 1 {
+        return err(format!(
+            "conv_tbc needs a 3-d input and weight and a 1-d bias, got {}, {} and {}",
+            cx.b.ty(x),
+            cx.b.ty(w),
+            cx.b.ty(bias)
+        ));
+    }
+    let x = cx.b.transpose(x, &[1, 2, 0])?;
+    let w = cx.b.transpose(w, &[2, 1, 0])?;
+    let mut operands = [x, w];
+    let half = widened(cx, &mut operands);
+    let [x, w] = operands;
+    let attrs = ConvAttrs {
+        strides: vec![1],
+        padding: vec![(pad, pad)],
+        lhs_dilation: vec![1],
+        rhs_dilation: vec![1],
+        groups: 1,
+        batch_groups: 1,
+        precision: precision(cx, cx.b.elem(x)),
+        kernel: KernelLayout::OutInSpatial,
+    };
+    let y = cx.b.convolution(x, w, attrs)?;
+    let shape = cx.b.shape(y).to_vec();
+    let bias = cx.b.convert(bias, cx.b.elem(y));
+    let bias = cx.b.broadcast_in_dim(bias, &shape, &[1])?;
+    let y = cx.b.binary(BinaryOp::Add, y, bias)?;
+    let y = narrowed(cx, y, half);
+    Ok(vec![Some(cx.b.transpose(y, &[2, 0, 1])?)])
+}
+
 /// The window of a direct convolution, per spatial dim.
 struct Strided {
     stride: Vec<i64>,
@@ -241,9 +280,12 @@ pub fn register(r: &mut Registry) {
             "aten.conv_transpose2d.input",
             "aten.conv_transpose3d.input",
             "aten.convolution.default",
+            "aten._convolution.default",
+            "aten._convolution.deprecated",
         ],
         conv,
     );
+    r.add(&["aten.conv_tbc.default"], conv_tbc);
 }
 
 #[cfg(test)]

@@ -12,9 +12,6 @@ fn embedding(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(take_along(cx, w, 0, idx)?)])
 }
 
-/// torch's embedding bag (modes sum and mean), with the auxiliary outputs torch's CPU kernel
-/// returns: offset2bag (bag of each index; empty in sum mode), bag_size (0 in sum mode) and
-/// max_indices (0 in sum mode, bag_size in mean mode).
 /// The bag of each of `count` indices: how many of the `bags` bag starts (`offsets`) are at or
 /// before its position, minus one.
 fn bag_of_indices(cx: &mut Ctx, offsets: Value, count: i64, bags: i64) -> OpResult<Value> {
@@ -30,17 +27,30 @@ fn bag_of_indices(cx: &mut Ctx, offsets: Value, count: i64, bags: i64) -> OpResu
     Ok(cx.b.binary(BinaryOp::Sub, started, one)?)
 }
 
+/// torch's embedding bag (modes sum, mean and max) with the side outputs of torch's CPU kernel,
+/// which its backward reads and a program may return:
+/// - offset2bag: each index's bag (empty where torch's fast sum path skips it: the recorded
+///   shape says which);
+/// - bag_size: each bag's count of indices that are not `padding_idx`, the last bag reaching to
+///   the end of `indices`; all zeros in mode sum (torch zeroes it);
+/// - max_indices: in mode max the row each output element came from (the first maximum in bag
+///   order; 0 for an empty bag), otherwise a copy of bag_size.
 fn embedding_bag(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let weight = cx.tensor(n, "weight")?;
     let indices = cx.tensor(n, "indices")?;
     let offsets = cx.tensor(n, "offsets")?;
     let mode = cx.int(n, "mode", Some(0))?;
-    if mode != 0 && mode != 1 {
-        return err("not supported: embedding_bag with mode max");
+    if !(0..=2).contains(&mode) {
+        return err(format!(
+            "embedding_bag: unknown mode {mode} (0 sum, 1 mean, 2 max)"
+        ));
     }
     let include_last = cx.bool(n, "include_last_offset", false)?;
     let padding_idx = cx.int(n, "padding_idx", Some(-1))?;
     let per_sample = cx.opt_tensor(n, "per_sample_weights")?;
+    if per_sample.is_some() && mode != 0 {
+        return err("per_sample_weights are only defined for mode sum");
+    }
     if cx.b.ty(indices).rank() != 1 || cx.b.ty(offsets).rank() != 1 {
         return err("not supported: embedding_bag with 2-d indices (flatten them with offsets)");
     }
@@ -53,84 +63,174 @@ fn embedding_bag(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     };
     let elem = cx.b.elem(weight);
     let rows = cx.b.shape(weight)[0];
+    let width = cx.b.shape(weight)[1];
     let i64t = |shape: &[i64]| TensorType::new(shape.to_vec(), DType::I64);
 
     let indices = cx.b.convert(indices, DType::I64);
     let offsets = cx.b.convert(offsets, DType::I64);
     let bag_of = bag_of_indices(cx, offsets, count, bags)?;
 
-    // Indices that count: not padding_idx, and before the end offset when it is given.
+    // Indices that count: not padding_idx. The sums stop at the end offset when it is given;
+    // torch's bag sizes (and its max) reach to the end of `indices`.
     let position = cx.b.iota(i64t(&[count]), 0)?;
-    let mut valid = cx.full_like(position, 1.0, Some(DType::Bool));
+    let mut counted = cx.full_like(position, 1.0, Some(DType::Bool));
+    if padding_idx >= 0 && padding_idx < rows {
+        let pad = cx.full_like(indices, padding_idx as f64, None);
+        counted = cx.b.compare(CompareDir::Ne, indices, pad)?;
+    }
+    let mut summed = counted;
     if include_last {
         let end = cx.b.slice(offsets, &[bags], &[bags + 1], &[1])?;
         let end = cx.b.reshape(end, &[])?;
         let end = cx.b.broadcast_in_dim(end, &[count], &[])?;
         let before_end = cx.b.compare(CompareDir::Lt, position, end)?;
-        valid = cx.b.binary(BinaryOp::And, valid, before_end)?;
+        summed = cx.b.binary(BinaryOp::And, summed, before_end)?;
     }
-    if padding_idx >= 0 && padding_idx < rows {
-        let pad = cx.full_like(indices, padding_idx as f64, None);
-        let not_pad = cx.b.compare(CompareDir::Ne, indices, pad)?;
-        valid = cx.b.binary(BinaryOp::And, valid, not_pad)?;
-    }
-    // membership[i][b]: index i counts in bag b.
+    // membership[i][b]: index i is in bag b.
     let bag_ids = cx.b.iota(i64t(&[count, bags]), 1)?;
     let bag_of_b = cx.b.broadcast_in_dim(bag_of, &[count, bags], &[0])?;
     let member = cx.b.compare(CompareDir::Eq, bag_of_b, bag_ids)?;
-    let valid_b = cx.b.broadcast_in_dim(valid, &[count, bags], &[0])?;
-    let member = cx.b.binary(BinaryOp::And, member, valid_b)?;
-    let mut weights = cx.b.convert(member, elem);
-    if let Some(w) = per_sample {
-        if mode != 0 {
-            return err("per_sample_weights are only defined for mode sum");
-        }
-        let w = cx.b.convert(w, elem);
-        let w = cx.b.broadcast_in_dim(w, &[count, bags], &[0])?;
-        weights = cx.b.binary(BinaryOp::Mul, weights, w)?;
-    }
+    let in_bag = |cx: &mut Ctx, which: Value| -> OpResult<Value> {
+        let which = cx.b.broadcast_in_dim(which, &[count, bags], &[0])?;
+        Ok(cx.b.binary(BinaryOp::And, member, which)?)
+    };
+    let counted_member = in_bag(cx, counted)?;
+    let sizes = cx.b.convert(counted_member, DType::I64);
+    let sizes = cx.b.reduce_by(sizes, &[0], BinaryOp::Add)?;
     let gathered = take_along(cx, weight, 0, indices)?;
-    let dims = DotDims {
-        lhs_batch: vec![],
-        rhs_batch: vec![],
-        lhs_contracting: vec![0],
-        rhs_contracting: vec![0],
-    };
-    let precision = precision(cx, elem);
-    let mut output = cx.b.dot_general(weights, gathered, dims, precision)?;
-    let counts = cx.b.convert(member, DType::I64);
-    let counts = cx.b.reduce_by(counts, &[0], BinaryOp::Add)?;
-    if mode == 1 {
-        let at_least_one = cx.full_like(counts, 1.0, None);
-        let divisor = cx.b.binary(BinaryOp::Max, counts, at_least_one)?;
-        let divisor = cx.b.convert(divisor, elem);
-        let width = cx.b.shape(output)[1];
-        let divisor = cx.b.broadcast_in_dim(divisor, &[bags, width], &[0])?;
-        output = cx.b.binary(BinaryOp::Div, output, divisor)?;
-    }
-    let zeros = |cx: &mut Ctx, i: usize| -> OpResult<Value> {
-        let ty = cx.out_type(n, i)?;
-        Ok(cx.b.splat(&ty, 0.0))
-    };
-    // Each index's bag and each bag's size, where torch records them (its backward reads
-    // them); zeros of the recorded shape elsewhere.
-    let offset2bag = if cx.out_type(n, 1)?.shape == [count] {
-        cx.b.convert(bag_of, cx.out_type(n, 1)?.elem)
+
+    let (output, max_rows) = if mode == 2 {
+        let (output, max_rows) = bag_maxima(cx, gathered, indices, bag_of, counted, sizes, bags)?;
+        (output, Some(max_rows))
     } else {
-        zeros(cx, 1)?
+        let summed_member = in_bag(cx, summed)?;
+        let mut weights = cx.b.convert(summed_member, elem);
+        if let Some(w) = per_sample {
+            let w = cx.b.convert(w, elem);
+            let w = cx.b.broadcast_in_dim(w, &[count, bags], &[0])?;
+            weights = cx.b.binary(BinaryOp::Mul, weights, w)?;
+        }
+        let dims = DotDims {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contracting: vec![0],
+            rhs_contracting: vec![0],
+        };
+        let precision = precision(cx, elem);
+        let mut output = cx.b.dot_general(weights, gathered, dims, precision)?;
+        if mode == 1 {
+            let at_least_one = cx.full_like(sizes, 1.0, None);
+            let divisor = cx.b.binary(BinaryOp::Max, sizes, at_least_one)?;
+            let divisor = cx.b.convert(divisor, elem);
+            let divisor = cx.b.broadcast_in_dim(divisor, &[bags, width], &[0])?;
+            output = cx.b.binary(BinaryOp::Div, output, divisor)?;
+        }
+        (output, None)
     };
-    let bag_size = if cx.out_type(n, 2)?.shape == [bags] {
-        cx.b.convert(counts, cx.out_type(n, 2)?.elem)
+
+    let offset2bag_ty = cx.out_type(n, 1)?;
+    let offset2bag = if offset2bag_ty.shape == [count] {
+        cx.b.convert(bag_of, offset2bag_ty.elem)
     } else {
-        zeros(cx, 2)?
+        cx.b.splat(&offset2bag_ty, 0.0)
     };
-    let max_indices = zeros(cx, 3)?;
+    // torch records bag_size as (offsets.size(),) for `_embedding_bag_forward_only` where its
+    // kernel returns one per bag in modes mean and max: the sizes fill the recorded shape.
+    let recorded_sizes = |cx: &mut Ctx, ty: &TensorType| -> OpResult<Value> {
+        if mode == 0 || ty.rank() != 1 {
+            return Ok(cx.b.splat(ty, 0.0));
+        }
+        let fitted = match ty.shape[0] {
+            len if len <= bags => cx.b.slice(sizes, &[0], &[len], &[1])?,
+            len => {
+                let zero = cx.b.scalar(DType::I64, 0.0);
+                cx.b.pad(sizes, zero, &[0], &[len - bags], &[0])?
+            }
+        };
+        Ok(cx.b.convert(fitted, ty.elem))
+    };
+    let bag_size_ty = cx.out_type(n, 2)?;
+    let bag_size = recorded_sizes(cx, &bag_size_ty)?;
+    let max_indices_ty = cx.out_type(n, 3)?;
+    let max_indices = match max_rows {
+        Some(rows) => cx.b.convert(rows, max_indices_ty.elem),
+        None => recorded_sizes(cx, &max_indices_ty)?,
+    };
     Ok(vec![
         Some(output),
         Some(offset2bag),
         Some(bag_size),
         Some(max_indices),
     ])
+}
+
+/// Mode max of an embedding bag: each bag's elementwise maximum over its `counted` rows
+/// (`gathered`, one per index; 0 for an empty bag) and the row index it came from (the first
+/// maximum in bag order, as torch's kernel keeps the first of equal values; 0 when empty).
+fn bag_maxima(
+    cx: &mut Ctx,
+    gathered: Value,
+    indices: Value,
+    bag_of: Value,
+    counted: Value,
+    sizes: Value,
+    bags: i64,
+) -> OpResult<(Value, Value)> {
+    let count = cx.b.shape(gathered)[0];
+    let width = cx.b.shape(gathered)[1];
+    let elem = cx.b.elem(gathered);
+    let shape = [count, width];
+    // Indices that do not count go to bag `bags`, past the end: the scatter drops them.
+    let nowhere = cx.full_like(bag_of, bags as f64, None);
+    let target = cx.b.select(counted, bag_of, nowhere)?;
+    let target = cx.b.broadcast_in_dim(target, &shape, &[0])?;
+    let lowest =
+        cx.b.splat(&TensorType::new(vec![bags, width], elem), f64::NEG_INFINITY);
+    let maxima = scatter_into(
+        cx,
+        lowest,
+        0,
+        target,
+        gathered,
+        ScatterMode::Combine(BinaryOp::Max),
+    )?;
+    // The first position in each bag holding its maximum, then the row it took.
+    let first_bag = cx.full_like(bag_of, 0.0, None);
+    let safe_bag = cx.b.select(counted, bag_of, first_bag)?;
+    let bag_max = take_along(cx, maxima, 0, safe_bag)?;
+    let at_max = cx.b.compare(CompareDir::Eq, gathered, bag_max)?;
+    let position = cx.b.iota(TensorType::new(shape.to_vec(), DType::I64), 0)?;
+    let past = cx.full_like(position, count as f64, None);
+    let candidate = cx.b.select(at_max, position, past)?;
+    let first = cx.b.splat(
+        &TensorType::new(vec![bags, width], DType::I64),
+        count as f64,
+    );
+    let first = scatter_into(
+        cx,
+        first,
+        0,
+        target,
+        candidate,
+        ScatterMode::Combine(BinaryOp::Min),
+    )?;
+    let last = cx.full_like(first, (count - 1).max(0) as f64, None);
+    let first_safe = cx.b.binary(BinaryOp::Min, first, last)?;
+    let flat = cx.b.reshape(first_safe, &[bags * width])?;
+    let rows = if count > 0 {
+        let rows = take_along(cx, indices, 0, flat)?;
+        cx.b.reshape(rows, &[bags, width])?
+    } else {
+        cx.b.splat(&TensorType::new(vec![bags, width], DType::I64), 0.0)
+    };
+    let zero = cx.full_like(sizes, 0.0, None);
+    let empty = cx.b.compare(CompareDir::Eq, sizes, zero)?;
+    let empty = cx.b.broadcast_in_dim(empty, &[bags, width], &[0])?;
+    let zeros = cx.full_like(maxima, 0.0, None);
+    let output = cx.b.select(empty, zeros, maxima)?;
+    let no_row = cx.full_like(rows, 0.0, None);
+    let rows = cx.b.select(empty, no_row, rows)?;
+    Ok((output, rows))
 }
 
 /// The (2, K) row and column indices of the upper (triu) or lower (tril) triangle, a constant.
@@ -656,10 +756,16 @@ fn embedding_bag_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>
     let zeros =
         cx.b.splat(&TensorType::new(out.shape.clone(), cx.b.elem(grad)), 0.0);
     if mode == 2 {
+        // An empty bag (size 0: torch's forward records row 0 for it) passes nothing back.
         let taken = cx.tensor(n, "maximum_indices")?;
         let taken = cx.b.convert(taken, DType::I64);
+        let sizes = cx.tensor(n, "bag_size")?;
+        let sizes = cx.b.convert(sizes, DType::I64);
         let zero = cx.full_like(taken, 0.0, None);
-        let empty = cx.b.compare(CompareDir::Lt, taken, zero)?;
+        let no_size = cx.full_like(sizes, 0.0, None);
+        let empty = cx.b.compare(CompareDir::Le, sizes, no_size)?;
+        let empty =
+            cx.b.broadcast_in_dim(empty, cx.b.shape(taken).to_vec().as_slice(), &[0])?;
         let index = cx.b.select(empty, zero, taken)?;
         let nothing = cx.full_like(grad, 0.0, None);
         let updates = cx.b.select(empty, nothing, grad)?;
@@ -805,7 +911,10 @@ pub fn register(r: &mut Registry) {
     r.add_complex(&["aten.index_select.default"], index_select);
     r.add(&["aten.gather.default"], gather);
     r.add(&["aten.index.Tensor"], index);
-    r.add(&["aten.index_put.default"], index_put);
+    r.add(
+        &["aten.index_put.default", "aten._index_put_impl.default"],
+        index_put,
+    );
     r.add(&["aten.scatter.src"], |cx, n| {
         let src = cx.tensor(n, "src")?;
         scatter_along(cx, n, Some(src), ScatterMode::Replace)

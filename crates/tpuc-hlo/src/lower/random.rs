@@ -148,6 +148,158 @@ fn bernoulli(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.convert(hit, out.elem))])
 }
 
+/// bernoulli.Tensor(self, p): 1 with probability `p` (a tensor broadcast to self's shape),
+/// in self's dtype.
+fn bernoulli_tensor(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    no_generator(n)?;
+    let out = cx.out_type(n, 0)?;
+    let p = cx.tensor(n, "p")?;
+    let work = working_float(cx.b.elem(p));
+    let p = cx.b.convert(p, work);
+    let p = cx.b.broadcast_to(p, &out.shape)?;
+    let u = uniform(cx, &out.shape, work)?;
+    let hit = cx.b.compare(CompareDir::Lt, u, p)?;
+    Ok(vec![Some(cx.b.convert(hit, out.elem))])
+}
+
+/// exponential(self, lambd): -log(1 - u) / lambd, shaped like self.
+fn exponential(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    no_generator(n)?;
+    let out = cx.out_type(n, 0)?;
+    let rate = cx.float(n, "lambd", Some(1.0))?;
+    if rate <= 0.0 || rate.is_nan() {
+        return err(format!("exponential needs lambd > 0, got {rate}"));
+    }
+    let work = working_float(out.elem);
+    let u = uniform(cx, &out.shape, work)?;
+    // 1 - u lies in (0, 1]: the logarithm is finite.
+    let one = cx.full_like(u, 1.0, None);
+    let rest = cx.b.binary(BinaryOp::Sub, one, u)?;
+    let log = cx.b.unary(UnaryOp::Log, rest)?;
+    let v = cx.scaled(log, -1.0 / rate)?;
+    Ok(vec![Some(cx.b.convert(v, out.elem))])
+}
+
+/// normal_functional(self, mean, std): mean + std * N(0, 1), shaped like self.
+fn normal_functional(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    no_generator(n)?;
+    let out = cx.out_type(n, 0)?;
+    let mean = cx.float(n, "mean", Some(0.0))?;
+    let std = cx.float(n, "std", Some(1.0))?;
+    if std < 0.0 || std.is_nan() {
+        return err(format!("normal needs std >= 0, got {std}"));
+    }
+    let work = working_float(out.elem);
+    let z = normal(cx, &out.shape, work)?;
+    let z = cx.scaled(z, std)?;
+    let shift = cx.full_like(z, mean, None);
+    let v = cx.b.binary(BinaryOp::Add, z, shift)?;
+    Ok(vec![Some(cx.b.convert(v, out.elem))])
+}
+
+/// multinomial(self, num_samples, replacement): category indices drawn with probability
+/// proportional to each row's weights. With replacement: each draw inverts the row's
+/// cumulative distribution; without: the categories of the `num_samples` largest
+/// `log(w) + Gumbel noise` keys, which draws them one after another without replacement
+/// (a category of weight 0 is never drawn while others remain).
+fn multinomial(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    no_generator(n)?;
+    let out = cx.out_type(n, 0)?;
+    let w = cx.tensor(n, "self")?;
+    let samples = cx.int(n, "num_samples", None)?;
+    let replacement = cx.bool(n, "replacement", false)?;
+    let rank = cx.b.ty(w).rank();
+    if rank != 1 && rank != 2 {
+        return err(format!(
+            "multinomial needs 1-d or 2-d weights, got {}",
+            cx.b.ty(w)
+        ));
+    }
+    let categories = cx.b.shape(w)[rank - 1];
+    if !replacement && samples > categories {
+        return err(format!(
+            "cannot draw {samples} samples without replacement from {categories} categories"
+        ));
+    }
+    let rows = if rank == 2 { cx.b.shape(w)[0] } else { 1 };
+    let work = working_float(cx.b.elem(w));
+    let w = cx.b.convert(w, work);
+    let w = cx.b.reshape(w, &[rows, categories])?;
+    let picked = if replacement {
+        // Draw k takes the first category whose cumulative weight exceeds u_k * total.
+        let cdf = scan(cx, w, 1, BinaryOp::Add)?;
+        let total =
+            cx.b.slice(cdf, &[0, categories - 1], &[rows, categories], &[1, 1])?;
+        let u = uniform(cx, &[rows, samples], work)?;
+        let total = cx.b.broadcast_in_dim(total, &[rows, samples], &[0, 1])?;
+        let target = cx.b.binary(BinaryOp::Mul, u, total)?;
+        let shape = [rows, samples, categories];
+        let cdf = cx.b.broadcast_in_dim(cdf, &shape, &[0, 2])?;
+        let target = cx.b.broadcast_in_dim(target, &shape, &[0, 1])?;
+        let below = cx.b.compare(CompareDir::Le, cdf, target)?;
+        let below = cx.b.convert(below, DType::I64);
+        let count = cx.b.reduce_by(below, &[2], BinaryOp::Add)?;
+        let last = cx.full_like(count, (categories - 1) as f64, None);
+        cx.b.binary(BinaryOp::Min, count, last)?
+    } else {
+        let u = uniform(cx, &[rows, categories], work)?;
+        let one = cx.full_like(u, 1.0, None);
+        let rest = cx.b.binary(BinaryOp::Sub, one, u)?;
+        let log_rest = cx.b.unary(UnaryOp::Log, rest)?;
+        let exp_noise = cx.b.unary(UnaryOp::Neg, log_rest)?;
+        // log(w) - log(E) with E ~ Exp(1): the Gumbel-max keys.
+        let log_w = cx.b.unary(UnaryOp::Log, w)?;
+        let log_e = cx.b.unary(UnaryOp::Log, exp_noise)?;
+        let keys = cx.b.binary(BinaryOp::Sub, log_w, log_e)?;
+        let positions =
+            cx.b.iota(TensorType::new(vec![rows, categories], DType::I64), 1)?;
+        let sorted = cx.b.sort(&[keys, positions], 1, SortOrder::Descending)?;
+        cx.b.slice(sorted[1], &[0, 0], &[rows, samples], &[1, 1])?
+    };
+    let picked = cx.b.reshape(picked, &out.shape)?;
+    Ok(vec![Some(cx.b.convert(picked, out.elem))])
+}
+
+/// rrelu_with_noise: in training each negative element is multiplied by a slope drawn
+/// uniformly from [lower, upper], which the noise output records (1 for the others); in
+/// evaluation the slope is (lower + upper) / 2 and the noise is unchanged. The in-place form
+/// writes the noise into its `noise` argument.
+fn rrelu_with_noise(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    no_generator(n)?;
+    let x = cx.tensor(n, "self")?;
+    let noise = cx.tensor(n, "noise")?;
+    let lower = cx.float(n, "lower", Some(0.125))?;
+    let upper = cx.float(n, "upper", Some(1.0 / 3.0))?;
+    let training = cx.bool(n, "training", false)?;
+    let elem = cx.b.elem(x);
+    let zero = cx.full_like(x, 0.0, None);
+    let (y, noise) = if training {
+        let work = working_float(elem);
+        let u = uniform(cx, cx.b.shape(x).to_vec().as_slice(), work)?;
+        let slope = cx.scaled(u, upper - lower)?;
+        let low = cx.full_like(slope, lower, None);
+        let slope = cx.b.binary(BinaryOp::Add, slope, low)?;
+        let slope = cx.b.convert(slope, elem);
+        let negative = cx.b.compare(CompareDir::Le, x, zero)?;
+        let one = cx.full_like(slope, 1.0, None);
+        let slope = cx.b.select(negative, slope, one)?;
+        let y = cx.b.binary(BinaryOp::Mul, x, slope)?;
+        (y, cx.b.convert(slope, cx.b.elem(noise)))
+    } else {
+        let slope = cx.full_like(x, (lower + upper) / 2.0, None);
+        let scaled = cx.b.binary(BinaryOp::Mul, x, slope)?;
+        let negative = cx.b.compare(CompareDir::Lt, x, zero)?;
+        (cx.b.select(negative, scaled, x)?, noise)
+    };
+    if n.target.starts_with("aten.rrelu_with_noise_functional") {
+        return Ok(vec![Some(y), Some(noise)]);
+    }
+    if let Some(Arg::Tensor(name)) = n.arg("noise") {
+        cx.rebind(name, noise);
+    }
+    Ok(vec![Some(y)])
+}
+
 /// native_dropout(input, p, train) -> (output, mask): each element kept with probability 1 - p
 /// and scaled by 1 / (1 - p) in training; the input and an all-true mask otherwise.
 fn native_dropout(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
@@ -210,6 +362,17 @@ pub fn register(r: &mut Registry) {
     );
     r.add(&["aten.bernoulli.default", "aten.bernoulli.p"], bernoulli);
     r.add(&["aten.native_dropout.default"], native_dropout);
+    r.add(&["aten.bernoulli.Tensor"], bernoulli_tensor);
+    r.add(&["aten.exponential.default"], exponential);
+    r.add(&["aten.normal_functional.default"], normal_functional);
+    r.add(&["aten.multinomial.default"], multinomial);
+    r.add(
+        &[
+            "aten.rrelu_with_noise.default",
+            "aten.rrelu_with_noise_functional.default",
+        ],
+        rrelu_with_noise,
+    );
 }
 
 #[cfg(test)]

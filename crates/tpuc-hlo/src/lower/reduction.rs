@@ -47,6 +47,20 @@ fn simple_reduce(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Va
     Ok(vec![Some(reduce_to(cx, x, &dims, op, &out)?)])
 }
 
+/// prims.sum / prod / amax / amin (inp, dims): the reduction over `dims` (which
+/// prims list them explicitly), in the recorded dtype.
+fn prims_reduce(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "inp")?;
+    let rank = cx.b.ty(x).rank();
+    let dims = cx
+        .ints(n, "dims", None)?
+        .iter()
+        .map(|&d| norm_dim(d, rank).map(|d| d as i64))
+        .collect::<OpResult<Vec<_>>>()?;
+    let out = cx.out_type(n, 0)?;
+    Ok(vec![Some(reduce_to(cx, x, &dims, op, &out)?)])
+}
+
 fn mean(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let dims = reduce_dims(cx, n, x)?;
@@ -512,6 +526,18 @@ fn segment_reduce(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 
 pub fn register(r: &mut Registry) {
     r.add(&["aten.hash_tensor.default"], hash_tensor);
+    r.add(&["prims.sum.default"], |cx, n| {
+        prims_reduce(cx, n, BinaryOp::Add)
+    });
+    r.add(&["prims.prod.default"], |cx, n| {
+        prims_reduce(cx, n, BinaryOp::Mul)
+    });
+    r.add(&["prims.amax.default"], |cx, n| {
+        prims_reduce(cx, n, BinaryOp::Max)
+    });
+    r.add(&["prims.amin.default"], |cx, n| {
+        prims_reduce(cx, n, BinaryOp::Min)
+    });
     r.add(&["aten.segment_reduce.default"], segment_reduce);
     r.add(&["aten.histc.default"], histc);
     r.add(&["aten.mode.default"], mode);

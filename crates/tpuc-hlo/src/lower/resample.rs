@@ -163,6 +163,43 @@ fn upsample(cx: &mut Ctx, n: &Node, mode: Mode) -> OpResult<Vec<Option<Value>>> 
     Ok(vec![Some(cx.b.convert(y, elem))])
 }
 
+/// The gradient of nearest (or nearest-exact) upsampling: each output position's gradient
+/// added to the source position it copied, one spatial dim at a time, in float32 for 16-bit
+/// floats (torch's accumulation type).
+fn upsample_nearest_backward(cx: &mut Ctx, n: &Node, mode: Mode) -> OpResult<Vec<Option<Value>>> {
+    let grad = cx.tensor(n, "grad_output")?;
+    let out = cx.out_type(n, 0)?;
+    let spatial = upsample_spatial(n);
+    let rank = cx.b.ty(grad).rank();
+    if rank != out.rank() || rank < spatial {
+        return err(format!(
+            "a {spatial}-d upsampling gradient of {} for an input of {out}",
+            cx.b.ty(grad)
+        ));
+    }
+    let scales = user_scales(cx, n, spatial)?;
+    let work = out.elem.accumulation();
+    let mut g = cx.b.convert(grad, work);
+    for (i, &scale) in scales.iter().enumerate() {
+        let d = rank - spatial + i;
+        let (input, output) = (out.shape[d], cx.b.shape(g)[d]);
+        if input == output && scale.is_none() {
+            continue;
+        }
+        let positions = source_positions(input, output, mode, scale);
+        let values: Vec<f64> = positions.iter().map(|p| p.0 as f64).collect();
+        let shape = cx.b.shape(g).to_vec();
+        let index =
+            cx.b.dense(TensorType::new(vec![output], DType::I64), &values)?;
+        let index = cx.b.broadcast_in_dim(index, &shape, &[d as i64])?;
+        let mut summed_shape = shape.clone();
+        summed_shape[d] = input;
+        let zeros = cx.b.splat(&TensorType::new(summed_shape, work), 0.0);
+        g = scatter_into(cx, zeros, d, index, g, ScatterMode::Combine(BinaryOp::Add))?;
+    }
+    Ok(vec![Some(cx.b.convert(g, out.elem))])
+}
+
 /// grid_sampler_2d(input [N, C, H, W], grid [N, Ho, Wo, 2]) with bilinear (0) or nearest (1)
 /// interpolation and zeros (0) or border (1) padding; grid holds (x, y) in [-1, 1]. Every step
 /// is in the input's type, in the order of torch's scalar CPU kernel (the one 16-bit floats
@@ -303,6 +340,22 @@ fn grid_sampler_2d(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 pub fn register(r: &mut Registry) {
+    r.add(
+        &[
+            "aten.upsample_nearest1d_backward.default",
+            "aten.upsample_nearest2d_backward.default",
+            "aten.upsample_nearest3d_backward.default",
+        ],
+        |cx, n| upsample_nearest_backward(cx, n, Mode::Nearest),
+    );
+    r.add(
+        &[
+            "aten._upsample_nearest_exact1d_backward.default",
+            "aten._upsample_nearest_exact2d_backward.default",
+            "aten._upsample_nearest_exact3d_backward.default",
+        ],
+        |cx, n| upsample_nearest_backward(cx, n, Mode::NearestExact),
+    );
     r.add(
         &[
             "aten.upsample_nearest1d.default",

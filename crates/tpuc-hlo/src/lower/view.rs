@@ -11,45 +11,122 @@ fn reshape_to_out(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.reshape(x, &out.shape)?)])
 }
 
-/// as_strided of a tensor value: the view addresses the tensor's own row-major elements (a
-/// functional graph's values have no other storage).
-fn as_strided(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let x = cx.tensor(n, "self")?;
+/// Where a tensor argument's elements lie in the storage an as_strided view addresses: the
+/// permutation of its dimensions into storage order (outermost first) and the storage position
+/// of its first element, from the strides torch recorded for it. tpuc's values hold only the
+/// tensor's own elements, so a tensor that does not fill one dense block of its storage (a
+/// view with gaps or overlaps, symbolic strides) is refused rather than read wrongly.
+fn storage_order(cx: &Ctx, n: &Node, arg: &str) -> OpResult<(Vec<i64>, i64)> {
+    let Some(Arg::Tensor(name)) = n.arg(arg) else {
+        return err(format!("argument {arg} should be a tensor"));
+    };
+    let Some(meta) = cx.program.graph.tensor(name) else {
+        return err(format!("{name} has no recorded layout"));
+    };
+    let sizes = meta.static_sizes();
+    let strides: Option<Vec<i64>> = meta.strides.iter().map(Dim::as_static).collect();
+    let (Some(sizes), Some(strides)) = (sizes, strides) else {
+        return err(format!(
+            "not supported: as_strided over {name}, whose sizes or strides are symbolic"
+        ));
+    };
+    if strides.len() != sizes.len() {
+        return err(format!(
+            "{name} has {} sizes but {} strides",
+            sizes.len(),
+            strides.len()
+        ));
+    }
+    // Size-1 dimensions take no room in the storage: they go first, in their own order; the
+    // others from the largest stride down.
+    let mut perm: Vec<usize> = (0..sizes.len()).filter(|&d| sizes[d] == 1).collect();
+    let mut spanning: Vec<usize> = (0..sizes.len()).filter(|&d| sizes[d] != 1).collect();
+    spanning.sort_by_key(|&d| std::cmp::Reverse(strides[d]));
+    perm.extend(&spanning);
+    let numel: i64 = sizes.iter().product();
+    let mut expected = 1;
+    let mut dense = true;
+    for &d in spanning.iter().rev() {
+        dense &= numel == 0 || strides[d] == expected;
+        expected *= sizes[d];
+    }
+    if !dense {
+        return err(format!(
+            "not supported: as_strided over {name} (sizes {sizes:?}, strides {strides:?}), whose \
+             elements do not fill one dense block of its storage"
+        ));
+    }
+    Ok((
+        perm.into_iter().map(|d| d as i64).collect(),
+        meta.storage_offset,
+    ))
+}
+
+/// `x` with its dimensions in storage order (`perm`), flattened: the storage block it fills.
+fn storage_block(cx: &mut Ctx, x: Value, perm: &[i64]) -> OpResult<Value> {
+    let t = cx.b.transpose(x, perm)?;
+    let numel = cx.b.ty(x).numel();
+    Ok(cx.b.reshape(t, &[numel])?)
+}
+
+/// The positions of an as_strided view (size, stride, storage offset; the offset defaults to
+/// self's) relative to the first storage element of `self`, each checked to lie in the block
+/// `self` fills.
+fn view_positions(cx: &Ctx, n: &Node, base: i64, numel: i64) -> OpResult<(Vec<i64>, Vec<i64>)> {
     let size = cx.ints(n, "size", None)?;
     let stride = cx.ints(n, "stride", None)?;
-    let offset = cx.opt_int(n, "storage_offset")?.unwrap_or(0);
+    let offset = cx.opt_int(n, "storage_offset")?.unwrap_or(base);
     if size.len() != stride.len() || size.iter().any(|&d| d < 0) {
         return err(format!(
             "not supported: as_strided with size {size:?} and stride {stride:?}"
         ));
     }
-    let positions = strided_positions(&size, &stride, offset);
-    Ok(vec![Some(take_flat(cx, x, &positions, &size)?)])
+    let positions = strided_positions(&size, &stride, offset - base);
+    if let Some(bad) = positions.iter().find(|&&p| p < 0 || p >= numel) {
+        return err(format!(
+            "as_strided addresses storage position {}, outside the {numel} elements (from \
+             position {base}) that its input holds",
+            bad + base
+        ));
+    }
+    Ok((positions, size))
 }
 
-/// as_strided_scatter: `self` with the elements an as_strided view of it (size, stride,
-/// storage offset, over its row-major elements) addresses replaced by `src`.
+/// as_strided: the elements of `self`'s storage at a strided view's positions. The storage
+/// order is the input's recorded layout (channels-last, transposed, ...), not its row-major
+/// element order.
+fn as_strided(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let (perm, base) = storage_order(cx, n, "self")?;
+    let numel = cx.b.ty(x).numel();
+    let (positions, size) = view_positions(cx, n, base, numel)?;
+    let block = storage_block(cx, x, &perm)?;
+    Ok(vec![Some(take_flat(cx, block, &positions, &size)?)])
+}
+
+/// as_strided_scatter: `self` with the storage elements an as_strided view of it addresses
+/// replaced by `src` (the result keeps self's layout).
 fn as_strided_scatter(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let src = cx.tensor(n, "src")?;
-    let size = cx.ints(n, "size", None)?;
-    let stride = cx.ints(n, "stride", None)?;
-    let offset = cx.opt_int(n, "storage_offset")?.unwrap_or(0);
-    if size.len() != stride.len() || size.iter().any(|&d| d < 0) || cx.b.shape(src) != size {
+    let (perm, base) = storage_order(cx, n, "self")?;
+    let numel = cx.b.ty(x).numel();
+    let (positions, size) = view_positions(cx, n, base, numel)?;
+    if cx.b.shape(src) != size {
         return err(format!(
-            "not supported: as_strided_scatter of a {:?} source with size {size:?} and stride \
-             {stride:?}",
+            "as_strided_scatter of a {:?} source into a view of size {size:?}",
             cx.b.shape(src)
         ));
     }
-    let numel = cx.b.ty(x).numel();
-    let positions = strided_positions(&size, &stride, offset);
-    if let Some(bad) = positions.iter().find(|&&p| p < 0 || p >= numel) {
-        return err(format!(
-            "as_strided_scatter writes position {bad}, outside the input's {numel} elements"
-        ));
+    let block = storage_block(cx, x, &perm)?;
+    let written = put_flat(cx, block, &positions, src)?;
+    let stored: Vec<i64> = perm.iter().map(|&d| cx.b.shape(x)[d as usize]).collect();
+    let stored = cx.b.reshape(written, &stored)?;
+    let mut inverse = vec![0; perm.len()];
+    for (i, &d) in perm.iter().enumerate() {
+        inverse[d as usize] = i as i64;
     }
-    Ok(vec![Some(put_flat(cx, x, &positions, src)?)])
+    Ok(vec![Some(cx.b.transpose(stored, &inverse)?)])
 }
 
 /// The row-major strides of `shape`.
@@ -531,6 +608,22 @@ fn view_dtype(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 
 pub fn register(r: &mut Registry) {
     r.add(&["aten.view.dtype"], view_dtype);
+    // prims' shape ops name their tensor `a`.
+    r.add(
+        &[
+            "prims.collapse.default",
+            "prims.collapse_view.default",
+            "prims.split_dim.default",
+            "prims.squeeze.default",
+            "prims.view_of.default",
+            "prims.reshape.default",
+        ],
+        |cx, n| {
+            let x = cx.tensor(n, "a")?;
+            let out = cx.out_type(n, 0)?;
+            Ok(vec![Some(cx.b.reshape(x, &out.shape)?)])
+        },
+    );
     r.add_complex(&["aten.slice_scatter.default"], slice_scatter);
     r.add_complex(&["aten.flip.default"], flip);
     r.add_complex(&["aten.constant_pad_nd.default"], constant_pad_nd);

@@ -26,7 +26,7 @@ from torch._functorch.partitioners import default_partition
 
 from . import _tpuc, device
 from .decompositions import EXTRA, NOT_DECOMPOSED
-from .graph import is_host_check, is_structural, op_name, serialize, source_line, unsupported_ops
+from .graph import HOST_ASSERTS, is_host_check, is_structural, op_name, prim_views_as_aten, serialize, source_line, unsupported_ops
 from .options import Options
 from .runtime import CompiledGraph, session
 from .sharding import attribute_specs, batch_split, gather_at_use, input_specs, recompute_gathered
@@ -37,6 +37,7 @@ _GRAPH_IDS = itertools.count()
 def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_ignored):
     """torch.compile(model, backend="tpuc", options={...}); see tpuc.Options."""
     opts = Options.parse(options)
+    gm = prim_views_as_aten(gm)
     specs = batch = None
     if opts.mesh is not None:
         inputs, at_use = input_specs(gm, example_inputs, opts.mesh, opts.plan)
@@ -344,13 +345,13 @@ class GraphCompiler:
         compiled graph's: everything about compiling it that its sizes do not change."""
         specs, result_specs, updated, open_results = layouts or Layouts(None, None)
         own_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
-        gm, checks = _host_checks(gm)
+        gm, output_checks, argument_checks, single_value = _host_checks(gm)
         gm, constants = _lift_constants(gm, name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         position = {p: i for i, p in enumerate(placeholders)}
         output_node = next(n for n in gm.graph.nodes if n.op == "output")
         returned = output_node.args[0]
-        single = not isinstance(returned, (tuple, list)) or bool(checks and checks[0][2])
+        single = not isinstance(returned, (tuple, list)) or bool(output_checks and single_value)
         returned = [returned] if not isinstance(returned, (tuple, list)) else list(returned)
         # Sizes the graph returns (a counter of a cache's length, say) are computed on the host
         # from the arguments; the size inputs only they read are no inputs of the compiled graph.
@@ -380,11 +381,11 @@ class GraphCompiler:
             else:
                 outputs.append(("value", value))
         # The values torch checks after the call (an LU's info), returned last: checked on the host.
-        if checks:
-            checked = [(x, api, is_matrix) for (_, x), (api, is_matrix, _) in zip(outputs[-len(checks):], checks)]
-            outputs = outputs[:-len(checks)]
-        else:
-            checked = []
+        checked = [lambda args, results, f=f: f(args) for f in argument_checks]
+        if output_checks:
+            checked += [lambda args, results, x=x, f=f: f(results[x].to("cpu"))
+                        for (_, x), f in zip(outputs[-len(output_checks):], output_checks)]
+            outputs = outputs[:-len(output_checks)]
         # Each compiled output's layout, from the output of the graph it is.
         laid_out_results = None if result_specs is None else [
             result_specs[i] if i < len(result_specs) and _fits(returned[i], result_specs[i]) else None
@@ -474,36 +475,112 @@ class PreparedGraph(NamedTuple):
 
 
 def _host_checks(gm: torch.fx.GraphModule):
-    """`gm` with each `with_effects` of a check (`graph.HOST_CHECKS`) removed: its effect token
-    passes through, and the tensor it checks becomes an extra output, after the others. Returns
-    the graph and, per extra output, (the API name torch's error names, is_matrix, whether the
-    graph returned a single value)."""
+    """`gm` without its checks, which run on the host at each call instead:
+    - each `with_effects` of a check (`graph.HOST_CHECKS`) is removed, its effect token passes
+      through, and the tensor it checks becomes an extra output, after the others;
+    - an assertion on a tensor (`_assert_async`) likewise returns its condition;
+    - an assertion on sizes (`_assert_scalar`, `sym_constrain_range`) becomes a function of
+      the call's arguments (a condition tpuc cannot compute from them is an error).
+    Returns the graph, one check per extra output (a function of its value on the CPU), the
+    checks of the arguments, and whether the graph returned a single value."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    single = not isinstance(output.args[0], (tuple, list))
     if not any(is_host_check(n) for n in gm.graph.nodes):
-        return gm, []
+        return gm, [], [], single
     gm = _copy_module(gm)
     graph = gm.graph
     output = next(n for n in graph.nodes if n.op == "output")
-    single = not isinstance(output.args[0], (tuple, list))
-    checked = []
+    position = {p: i for i, p in enumerate(n for n in graph.nodes if n.op == "placeholder")}
+    returned_checks, output_checks, argument_checks, read = [], [], [], []
     for node in [n for n in graph.nodes if is_host_check(n)]:
+        if node.target in HOST_ASSERTS:
+            check = _assertion(node, position)
+            read.extend(node.all_input_nodes)
+            if isinstance(check, torch.fx.Node):
+                returned_checks.append(check)
+                output_checks.append(_true_or_raise(node))
+            else:
+                argument_checks.append(check)
+            graph.erase_node(node)
+            continue
         token, _, info, api = node.args[:4]
         for user in list(node.users):
             # getitem(with_effects, 0) is the token after the effect; the check returns nothing else.
             user.replace_all_uses_with(token)
             graph.erase_node(user)
         graph.erase_node(node)
-        checked.append((info, api, node.kwargs.get("is_matrix", True)))
+        is_matrix = node.kwargs.get("is_matrix", True)
+        returned_checks.append(info)
+        # torch's own check, with its error for a singular or indefinite matrix.
+        output_checks.append(lambda info, api=api, is_matrix=is_matrix:
+                             torch.ops.aten._linalg_check_errors(info, api, is_matrix=is_matrix))
         if token.op == "placeholder":
             # Effect tokens are None at run time (aot_autograd's wrapper passes them): an
             # argument the graph returns as it is, not a tensor input.
             token.meta = {**token.meta, "val": None}
     returned = output.args[0]
     returned = [returned] if single else list(returned)
-    output.args = (tuple(returned + [info for info, _, _ in checked]),)
-    checks = [(api, is_matrix, single) for _, api, is_matrix in checked]
+    output.args = (tuple(returned + returned_checks),)
+    # The size arithmetic only the assertions read.
+    erased = set()
+    while read:
+        node = read.pop()
+        if node.op == "call_function" and not node.users and node not in erased:
+            read.extend(node.all_input_nodes)
+            graph.erase_node(node)
+            erased.add(node)
     graph.lint()
     gm.recompile()
-    return gm, checks
+    return gm, output_checks, argument_checks, single
+
+
+def _assertion(node: torch.fx.Node, position: dict):
+    """The condition an assertion checks: a tensor node of the graph (`_assert_async`), or a
+    function of the call's arguments that raises torch's error when it does not hold."""
+    target = node.target
+    if target in (torch.ops.aten._assert_async.default, torch.ops.aten._assert_async.msg):
+        return node.args[0]
+    if target is torch.ops.aten._assert_scalar.default:
+        condition, message = node.args[0], node.args[1] if len(node.args) > 1 else "assertion failed"
+        holds = _host_value(condition, position, node)
+
+        def check(args):
+            if not holds(args):
+                raise RuntimeError(message)
+        return check
+    size = _host_value(node.args[0], position, node)
+    low = node.kwargs.get("min", node.args[1] if len(node.args) > 1 else None)
+    high = node.kwargs.get("max", node.args[2] if len(node.args) > 2 else None)
+    if target is torch.ops.aten.sym_constrain_range_for_size.default:
+        low = 0 if low is None else low
+
+    def check_range(args):
+        value = size(args)
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise RuntimeError(f"Invalid value range for {value} between [{low}, {high}]")
+    return check_range
+
+
+def _host_value(value, position: dict, node: torch.fx.Node):
+    """A function of the call's arguments giving `value` (a number, or a size computed from
+    the arguments); an error naming `node` when it is neither."""
+    if not isinstance(value, torch.fx.Node):
+        return lambda args: value
+    f = _size_function(value, position)
+    if f is None:
+        raise _tpuc.TpucError(f"{op_name(node)} ({node.name}) checks {value.name}, which tpuc cannot compute on "
+                              f"the host from the call's arguments")
+    return f
+
+
+def _true_or_raise(node: torch.fx.Node):
+    """The host check of `_assert_async`: torch's error when the condition is zero."""
+    message = node.args[1] if len(node.args) > 1 else "Expected Tensor with single nonzero value, but got zero"
+
+    def check(condition: torch.Tensor):
+        if not bool(condition.to("cpu")):
+            raise RuntimeError(message)
+    return check
 
 
 def on_device(gm: torch.fx.GraphModule) -> bool:
@@ -577,7 +654,10 @@ def _is_size(value) -> bool:
     return isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.SymInt)
 
 
-_SIZE_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg}
+_SIZE_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg,
+             # the comparisons of shape assertions
+             operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge, operator.and_,
+             operator.or_, operator.not_}
 
 
 def _size_function(node: torch.fx.Node, position: dict):

@@ -47,8 +47,46 @@ def flash_attention_cpu_backward(grad_out, query, key, value, out, logsumexp, dr
     return grad_query, grad_key, grad_value
 
 
+def threshold_backward(grad_output, self, threshold):
+    """The gradient through threshold: zero where `self <= threshold`. Its dtype is the two
+    tensors' promoted type, as torch's kernel computes it (torch's decomposition keeps the
+    gradient's dtype: an integer result for an integer gradient and a float input)."""
+    dtype = torch.result_type(grad_output, self)
+    return torch.where(self.to(dtype) <= threshold, 0, grad_output.to(dtype))
+
+
+def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, self_is_result):
+    """The gradient through rrelu: the recorded slopes in training (when the slopes were drawn
+    from a range), leaky_relu's gradient at the middle slope otherwise; in the dtypes torch's
+    kernel returns (torch's decomposition, outside its core table, promotes with the noise in
+    evaluation too)."""
+    if training and upper - lower > 1e-6:
+        return grad_output * noise
+    return aten.leaky_relu_backward(grad_output, self, (lower + upper) / 2, self_is_result)
+
+
+def mish_backward(grad_output, self):
+    """The gradient through mish, in `self`'s dtype as torch's kernel returns it (torch's
+    decomposition returns the promoted type of the two)."""
+    from torch._decomp.decompositions import mish_backward as torch_mish_backward
+
+    return torch_mish_backward(grad_output.to(self.dtype), self).to(self.dtype)
+
+
+def native_dropout_backward(grad_output, mask, scale):
+    """The gradient through dropout: grad * mask * scale. A mask that is not boolean takes part
+    in the promoted type, as in torch's kernel (torch's decomposition converts it to the
+    gradient's dtype first: an integer gradient truncated it)."""
+    dtype = torch.result_type(grad_output, mask)
+    return grad_output.to(dtype) * (mask.to(dtype) * scale)
+
+
 EXTRA = {
+    aten.rrelu_with_noise_backward.default: rrelu_with_noise_backward,
+    aten.mish_backward.default: mish_backward,
+    aten.native_dropout_backward.default: native_dropout_backward,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default: flash_attention_cpu_backward,
+    aten.threshold_backward.default: threshold_backward,
 }
 
 # Ops tpuc lowers itself rather than through torch's decomposition:

@@ -43,9 +43,24 @@ def is_structural(node: torch.fx.Node) -> bool:
 HOST_CHECKS = {torch.ops.aten._linalg_check_errors.default}
 
 
+# Assertions of a program (torch.export's shape checks, `torch._assert_async`): they cannot be
+# compiled, so the backend checks them on the host at each call, never dropping one.
+HOST_ASSERTS = {
+    torch.ops.aten._assert_async.default,
+    torch.ops.aten._assert_async.msg,
+    torch.ops.aten._assert_scalar.default,
+    torch.ops.aten.sym_constrain_range.default,
+    torch.ops.aten.sym_constrain_range_for_size.default,
+}
+
+
 def is_host_check(node: torch.fx.Node) -> bool:
-    """A `with_effects` node of one of the `HOST_CHECKS`."""
-    return (node.op == "call_function" and node.target is torch.ops.higher_order.with_effects
+    """A `with_effects` node of one of the `HOST_CHECKS`, or one of the `HOST_ASSERTS`."""
+    if node.op != "call_function":
+        return False
+    if node.target in HOST_ASSERTS:
+        return True
+    return (node.target is torch.ops.higher_order.with_effects
             and len(node.args) >= 2 and node.args[1] in HOST_CHECKS)
 
 
@@ -103,3 +118,50 @@ def serialize(gm: torch.fx.GraphModule, tensor_outputs: list[int]) -> bytes:
         "schema_version": {"major": SCHEMA_VERSION[0], "minor": SCHEMA_VERSION[1]},
     }
     return json.dumps(program).encode()
+
+
+def _collapsed(a, start, end):
+    return aten.flatten.using_ints(a, start, end - 1) if end > start else aten.unsqueeze.default(a, start)
+
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+# prims' view ops as the ATen views they are: aot_autograd's functionalization refuses ops
+# outside ATen whose result aliases an input.
+_PRIM_VIEWS = {
+    prims.view_of.default: lambda a: aten.alias.default(a),
+    prims.squeeze.default: lambda a, dims: aten.squeeze.dims(a, dims),
+    prims.split_dim.default: lambda a, dim, outer: aten.unflatten.int(a, dim, [outer, -1]),
+    prims.collapse_view.default: _collapsed,
+}
+
+
+def prim_views_as_aten(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm` with each call of a prims view op (`_PRIM_VIEWS`) replaced by the ATen ops it
+    stands for (in place)."""
+    replaced = False
+    for node in list(gm.graph.nodes):
+        target = node.target
+        if isinstance(target, torch._ops.OpOverloadPacket):  # `torch.ops.prims.view_of(x)`
+            target = getattr(target, "default", None)
+        rewrite = _PRIM_VIEWS.get(target) if node.op == "call_function" else None
+        if rewrite is None:
+            continue
+        with gm.graph.inserting_before(node):
+            new = _traced_call(gm.graph, rewrite, node.args, node.kwargs)
+        new.meta = dict(node.meta)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        replaced = True
+    if replaced:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
+
+
+def _traced_call(graph: torch.fx.Graph, rewrite, args, kwargs) -> torch.fx.Node:
+    """The node(s) `rewrite` makes of `args` in `graph`: it is called with proxies."""
+    tracer = torch.fx.proxy.GraphAppendingTracer(graph)
+    wrap = lambda a: torch.fx.Proxy(a, tracer) if isinstance(a, torch.fx.Node) else a  # noqa: E731
+    result = rewrite(*[wrap(a) for a in args], **{k: wrap(v) for k, v in kwargs.items()})
+    return result.node

@@ -275,8 +275,9 @@ class CompiledGraph:
               output as traced ("meta" for a device tensor's inner tensor, "tpuc", "cpu"); its
               calls run on the device's buffers (`call_on_device`). None for a graph of CPU
               tensors.
-    checks:   (i, api, is_matrix) for each compiled output that torch checks after the call
-              rather than returns (an LU's info: torch.linalg's error for a singular matrix).
+    checks:   functions of the call's arguments and compiled outputs that raise torch's error
+              where the program's checks fail (an LU's info for a singular matrix, an
+              assertion); they run after the call.
     """
 
     def __init__(self, compiled: _tpuc.CompiledGraph, session: "Session", inputs: list[int],
@@ -403,9 +404,8 @@ class CompiledGraph:
 
     def returned(self, args: list, results: list):
         """The original graph's outputs, from the call's arguments and the compiled outputs."""
-        for i, api, is_matrix in self.checks:
-            # torch's own check, with its error for a singular or indefinite matrix.
-            torch.ops.aten._linalg_check_errors(results[i].to("cpu"), api, is_matrix=is_matrix)
+        for check in self.checks:
+            check(args, results)
         values = [results[x] if kind == "tensor" else args[x] if kind == "arg" else x(args) if kind == "host" else x
                   for kind, x in self.outputs]
         return values[0] if self.single else values
