@@ -194,9 +194,31 @@ fn emit_read(
             let args =
                 tpuc_hlo::plan::resolve(&plan, &mesh, &signature, &arg_types).map_err(fail)?;
             let result_types = lowered.module.main.result_types();
-            let results =
+            let mut results =
                 tpuc_hlo::plan::resolve_results(&plan, &mesh, &result_types).map_err(fail)?;
-            let at_use = tpuc_hlo::plan::resolve_at_use(&plan, &signature, &args);
+            let mut args = args;
+            let mut at_use = tpuc_hlo::plan::resolve_at_use(&plan, &signature, &args);
+            if options.dialect == ShardingDialect::Shardy {
+                // XLA's Shardy pipeline compiles an argument whose parts do not divide it as
+                // whole on every device (measured: it keeps the global shape and slices it):
+                // it is passed whole and laid out at its uses. GSPMD takes padded parts.
+                for ((sharding, ty), use_layout) in args.iter_mut().zip(&arg_types).zip(&mut at_use)
+                {
+                    if !tpuc_hlo::plan::splits_evenly(&mesh, sharding, &ty.shape) {
+                        let whole = Sharding::replicated(ty.rank());
+                        let laid_out = std::mem::replace(sharding, whole);
+                        use_layout.get_or_insert(laid_out);
+                    }
+                }
+                // So are such results: they are gathered whole.
+                for (sharding, ty) in results.iter_mut().zip(&result_types) {
+                    if let Some(s) = sharding.as_mut() {
+                        if !tpuc_hlo::plan::splits_evenly(&mesh, s, &ty.shape) {
+                            *s = Sharding::replicated(ty.rank());
+                        }
+                    }
+                }
+            }
             let request = ShardingRequest {
                 mesh: mesh.clone(),
                 dialect: options.dialect,

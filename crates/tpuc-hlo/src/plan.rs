@@ -218,7 +218,6 @@ pub fn resolve(
             ));
         }
     }
-    let size = |axis: &str| mesh.axis(axis).map_or(1, |(_, a)| a.size);
     let batch_axes: Vec<String> = plan
         .ready
         .iter()
@@ -241,19 +240,8 @@ pub fn resolve(
                 let spec = explicit.expect("checked");
                 fit(&spec, mesh, &ty.shape, &format!("input {name}"))?
             }
-            ArgRole::UserInput(name) if rank > 0 && !batch_axes.is_empty() => {
-                let parts: i64 = batch_axes.iter().map(|a| size(a)).product();
-                if ty.shape[0] % parts != 0 {
-                    let axes = match &batch_axes[..] {
-                        [one] => format!("the {one} axis"),
-                        many => format!("the {} axes", many.join(" and ")),
-                    };
-                    return Err(format!(
-                        "input {name} has a batch of {}, which {axes} ({parts} devices) cannot \
-                         split evenly",
-                        ty.shape[0]
-                    ));
-                }
+            ArgRole::UserInput(_) if rank > 0 && !batch_axes.is_empty() => {
+                // A batch the axes do not divide (an epoch's last) is padded across them.
                 let mut s = Sharding::replicated(rank);
                 s.dims[0] = batch_axes.clone();
                 s
@@ -291,8 +279,14 @@ fn weight(plan: &Plan, mesh: &Mesh, name: &str, shape: &[i64]) -> Result<Shardin
     }
     if plan.ready.contains(&ReadyPlan::Fsdp) {
         let fsdp = mesh.axis(ReadyPlan::Fsdp.axis()).map_or(1, |(_, a)| a.size);
-        if let Some(dim) = (0..shape.len()).find(|&d| s.dims[d].is_empty() && shape[d] % fsdp == 0)
-        {
+        // The first dimension the axis divides; else the first free one larger than one,
+        // padded across the axis.
+        let free = |d: &usize| s.dims[*d].is_empty();
+        let dim = (0..shape.len())
+            .filter(free)
+            .find(|&d| shape[d] % fsdp == 0)
+            .or_else(|| (0..shape.len()).filter(free).find(|&d| shape[d] > 1));
+        if let Some(dim) = dim {
             s.dims[dim].push(ReadyPlan::Fsdp.axis().to_string());
         }
     }
@@ -316,6 +310,18 @@ pub fn at_use(plan: &Plan, stored: &Sharding) -> Option<Sharding> {
     })
 }
 
+/// Whether `sharding` splits every dimension of a tensor of `shape` over `mesh` into equal
+/// parts (otherwise the last parts are padded).
+pub fn splits_evenly(mesh: &Mesh, sharding: &Sharding, shape: &[i64]) -> bool {
+    sharding.dims.iter().zip(shape).all(|(axes, &size)| {
+        let parts: i64 = axes
+            .iter()
+            .map(|a| mesh.axis(a).map_or(1, |(_, axis)| axis.size))
+            .product();
+        size % parts == 0
+    })
+}
+
 /// Per argument laid out as `shardings` says, where its uses see it when that differs ([`at_use`]
 /// for the weights; user inputs are used as they are laid out).
 pub fn resolve_at_use(
@@ -335,7 +341,8 @@ pub fn resolve_at_use(
 }
 
 /// `spec` for a tensor of `shape` (trailing dimensions it does not name whole), when it fits
-/// `mesh`: no more entries than dimensions, axes the mesh has, parts that divide each dimension.
+/// `mesh`: no more entries than dimensions, axes the mesh has (parts that do not divide a
+/// dimension pad it).
 /// The sharding of each result of types `result_types`: as the plan lays it out by position,
 /// else whole on every device, or None (left to the partitioner) when the plan leaves results
 /// open.
@@ -363,21 +370,12 @@ fn fit(spec: &Sharding, mesh: &Mesh, shape: &[i64], what: &str) -> Result<Shardi
             shape.len()
         ));
     }
+    // Parts that do not divide a dimension are padded (XLA lays uneven shards out so).
     let mut s = Sharding::replicated(shape.len());
     for (dim, axes) in spec.dims.iter().enumerate() {
-        let mut parts = 1;
-        for axis in axes {
-            let Some((_, a)) = mesh.axis(axis) else {
-                return Err(format!(
-                    "{what}: the spec splits over {axis:?}, which the mesh does not have"
-                ));
-            };
-            parts *= a.size;
-        }
-        if shape[dim] % parts != 0 {
+        if let Some(axis) = axes.iter().find(|a| mesh.axis(a).is_none()) {
             return Err(format!(
-                "{what}: the spec splits dimension {dim} ({shape:?}) into {parts} parts, which \
-                 does not divide it"
+                "{what}: the spec splits over {axis:?}, which the mesh does not have"
             ));
         }
         s.dims[dim] = axes.clone();
@@ -509,7 +507,7 @@ mod tests {
                 vec![vec!["tp"], vec!["fsdp"]],
                 vec![vec!["fsdp"]],             // a norm: fsdp only
                 vec![vec!["tp"], vec!["fsdp"]], // the embedding by vocabulary
-                vec![vec![], vec![]],           // nothing divides it: whole
+                vec![vec!["fsdp"], vec![]],     // nothing divides it: its rows padded
                 vec![vec!["fsdp"], vec![]],     // the batch over fsdp (tp splits none)
             ]
         );
@@ -535,13 +533,17 @@ mod tests {
         let plan: Plan = "fsdp,tp".parse().unwrap();
         let s = resolve(&plan, &mesh, &signature, &types).unwrap();
         let used = resolve_at_use(&plan, &signature, &s);
-        // The embedding keeps its vocabulary split over tp where it is used; the whole weight
-        // and the batch are used as they are laid out.
+        // The embedding keeps its vocabulary split over tp where it is used; the odd weight
+        // (its rows padded over fsdp) is gathered whole; the batch is used as it is laid out.
         assert_eq!(
             used.iter()
                 .map(|u| u.as_ref().map(dims))
                 .collect::<Vec<_>>(),
-            vec![Some(vec![vec!["tp"], vec![]]), None, None]
+            vec![
+                Some(vec![vec!["tp"], vec![]]),
+                Some(vec![vec![], vec![]]),
+                None
+            ]
         );
         // Without the plan fsdp, nothing is gathered: tp's splits are the layout computed on.
         let tp: Plan = "tp".parse().unwrap();
@@ -552,14 +554,11 @@ mod tests {
     #[test]
     fn plans_that_do_not_fit_are_refused_by_name() {
         let (signature, types) = program(&[("fc.weight", &[6, 4])], &[3, 4]);
-        let cases = [
-            (
-                "tp",
-                mesh(&[("dp", 2)]),
-                "works over a mesh axis named tp, but the mesh has dp",
-            ),
-            ("dp", mesh(&[("dp", 2)]), "input x has a batch of 3"),
-        ];
+        let cases = [(
+            "tp",
+            mesh(&[("dp", 2)]),
+            "works over a mesh axis named tp, but the mesh has dp",
+        )];
         for (plan, mesh, why) in cases {
             let e = resolve(&plan.parse().unwrap(), &mesh, &signature, &types).unwrap_err();
             assert!(e.contains(why), "{e}");
@@ -581,9 +580,16 @@ mod tests {
             ),
             "{e}"
         );
+        // Parts that do not divide a dimension pad it: the rule stands.
         let uneven = rule(vec![vec!["dp".into()]]);
-        let e = resolve(&uneven, &m, &signature, &types).unwrap_err();
-        assert!(e.contains("into 4 parts, which does not divide it"), "{e}");
+        let laid_out = resolve(&uneven, &m, &signature, &types).unwrap();
+        assert_eq!(dims(&laid_out[0]), vec![vec!["dp"], vec![]]);
+        assert!(!splits_evenly(&m, &laid_out[0], &[6, 4]));
+        // So does a batch of 3 over dp=2.
+        let two = mesh(&[("dp", 2)]);
+        let batch = resolve(&"dp".parse().unwrap(), &two, &signature, &types).unwrap();
+        assert_eq!(dims(&batch[1]), vec![vec!["dp"], vec![]]);
+        assert!(!splits_evenly(&two, &batch[1], &[3, 4]));
         let unknown = rule(vec![vec!["tp".into()]]);
         let e = resolve(&unknown, &m, &signature, &types).unwrap_err();
         assert!(

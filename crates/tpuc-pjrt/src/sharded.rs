@@ -106,16 +106,59 @@ impl ShardLayout {
                     index = index * self.mesh[axis] + coords[axis];
                     parts *= self.mesh[axis];
                 }
-                if size % parts != 0 {
+                if size < 0 {
                     return Err(Error::Invalid(format!(
-                        "dimension {d} of a tensor of shape {global:?} does not split into \
-                         {parts} equal parts"
+                        "dimension {d} of a tensor of shape {global:?} is negative"
                     )));
                 }
-                let len = size / parts;
+                // A dimension the parts do not divide is padded to a multiple of them, as XLA
+                // lays it out: every part has the same length, the last ones hold padding.
+                let len = (size + parts - 1) / parts;
                 Ok((index * len, len))
             })
             .collect()
+    }
+}
+
+/// Per dimension, how much of `part` (first index, length) holds elements of the tensor of
+/// shape `global` rather than padding.
+fn held(part: &[(i64, i64)], global: &[i64]) -> Vec<i64> {
+    part.iter()
+        .zip(global)
+        .map(|(&(first, len), &size)| len.min(size - first).max(0))
+        .collect()
+}
+
+/// Each innermost row of the elements a padded part holds: (its byte offset in the tensor's
+/// row-major bytes, its byte offset in the part's, its byte length).
+fn held_rows(
+    global: &[i64],
+    part: &[(i64, i64)],
+    elem: usize,
+    mut row: impl FnMut(usize, usize, usize),
+) {
+    let held = held(part, global);
+    if held.contains(&0) {
+        return;
+    }
+    let rank = global.len();
+    let (outer, run) = (&held[..rank - 1], held[rank - 1] as usize * elem);
+    let part_dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
+    let (tensor_stride, local_stride) = (strides(global), strides(&part_dims));
+    let mut index = vec![0i64; rank - 1];
+    loop {
+        let mut from = part[rank - 1].0 as usize * tensor_stride[rank - 1];
+        let mut to = 0;
+        for d in 0..rank - 1 {
+            from += (part[d].0 + index[d]) as usize * tensor_stride[d];
+            to += index[d] as usize * local_stride[d];
+        }
+        row(from * elem, to * elem, run);
+        let Some(d) = (0..rank - 1).rev().find(|&d| index[d] + 1 < outer[d]) else {
+            return;
+        };
+        index[d] += 1;
+        index[d + 1..].iter_mut().for_each(|i| *i = 0);
     }
 }
 
@@ -208,6 +251,15 @@ fn part_bytes(
     part: &[(i64, i64)],
 ) -> Result<Arc<dyn HostBytes>> {
     let part_dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
+    if held(part, global) != part_dims {
+        // A part with padding: its held elements in zeroed memory of its own.
+        let mut padded = HostTensor::zeros(dtype, &part_dims)?;
+        let (source, local) = (data.bytes(), padded.bytes_mut());
+        held_rows(global, part, dtype.byte_size(), |from, to, run| {
+            local[to..to + run].copy_from_slice(&source[from..from + run]);
+        });
+        return Ok(Arc::new(padded));
+    }
     match region(global, part, dtype.byte_size())? {
         Region::Whole => Ok(data.clone()),
         Region::Run(offset, len) => Ok(Arc::new(Slice {
@@ -287,6 +339,17 @@ pub fn download_sharded(
             continue;
         }
         let part = layout.part(position, global)?;
+        let dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
+        if held(&part, global) != dims {
+            // Only the part's held elements go into place; its padding is dropped.
+            let mut local = HostTensor::zeros(dtype, &dims)?;
+            buffer.copy_to_host(local.bytes_mut())?;
+            let held = local.bytes();
+            held_rows(global, &part, dtype.byte_size(), |to, from, run| {
+                dst[to..to + run].copy_from_slice(&held[from..from + run]);
+            });
+            continue;
+        }
         match region(global, &part, dtype.byte_size())? {
             Region::Whole => return buffer.copy_to_host(dst),
             Region::Run(offset, len) => buffer.copy_to_host(&mut dst[offset..offset + len])?,
@@ -347,8 +410,33 @@ mod tests {
         assert!(ShardLayout::new(vec![2], vec![vec![0], vec![0]]).is_err());
         assert!(ShardLayout::new(vec![2], vec![vec![1]]).is_err());
         let rows = ShardLayout::new(vec![4], vec![vec![0]]).unwrap();
-        let e = rows.part(0, &[6]).unwrap_err().to_string();
-        assert!(e.contains("does not split into 4 equal parts"), "{e}");
         assert!(rows.part(0, &[4, 4]).is_err());
+    }
+
+    #[test]
+    fn dimensions_the_parts_do_not_divide_are_padded() {
+        // 5 rows over 2 devices: parts of 3 rows, the second holding 2 and a row of padding.
+        let rows = ShardLayout::new(vec![2], vec![vec![0], vec![]]).unwrap();
+        assert_eq!(rows.part(1, &[5, 2]).unwrap(), [(3, 3), (0, 2)]);
+        assert_eq!(rows.part_shape(&[5, 2]).unwrap(), [3, 2]);
+        assert_eq!(part(&rows, 0, &[5, 2]), [0, 1, 2, 3, 4, 5]);
+        assert_eq!(part(&rows, 1, &[5, 2]), [6, 7, 8, 9, 0, 0]);
+        // Columns: 3 over 2 devices, padded inside each row.
+        let cols = ShardLayout::new(vec![2], vec![vec![], vec![0]]).unwrap();
+        assert_eq!(part(&cols, 1, &[2, 3]), [2, 0, 5, 0]);
+        // 1 row over 4 devices: the last three hold only padding.
+        let many = ShardLayout::new(vec![4], vec![vec![0]]).unwrap();
+        assert_eq!(part(&many, 3, &[1]), [0]);
+        // And back: every held element in place, the padding dropped.
+        let mut back = vec![0u8; 10];
+        let data = counting(&[5, 2]);
+        let parts: Vec<Vec<u8>> = (0..2).map(|p| part(&rows, p, &[5, 2])).collect();
+        for (p, local) in parts.iter().enumerate() {
+            let at = rows.part(p, &[5, 2]).unwrap();
+            held_rows(&[5, 2], &at, 1, |to, from, run| {
+                back[to..to + run].copy_from_slice(&local[from..from + run]);
+            });
+        }
+        assert_eq!(back, data.bytes());
     }
 }

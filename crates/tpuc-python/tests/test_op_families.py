@@ -222,3 +222,214 @@ def test_shape_assertions_are_checked_on_the_host():
     torch.testing.assert_close(compiled(torch.ones(4, 2)), torch.ones(4, 2) * 2)
     with pytest.raises(RuntimeError, match="needs more than two rows"):
         compiled(torch.ones(2, 2))
+
+
+def test_adaptive_max_pooling_is_one_reduction_whatever_the_output_size(tmp_path):
+    """3-d adaptive max pooling of 210 windows of two sizes per dim (with NaNs and ties) matches
+    eager, and its program is as large as that of 8 windows (it was one reduction per window:
+    seconds of XLA compilation per few hundred outputs)."""
+    x = randn(1, 2, 10, 11, 12)
+    x[0, 0, 3, 4, 5] = float("nan")
+    x[0, 1, :2, :2, :2] = 7.0
+    sizes = {}
+    for out in ((5, 6, 7), (2, 2, 2)):
+        fn = lambda x: F.adaptive_max_pool3d(x, out, return_indices=True)  # noqa: E731
+        torch._dynamo.reset()
+        dump = tmp_path / str(out[0])
+        compiled = torch.compile(fn, backend="tpuc", options={"strict": True, "dump_dir": str(dump)})
+        torch.testing.assert_close(compiled(x), fn(x), equal_nan=True)
+        (module,) = dump.glob("*.mlir")
+        sizes[out] = sum(1 for line in module.read_text().splitlines() if "stablehlo." in line)
+    assert sizes[(5, 6, 7)] == sizes[(2, 2, 2)]
+
+
+# ----- grouped matrix products and mixture-of-experts models --------------------------------
+
+group_ends = torch.tensor([3, 7, 10], dtype=torch.int32)
+
+
+@pytest.mark.parametrize("form, a, b, offs, rows", [
+    ("rows by experts", randn(10, 16), randn(3, 16, 8), group_ends, 10),
+    ("rows by experts, an empty group", randn(10, 16), randn(3, 16, 8), torch.tensor([0, 7, 10], dtype=torch.int32), 10),
+    ("ragged depth", randn(8, 12), randn(12, 8), torch.tensor([4, 8, 12], dtype=torch.int32), None),
+    ("ragged columns", randn(3, 8, 16), randn(16, 24), torch.tensor([8, 16, 24], dtype=torch.int32), None),
+    ("batched", randn(3, 6, 16), randn(3, 16, 8), None, None),
+])
+def test_grouped_mm_matches_eager(form, a, b, offs, rows):
+    fn = lambda a, b: aten._grouped_mm(a, b, offs)  # noqa: E731
+    expected, actual = fn(a, b), strict(fn)(a, b)
+    if rows is not None:  # torch leaves rows past the last offset uninitialized
+        expected, actual = expected[:int(offs[-1])], actual[:int(offs[-1])]
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_mm_trains_and_runs_in_bfloat16():
+    a, b = randn(10, 16).requires_grad_(), randn(3, 16, 8).requires_grad_()
+    loss = lambda a, b: aten._grouped_mm(a, b, group_ends).square().sum()  # noqa: E731
+    expected = torch.autograd.grad(loss(a, b), (a, b))
+    actual = torch.autograd.grad(strict(loss)(a, b), (a, b))
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-3)
+    a16, b16 = a.detach().bfloat16(), b.detach().bfloat16()
+    fn = lambda a, b: aten._grouped_mm(a, b, group_ends)  # noqa: E731
+    torch.testing.assert_close(strict(fn)(a16, b16), fn(a16, b16), rtol=1.6e-2, atol=1e-2)
+
+
+@torch.library.custom_op("tpuc_test::scaled_gelu", mutates_args=())
+def scaled_gelu(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return F.gelu(x) * scale
+
+
+@scaled_gelu.register_fake
+def _(x, scale):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("tpuc_test::scaled_gelu_grad", mutates_args=())
+def scaled_gelu_grad(x: torch.Tensor, grad: torch.Tensor, scale: float) -> torch.Tensor:
+    return aten.gelu_backward(grad, x) * scale
+
+
+@scaled_gelu_grad.register_fake
+def _(x, grad, scale):
+    return torch.empty_like(x)
+
+
+def _save(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.scale = inputs[1]
+
+
+scaled_gelu.register_autograd(lambda ctx, grad: (torch.ops.tpuc_test.scaled_gelu_grad(ctx.saved_tensors[0], grad, ctx.scale), None),
+                              setup_context=_save)
+
+
+@torch.library.custom_op("tpuc_test::doubled_n_times", mutates_args=())
+def doubled_n_times(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    for _ in range(int(n.item())):  # reads a tensor's value on the host: not traceable
+        x = x * 2
+    return x.clone()
+
+
+@doubled_n_times.register_fake
+def _(x, n):
+    return torch.empty_like(x)
+
+
+def test_custom_ops_are_traced_into_aten_with_their_name_kept(tmp_path):
+    """The op's implementation is traced before aot_autograd, which differentiates its ATen
+    ops (the op's own backward formula is not needed)."""
+    x = randn(4, 5).requires_grad_()
+    fn = lambda x: torch.ops.tpuc_test.scaled_gelu(x, 1.5).square().sum()  # noqa: E731
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="tpuc", options={"strict": True, "dump_dir": str(tmp_path)})
+    expected = torch.autograd.grad(fn(x), x)[0]
+    actual = torch.autograd.grad(compiled(x), x)[0]
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    (forward,) = tmp_path.glob("*forward.mlir")
+    assert 'loc("scaled_gelu_' in forward.read_text()
+
+
+def test_an_untraceable_custom_op_is_refused_with_the_reason():
+    with pytest.raises(Exception, match=r"tpuc_test.doubled_n_times.default x1 .*cannot be traced into ATen ops"):
+        strict(lambda x, n: torch.ops.tpuc_test.doubled_n_times(x, n))(randn(3), torch.tensor(2))
+    # Without strict mode it runs in eager torch.
+    torch._dynamo.reset()
+    fn = lambda x, n: torch.ops.tpuc_test.doubled_n_times(x, n) + 1  # noqa: E731
+    x = randn(3)
+    with pytest.warns(UserWarning):
+        torch.testing.assert_close(torch.compile(fn, backend="tpuc")(x, torch.tensor(2)), x * 4 + 1)
+
+
+def _moe_model(name):
+    transformers = pytest.importorskip("transformers")
+    common = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64)
+    if name == "mixtral":
+        config = transformers.MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2)
+        return transformers.MixtralForCausalLM(config)
+    if name == "qwen3_moe":
+        config = transformers.Qwen3MoeConfig(**common, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                                             decoder_sparse_step=1, head_dim=8)
+        return transformers.Qwen3MoeForCausalLM(config)
+    config = transformers.GptOssConfig(**common, num_local_experts=4, num_experts_per_tok=2, head_dim=8,
+                                       sliding_window=16, layer_types=["sliding_attention", "full_attention"])
+    return transformers.GptOssForCausalLM(config)
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen3_moe", "gpt_oss"])
+def test_mixture_of_experts_models_compile_whole_and_train(name):
+    """Tiny Hugging Face MoE models whole in strict mode (their experts run through
+    transformers' grouped product, a custom op): logits, loss and gradients as in eager."""
+    torch.manual_seed(0)
+    model = _moe_model(name)
+    twin = _moe_model(name)
+    twin.load_state_dict(model.state_dict())
+    ids = torch.randint(0, 64, (2, 9), generator=g)
+    model.eval(), twin.eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(twin, backend="tpuc", options={"strict": True}, fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-5)
+    model.train(), twin.train()
+    torch._dynamo.reset()
+    compiled = torch.compile(twin, backend="tpuc", options={"strict": True}, fullgraph=True)
+    expected, actual = model(ids, labels=ids).loss, compiled(ids, labels=ids).loss
+    expected.backward(), actual.backward()
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    for (path, p), q in zip(model.named_parameters(), twin.parameters()):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-5, msg=lambda m: f"{path}: {m}")
+
+
+def test_the_device_rng_state_is_the_default_generators():
+    """torch's freeze_rng_state (OpInfo's random samples) saves and restores the accelerator's
+    generator state."""
+    from torch.testing._internal.common_utils import freeze_rng_state
+
+    import tpuc.device  # noqa: F401  (registers torch.tpuc)
+
+    torch.manual_seed(3)
+    with freeze_rng_state():
+        inside = torch.rand(4)
+    torch.testing.assert_close(torch.rand(4), inside)
+    state = torch.tpuc.get_rng_state()
+    first = torch.rand(2)
+    torch.tpuc.set_rng_state(state)
+    torch.testing.assert_close(torch.rand(2), first)
+
+
+@pytest.mark.parametrize("dtype", [torch.quint8, torch.qint8, torch.qint32])
+def test_quantize_per_tensor_returns_torchs_quantized_tensor(dtype):
+    fn = lambda x: torch.quantize_per_tensor(x * 2, 0.1, 3, dtype)  # noqa: E731
+    x = randn(5, 4) * 10
+    expected, actual = fn(x), strict(fn)(x)
+    assert actual.dtype == dtype and actual.q_scale() == 0.1 and actual.q_zero_point() == 3
+    torch.testing.assert_close(actual.int_repr(), expected.int_repr(), rtol=0, atol=0)
+
+
+def test_prims_iota():
+    check(lambda x: x + torch.ops.prims.iota(4, start=2, step=3, dtype=torch.int64, device="cpu", requires_grad=False),
+          torch.ones(3, 4, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("offset_groups, use_mask, stride, padding, dilation", [
+    (1, False, 1, 0, 1),
+    (2, True, (2, 1), (1, 0), (1, 2)),
+])
+def test_deform_conv2d_forward_and_backward_match_torchvision(offset_groups, use_mask, stride, padding, dilation):
+    torchvision = pytest.importorskip("torchvision")
+    x, w, b = randn(2, 4, 7, 6), randn(6, 2, 3, 2), randn(6)
+    pair = lambda v: v if isinstance(v, tuple) else (v, v)  # noqa: E731
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
+    out_h, out_w = (7 + 2 * ph - dh * 2 - 1) // sh + 1, (6 + 2 * pw - dw * 1 - 1) // sw + 1
+    offset = randn(2, 2 * offset_groups * 6, out_h, out_w) * 2  # some taps land outside the image
+    mask = torch.rand(2, offset_groups * 6, out_h, out_w, generator=g) if use_mask else None
+    fn = lambda x, o, w, b, m: torchvision.ops.deform_conv2d(x, o, w, b, stride=stride, padding=padding,  # noqa: E731
+                                                             dilation=dilation, mask=m)
+    check(fn, x, offset, w, b, mask, rtol=1e-5, atol=1e-5)
+    inputs = [t.clone().requires_grad_() if t is not None else None for t in (x, offset, w, b, mask)]
+    wanted = [t for t in inputs if t is not None]
+    loss = lambda *a: fn(*a).square().sum()  # noqa: E731
+    expected = torch.autograd.grad(loss(*inputs), wanted)
+    actual = torch.autograd.grad(strict(loss)(*inputs), wanted)
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)

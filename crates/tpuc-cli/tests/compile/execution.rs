@@ -7,7 +7,7 @@ use libtest_mimic::{Failed, Trial};
 use tpuc_cli::compare::compare;
 use tpuc_cli::npy::{read_npy, read_npz, write_npy};
 use tpuc_cli::run::{RunOptions, Runner};
-use tpuc_driver::{EmitFormat, LowerOptions};
+use tpuc_driver::{EmitFormat, LowerOptions, ShardingDialect};
 use tpuc_pjrt::{Client, ClientOptions, CompileOptions, DType, HostTensor, Plugin};
 
 use crate::lowering_dir;
@@ -66,8 +66,13 @@ pub fn compare_all(outputs: &[HostTensor], expected: &[HostTensor]) -> Result<()
 }
 
 fn run_case(case: &Path, devices: usize) -> Result<(), Failed> {
+    run_case_with(case, devices, ShardingDialect::Shardy)
+}
+
+fn run_case_with(case: &Path, devices: usize, dialect: ShardingDialect) -> Result<(), Failed> {
     let options = RunOptions {
         devices,
+        dialect,
         ..RunOptions::default()
     };
     let runner = Runner::new(case, None, &options).map_err(|e| format!("{e:#}"))?;
@@ -148,17 +153,6 @@ fn bad_models() -> Result<(), Failed> {
     expect_err(
         Runner::new(&case, Some(&case), &opts),
         &["carries its own weights"],
-    )?;
-    let three = RunOptions {
-        devices: 3,
-        ..RunOptions::default()
-    };
-    expect_err(
-        Runner::new(&case, None, &three),
-        &[
-            "input x has a batch of 2",
-            "(3 devices) cannot split evenly",
-        ],
     )?;
     let missing_plugin = RunOptions {
         plugin: Some("/nonexistent/libpjrt_none.so".into()),
@@ -344,10 +338,22 @@ pub fn trials(cases: &[PathBuf]) -> Vec<Trial> {
     }
     for stem in ["llama_block", "resnet_cnn_core"] {
         let case = lowering_dir().join(format!("{stem}.pt2"));
+        let uneven = case.clone();
         trials.push(Trial::test(
             format!("numerics::data_parallel::{stem}"),
             move || run_case(&case, 2),
         ));
+        // A batch of 2 over 3 devices: padded across them, the true shape returned.
+        for (name, dialect) in [
+            ("shardy", ShardingDialect::Shardy),
+            ("gspmd", ShardingDialect::Gspmd),
+        ] {
+            let case = uneven.clone();
+            trials.push(Trial::test(
+                format!("numerics::uneven_batch::{name}::{stem}"),
+                move || run_case_with(&case, 3, dialect),
+            ));
+        }
     }
     trials.extend([
         Trial::test(

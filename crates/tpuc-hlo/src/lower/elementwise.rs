@@ -1151,6 +1151,7 @@ pub fn register(r: &mut Registry) {
             "aten.arange.start_step",
             "aten.arange.default",
             "aten.arange.start",
+            "prims.iota.default",
         ],
         arange,
     );

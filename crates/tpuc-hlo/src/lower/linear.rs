@@ -175,6 +175,117 @@ fn mm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(batched_matmul(cx, a, b)?)])
 }
 
+/// mask[p][g]: position `p` of the ragged dimension (of `size`) is in group `g`, whose
+/// positions run from the previous group's end offset (0 for the first) to its own, `offs[g]`.
+/// Positions past the last offset are in no group.
+fn group_mask(cx: &mut Ctx, offs: Value, size: i64) -> OpResult<Value> {
+    let groups = cx.b.shape(offs)[0];
+    let ends = cx.b.convert(offs, DType::I64);
+    let zero = cx.b.splat(&TensorType::new(vec![1], DType::I64), 0.0);
+    let earlier = cx.b.slice(ends, &[0], &[groups - 1], &[1])?;
+    let starts = cx.b.concatenate(&[zero, earlier], 0)?;
+    let shape = [size, groups];
+    let position = cx.b.iota(TensorType::new(shape.to_vec(), DType::I64), 0)?;
+    let starts = cx.b.broadcast_in_dim(starts, &shape, &[1])?;
+    let ends = cx.b.broadcast_in_dim(ends, &shape, &[1])?;
+    let after_start = cx.b.compare(CompareDir::Ge, position, starts)?;
+    let before_end = cx.b.compare(CompareDir::Lt, position, ends)?;
+    Ok(cx.b.binary(BinaryOp::And, after_start, before_end)?)
+}
+
+/// `x` with the elements outside `mask` (broadcast along `dims` of x) set to zero.
+fn masked(cx: &mut Ctx, x: Value, mask: Value, dims: &[i64]) -> OpResult<Value> {
+    let shape = cx.b.shape(x).to_vec();
+    let mask = cx.b.broadcast_in_dim(mask, &shape, dims)?;
+    let zeros = cx.full_like(x, 0.0, None);
+    Ok(cx.b.select(mask, x, zeros)?)
+}
+
+/// _grouped_mm(self, mat2, offs, bias, out_dtype): the matrix products of groups, as
+/// mixture-of-experts layers call them. With `offs` (the groups' end offsets) one dimension
+/// is ragged:
+/// - [M, K] x [G, K, N] -> [M, N]: rows of self in group g times expert g;
+/// - [M, K] x [K, N] -> [G, M, N]: the products over each group's slice of K;
+/// - [G, M, K] x [K, N] -> [M, N]: columns of group g from self[g];
+/// - without offsets, [G, M, K] x [G, K, N] is a batched product.
+///
+/// StableHLO has no ragged product (`ragged_dot` is a CHLO op the plugins need not know), so
+/// each form is dense: every group's product over all positions, the positions outside the
+/// group zeroed (on the operand for a ragged K, on the result otherwise). That costs G times
+/// the work of a gather per row but is plain dot_general, which every plugin tiles well; a
+/// gather of each row's expert would materialise an [M, K, N] tensor.
+fn grouped_mm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let a = cx.tensor(n, "self")?;
+    let b = cx.tensor(n, "mat2")?;
+    let offs = cx.opt_tensor(n, "offs")?;
+    let out = cx.out_type(n, 0)?;
+    let (ra, rb) = (cx.b.ty(a).rank(), cx.b.ty(b).rank());
+    let elem = out.elem;
+    let acc = elem.accumulation();
+    let (a, b) = (cx.b.convert(a, acc), cx.b.convert(b, acc));
+    let product = |cx: &mut Ctx, a: Value, b: Value, dims: DotDims| -> OpResult<Value> {
+        let p = precision(cx, acc);
+        Ok(cx.b.dot_general(a, b, dims, p)?)
+    };
+    let plain = |lhs_batch: Vec<i64>, rhs_batch: Vec<i64>, lc: i64, rc: i64| DotDims {
+        lhs_batch,
+        rhs_batch,
+        lhs_contracting: vec![lc],
+        rhs_contracting: vec![rc],
+    };
+    let y = match (ra, rb, offs) {
+        (3, 3, None) => product(cx, a, b, plain(vec![0], vec![0], 2, 1))?,
+        (2, 3, Some(offs)) => {
+            // [M, K] x [G, K, N] -> [M, G, N], then each row's own group.
+            let rows = cx.b.shape(a)[0];
+            let all = product(cx, a, b, plain(vec![], vec![], 1, 1))?;
+            let mask = group_mask(cx, offs, rows)?;
+            let mine = masked(cx, all, mask, &[0, 1])?;
+            cx.b.reduce_by(mine, &[1], BinaryOp::Add)?
+        }
+        (2, 2, Some(offs)) => {
+            // Each group's slice of K: self's columns outside it zeroed -> [G, M, K] x [K, N].
+            let (rows, depth) = (cx.b.shape(a)[0], cx.b.shape(a)[1]);
+            let groups = cx.b.shape(offs)[0];
+            let mask = group_mask(cx, offs, depth)?;
+            let spread = cx.b.broadcast_in_dim(a, &[groups, rows, depth], &[1, 2])?;
+            let mask = cx.b.transpose(mask, &[1, 0])?;
+            let spread = masked(cx, spread, mask, &[0, 2])?;
+            product(cx, spread, b, plain(vec![], vec![], 2, 0))?
+        }
+        (3, 2, Some(offs)) => {
+            // [G, M, K] x [K, N] -> [G, M, N], then each column's own group.
+            let columns = cx.b.shape(b)[1];
+            let all = product(cx, a, b, plain(vec![], vec![], 2, 0))?;
+            let mask = group_mask(cx, offs, columns)?;
+            let mask = cx.b.transpose(mask, &[1, 0])?;
+            let mine = masked(cx, all, mask, &[0, 2])?;
+            cx.b.reduce_by(mine, &[0], BinaryOp::Add)?
+        }
+        (ra, rb, offs) => {
+            return err(format!(
+                "_grouped_mm of a {ra}-d and a {rb}-d tensor {} offsets: tpuc lowers 2-d x 3-d, \
+                 2-d x 2-d and 3-d x 2-d with offsets and 3-d x 3-d without",
+                if offs.is_some() { "with" } else { "without" }
+            ))
+        }
+    };
+    let y = match cx.opt_tensor(n, "bias")? {
+        Some(bias) => {
+            let shape = cx.b.shape(y).to_vec();
+            let bias = cx.b.convert(bias, acc);
+            let rank = cx.b.ty(bias).rank();
+            let dims: Vec<i64> = (shape.len() - rank..shape.len())
+                .map(|d| d as i64)
+                .collect();
+            let bias = cx.b.broadcast_in_dim(bias, &shape, &dims)?;
+            cx.b.binary(BinaryOp::Add, y, bias)?
+        }
+        None => y,
+    };
+    Ok(vec![Some(cx.b.convert(y, elem))])
+}
+
 fn matmul(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let a = cx.tensor(n, "self")?;
     let b = cx.tensor(n, "other")?;
@@ -389,6 +500,7 @@ pub fn register(r: &mut Registry) {
     r.add(&["aten.addbmm.default"], addbmm);
     r.add(&["aten.mm.default", "aten.bmm.default"], mm);
     r.add(&["aten.matmul.default"], matmul);
+    r.add(&["aten._grouped_mm.default"], grouped_mm);
     r.add(
         &[
             "aten.scaled_dot_product_attention.default",

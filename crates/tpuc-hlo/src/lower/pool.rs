@@ -475,9 +475,16 @@ fn adaptive_max_pool(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let shape = cx.b.shape(x).to_vec();
     let rank = shape.len();
     spatial_of(&shape, spatial)?;
-    let lead = shape[..rank - spatial].to_vec();
-    let sizes = shape[rank - spatial..].to_vec();
-    let outs = values_ty.shape[rank - spatial..].to_vec();
+    let lead = rank - spatial;
+    let sizes = shape[lead..].to_vec();
+    let outs = values_ty.shape[lead..].to_vec();
+    if sizes.contains(&0) {
+        return err("adaptive max pooling of an empty spatial dimension");
+    }
+    // Every window at once: along each spatial dim, output i reads `reach` positions from its
+    // window's start, the ones past its end repeating the window's last (the maximum and the
+    // first position holding it do not change). One reduction over the gathered windows: the
+    // program's size does not grow with the number of outputs.
     let windows: Vec<Vec<(i64, i64)>> = sizes
         .iter()
         .zip(&outs)
@@ -487,57 +494,70 @@ fn adaptive_max_pool(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
                 .collect()
         })
         .collect();
-    let total: usize = outs.iter().product::<i64>() as usize;
-    let mut values = Vec::with_capacity(total);
-    let mut indices = Vec::with_capacity(total);
-    for flat in 0..total {
-        // The output position, last spatial dimension fastest.
-        let mut rest = flat as i64;
-        let mut at = vec![0; spatial];
-        for d in (0..spatial).rev() {
-            at[d] = rest % outs[d];
-            rest /= outs[d];
-        }
-        let mut region = x;
-        for d in 0..spatial {
-            let (start, end) = windows[d][at[d] as usize];
-            region = cx.b.slice_dim(region, rank - spatial + d, start, end, 1)?;
-        }
-        let region_sizes: Vec<i64> = (0..spatial)
-            .map(|d| {
-                let (start, end) = windows[d][at[d] as usize];
-                end - start
-            })
-            .collect();
-        let count: i64 = region_sizes.iter().product();
-        let mut flat_shape = lead.clone();
-        flat_shape.push(count);
-        let region = cx.b.reshape(region, &flat_shape)?;
-        let (value, local) = super::reduction::arg_reduce(cx, region, lead.len(), true)?;
-        // The local index unravelled over the window, then flattened over the input plane.
-        let mut remaining = local;
-        let mut position = cx.full_like(local, 0.0, None);
-        let mut plane_stride = 1;
-        for d in (0..spatial).rev() {
-            let size = cx.full_like(local, region_sizes[d] as f64, None);
-            let within = cx.b.binary(BinaryOp::Rem, remaining, size)?;
-            remaining = cx.b.binary(BinaryOp::Div, remaining, size)?;
-            let start = cx.full_like(local, windows[d][at[d] as usize].0 as f64, None);
-            let coordinate = cx.b.binary(BinaryOp::Add, within, start)?;
-            let scaled = cx.scaled(coordinate, plane_stride as f64)?;
-            position = cx.b.binary(BinaryOp::Add, position, scaled)?;
-            plane_stride *= sizes[d];
-        }
-        let mut one = lead.clone();
-        one.push(1);
-        values.push(cx.b.reshape(value, &one)?);
-        indices.push(cx.b.reshape(position, &one)?);
+    let reach: Vec<i64> = windows
+        .iter()
+        .map(|w| w.iter().map(|(s, e)| e - s).max().unwrap_or(1))
+        .collect();
+    // source[d][i * reach + k]: the input position output i reads at offset k along dim d.
+    let source: Vec<Vec<i64>> = windows
+        .iter()
+        .zip(&reach)
+        .map(|(w, &r)| {
+            w.iter()
+                .flat_map(|&(s, e)| (0..r).map(move |k| (s + k).min(e - 1)))
+                .collect()
+        })
+        .collect();
+    let mut gathered = x;
+    for d in 0..spatial {
+        // Dim lead + 2d holds the outputs so far; the dims before it alternate outputs and
+        // offsets.
+        let axis = lead + 2 * d;
+        let values: Vec<f64> = source[d].iter().map(|&p| p as f64).collect();
+        let index = cx.b.dense(
+            TensorType::new(vec![outs[d], reach[d]], DType::I64),
+            &values,
+        )?;
+        gathered = take_along(cx, gathered, axis, index)?;
     }
-    let values = cx.b.concatenate(&values, lead.len() as i64)?;
-    let indices = cx.b.concatenate(&indices, lead.len() as i64)?;
-    let indices = cx.b.convert(indices, index_ty.elem);
+    // [lead.., o1, r1, o2, r2, ..] -> [lead.., o1, o2, .., r1 * r2 * ..]
+    let mut perm: Vec<i64> = (0..lead as i64).collect();
+    perm.extend((0..spatial).map(|d| (lead + 2 * d) as i64));
+    perm.extend((0..spatial).map(|d| (lead + 2 * d + 1) as i64));
+    let gathered = cx.b.transpose(gathered, &perm)?;
+    let window: i64 = reach.iter().product();
+    let mut flat_shape = shape[..lead].to_vec();
+    flat_shape.extend(&outs);
+    flat_shape.push(window);
+    let gathered = cx.b.reshape(gathered, &flat_shape)?;
+    let (value, local) = super::reduction::arg_reduce(cx, gathered, rank, true)?;
+    // The offset within the window, unravelled per dim, and the input position it reads.
+    let mut remaining = local;
+    let mut position = cx.full_like(local, 0.0, None);
+    let mut plane_stride = 1;
+    for d in (0..spatial).rev() {
+        let r = cx.full_like(local, reach[d] as f64, None);
+        let offset = cx.b.binary(BinaryOp::Rem, remaining, r)?;
+        remaining = cx.b.binary(BinaryOp::Div, remaining, r)?;
+        // The output's own coordinate along dim d, then source[d][i * reach + offset].
+        let out_shape = cx.b.shape(local).to_vec();
+        let output_index =
+            cx.b.iota(TensorType::new(out_shape, DType::I64), (lead + d) as i64)?;
+        let row = cx.scaled(output_index, reach[d] as f64)?;
+        let entry = cx.b.binary(BinaryOp::Add, row, offset)?;
+        let values: Vec<f64> = source[d].iter().map(|&p| p as f64).collect();
+        let table = cx.b.dense(
+            TensorType::new(vec![outs[d] * reach[d]], DType::I64),
+            &values,
+        )?;
+        let coordinate = take_along(cx, table, 0, entry)?;
+        let scaled = cx.scaled(coordinate, plane_stride as f64)?;
+        position = cx.b.binary(BinaryOp::Add, position, scaled)?;
+        plane_stride *= sizes[d];
+    }
+    let indices = cx.b.convert(position, index_ty.elem);
     Ok(vec![
-        Some(cx.b.reshape(values, &values_ty.shape)?),
+        Some(cx.b.reshape(value, &values_ty.shape)?),
         Some(cx.b.reshape(indices, &index_ty.shape)?),
     ])
 }

@@ -84,7 +84,7 @@ fn view_positions(cx: &Ctx, n: &Node, base: i64, numel: i64) -> OpResult<(Vec<i6
     let positions = strided_positions(&size, &stride, offset - base);
     if let Some(bad) = positions.iter().find(|&&p| p < 0 || p >= numel) {
         return err(format!(
-            "as_strided addresses storage position {}, outside the {numel} elements (from \
+            "not supported: as_strided of storage position {}, outside the {numel} elements (from \
              position {base}) that its input holds",
             bad + base
         ));

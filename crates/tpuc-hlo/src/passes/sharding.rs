@@ -204,7 +204,7 @@ mod tests {
             Some(Sharding::replicated(2))
         );
 
-        // A batch the devices do not divide is refused by the verifier.
+        // A batch the devices do not divide is padded across them: the verifier accepts it.
         let odd = ShardingRequest {
             mesh: Mesh::line("dp", 3),
             args: vec![Sharding::split(2, 0, "dp")],
@@ -213,8 +213,7 @@ mod tests {
         let mut b = Builder::new();
         let x = b.arg(TensorType::new(vec![4, 8], DType::F32), ArgAttrs::default());
         let m = annotate(Module::new(b.finish(vec![x], vec![])), &odd).unwrap();
-        let e = crate::ir::verify(&m).unwrap_err();
-        assert!(e.to_string().contains("does not split into 3"), "{e}");
+        crate::ir::verify(&m).unwrap();
     }
 
     #[test]

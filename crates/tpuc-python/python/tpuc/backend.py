@@ -9,6 +9,7 @@ one tpuc cannot make exact is compiled per set of sizes instead.
 """
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import operator
@@ -24,8 +25,8 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import default_partition
 
-from . import _tpuc, device
-from .decompositions import EXTRA, NOT_DECOMPOSED
+from . import _tpuc, custom_ops, device
+from .decompositions import EXTRA, NOT_DECOMPOSED, library_extra
 from .graph import HOST_ASSERTS, is_host_check, is_structural, op_name, prim_views_as_aten, serialize, source_line, unsupported_ops
 from .options import Options
 from .runtime import CompiledGraph, session
@@ -38,6 +39,8 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None 
     """torch.compile(model, backend="tpuc", options={...}); see tpuc.Options."""
     opts = Options.parse(options)
     gm = prim_views_as_aten(gm)
+    if opts.decompositions != "none":
+        gm = custom_ops.inline(gm, LoweredOps())
     specs = batch = None
     if opts.mesh is not None:
         inputs, at_use = input_specs(gm, example_inputs, opts.mesh, opts.plan)
@@ -51,7 +54,7 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None 
         fw_compiler=compiler.forward,
         bw_compiler=compiler.backward,
         inference_compiler=compiler.inference,
-        decompositions=decompositions(opts),
+        decompositions=decompositions(opts, custom=True),
     )(gm, example_inputs)
 
 
@@ -63,10 +66,14 @@ def _partition(joint, joint_inputs, **kwargs):
     return default_partition(joint, joint_inputs, **kwargs)
 
 
-def decompositions(opts: Options) -> dict:
+def decompositions(opts: Options, custom: bool = False) -> dict:
+    """The decompositions aot_autograd applies: torch's core-ATen table with tpuc's changes, and
+    with `custom` the registered custom ops' traced implementations (`custom_ops`)."""
     if opts.decompositions == "none":
         return {}
-    table = {**core_aten_decompositions(), **EXTRA}
+    table = {**core_aten_decompositions(), **EXTRA, **library_extra()}
+    if custom:
+        table.update(custom_ops.decompositions(LoweredOps()))
     keep = set(opts.keep_whole)
     return {op: fn for op, fn in table.items() if str(op) not in keep and op not in NOT_DECOMPOSED}
 
@@ -90,16 +97,20 @@ def describe_unsupported(gm: torch.fx.GraphModule, missing: Counter) -> str:
             (source_line(n) for n in gm.graph.nodes if n.op == "call_function" and op_name(n) == op and source_line(n)),
             None,
         )
-        lines.append(f"  {op} x{count}" + (f" (first at {where})" if where else ""))
+        why = custom_ops.UNTRACEABLE.get(op)
+        lines.append(f"  {op} x{count}" + (f" (first at {where})" if where else "") + (f": {why}" if why else ""))
     return "\n".join(lines)
 
 
 class LoweredOps:
     """`op in LoweredOps()`: whether tpuc lowers an ATen overload, its variants included (in-place,
-    `out=`, the `_copy` forms of views), asked of the compiler once per overload."""
+    `out=`, the `_copy` forms of views), asked of the compiler once per overload; or the backend
+    rewrites it into ops tpuc lowers before compiling (`REWRITTEN`)."""
+
+    REWRITTEN = {"aten.quantize_per_tensor.default"}  # `_quantized_results`
 
     def __init__(self):
-        self.known: dict[str, bool] = {}
+        self.known: dict[str, bool] = dict.fromkeys(self.REWRITTEN, True)
 
     def __contains__(self, op: str) -> bool:
         found = self.known.get(op)
@@ -130,6 +141,43 @@ def _mutations() -> tuple[list, set]:
     info = getattr(metadata, "input_info", None) or []
     data = {i for i, each in enumerate(info) if getattr(each, "mutates_data", False)}
     return mutated, data
+
+
+def _without_input_aliases(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm` without computing the outputs aot_autograd makes again from the inputs they view
+    (it replays the views on the caller's tensors and reads only the compiled output's shape):
+    each is an empty tensor of its shape, and what only it needed is dropped. An `as_strided`
+    of an input that reads storage beyond the input's own elements (torch's partial views)
+    then needs no value tpuc's program cannot have."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    metadata = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+    info = getattr(metadata, "output_info", None)
+    if not info or on_device(gm):
+        return gm
+    regenerated = (OutputType.alias_of_input, OutputType.is_input)
+    first = len(getattr(metadata, "mutated_inp_runtime_indices", None) or [])
+    returned = _returned(gm)
+    stand_ins = {}
+    for j, each in enumerate(info):
+        node = returned[first + j] if first + j < len(returned) else None
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if (each.output_type in regenerated and node.op != "placeholder" and isinstance(value, torch.Tensor)
+                and all(isinstance(d, int) for d in value.shape)):
+            stand_ins[first + j] = torch.empty(tuple(value.shape), dtype=value.dtype)
+    if not stand_ins:
+        return gm
+    gm = _copy_module(gm)
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    single = not isinstance(output.args[0], (tuple, list))
+    outputs = [output.args[0]] if single else list(output.args[0])
+    for i, stand_in in stand_ins.items():
+        outputs[i] = stand_in
+    output.args = (outputs[0] if single else tuple(outputs),)
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+    return gm
 
 
 def _returned(gm: torch.fx.GraphModule) -> list:
@@ -175,7 +223,7 @@ class GraphCompiler:
         # of the forward gathering each whole.
         if layouts.inputs is not None:
             layouts = layouts._replace(open=True)
-        return self.compile(gm, "forward", self.weight_inputs(), layouts)
+        return self.compile(_without_input_aliases(gm), "forward", self.weight_inputs(), layouts)
 
     def backward(self, gm, example_inputs):
         # Saved values and tangents arrive as the forward returned them (inputs as they came,
@@ -192,7 +240,8 @@ class GraphCompiler:
         return self.compile(gm, "backward", None, Layouts(saved, grads))
 
     def inference(self, gm, example_inputs):
-        return self.compile(gm, "inference", self.weight_inputs(), self.layouts(gm))
+        layouts = self.layouts(gm)
+        return self.compile(_without_input_aliases(gm), "inference", self.weight_inputs(), layouts)
 
     def layouts(self, gm: torch.fx.GraphModule) -> "Layouts | None":
         """The layouts of a forward or inference graph's inputs (`primal_specs`) and of its
@@ -345,6 +394,7 @@ class GraphCompiler:
         compiled graph's: everything about compiling it that its sizes do not change."""
         specs, result_specs, updated, open_results = layouts or Layouts(None, None)
         own_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+        gm, wrapped = _quantized_results(gm, name)
         gm, output_checks, argument_checks, single_value = _host_checks(gm)
         gm, constants = _lift_constants(gm, name)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -371,6 +421,9 @@ class GraphCompiler:
         for i, value in enumerate(returned):
             if i in on_host:
                 outputs.append(("host", on_host[i]))
+            elif isinstance(value, torch.fx.Node) and value.name in wrapped:
+                outputs.append(("wrapped", (len(tensor_outputs), wrapped[value.name])))
+                tensor_outputs.append(i)
             elif isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor):
                 outputs.append(("tensor", len(tensor_outputs)))
                 tensor_outputs.append(i)
@@ -472,6 +525,44 @@ class PreparedGraph(NamedTuple):
     open_results: bool
     output_names: list
     checks: list
+
+
+# torch's quantized dtypes: the integer type holding their values and its range.
+_QUANTIZED = {torch.quint8: (torch.uint8, 0, 255), torch.qint8: (torch.int8, -128, 127),
+              torch.qint32: (torch.int32, -2**31, 2**31 - 1)}
+
+
+def _quantized_results(gm: torch.fx.GraphModule, name: str):
+    """`gm` with each `aten.quantize_per_tensor` computing the integer values of its quantized
+    tensor (as `quantized_decomposed.quantize_per_tensor`, which tpuc lowers), and per such node,
+    by name, the function making the quantized tensor of its values on the host after the call.
+    (torch traces no op on quantized tensors: such a tensor can only be a result.)"""
+    quantize = torch.ops.aten.quantize_per_tensor.default
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is quantize]
+    if not nodes:
+        return gm, {}
+    importlib.import_module("torch.ao.quantization.fx._decomposed")  # registers quantized_decomposed
+
+    gm = _copy_module(gm)
+    wrapped = {}
+    for node in [n for n in gm.graph.nodes if n.op == "call_function" and n.target is quantize]:
+        x, scale, zero_point, dtype = node.args
+        if any(user.op != "output" for user in node.users):
+            raise _tpuc.TpucError(f"{name}: {node.name}: a quantized tensor used by other ops in the graph")
+        if dtype not in _QUANTIZED:
+            raise _tpuc.TpucError(f"{name}: {node.name}: not supported: quantization to {dtype}")
+        storage, low, high = _QUANTIZED[dtype]
+        with gm.graph.inserting_before(node):
+            values = gm.graph.call_function(torch.ops.quantized_decomposed.quantize_per_tensor.default,
+                                            (x, scale, zero_point, low, high, storage))
+        values.meta = {**node.meta, "val": node.meta["val"].new_empty(node.meta["val"].shape, dtype=storage)}
+        node.replace_all_uses_with(values)
+        gm.graph.erase_node(node)
+        wrapped[values.name] = (lambda v, scale=scale, zero_point=zero_point:
+                                torch._make_per_tensor_quantized_tensor(v, scale, zero_point))
+    gm.graph.lint()
+    gm.recompile()
+    return gm, wrapped
 
 
 def _host_checks(gm: torch.fx.GraphModule):

@@ -85,6 +85,25 @@ class _DeviceModule:
         return None
 
     @staticmethod
+    def get_rng_state(device=None) -> torch.Tensor:
+        # The device's random ops draw from the default generator: its state is theirs
+        # (what torch's freeze_rng_state saves and restores around OpInfo samples).
+        return torch.default_generator.get_state()
+
+    @staticmethod
+    def set_rng_state(state: torch.Tensor, device=None) -> None:
+        torch.default_generator.set_state(state)
+
+    @staticmethod
+    def get_rng_state_all() -> list:
+        return [torch.default_generator.get_state()]
+
+    @staticmethod
+    def set_rng_state_all(states: list) -> None:
+        for state in states:
+            torch.default_generator.set_state(state)
+
+    @staticmethod
     def is_initialized() -> bool:
         return True
 

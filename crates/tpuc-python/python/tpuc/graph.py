@@ -16,7 +16,7 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from . import _tpuc
+from . import _tpuc, custom_ops
 
 # Node metadata the compiler reads; the rest (module stacks with types, ...) does not serialize.
 _KEPT_META = ("val", "stack_trace")
@@ -94,6 +94,11 @@ def serialize(gm: torch.fx.GraphModule, tensor_outputs: list[int]) -> bytes:
             break
         copy = graph.node_copy(node, lambda n: env[n])
         copy.meta = {k: v for k, v in node.meta.items() if k in _KEPT_META}
+        origin = custom_ops.origin(node)
+        if origin is not None:
+            # A node traced from a custom op's implementation is named after that op too: its
+            # errors and locations say where it came from.
+            copy._rename(f"{origin}_{copy.name}")
         env[node] = copy
     outputs = output_node.args[0] if output_node is not None else ()
     if not isinstance(outputs, (tuple, list)):

@@ -268,7 +268,8 @@ class CompiledGraph:
     inputs:   positions of the original arguments (then the constants) the compiled graph takes.
     outputs:  the original output structure: ("tensor", i) for the compiled graph's i-th output,
               ("arg", i) for the graph's i-th argument returned as it is (an opaque object),
-              ("value", v) for a constant (None, an int) returned as it is, ("host", f) for a
+              ("value", v) for a constant (None, an int) returned as it is, ("wrapped", (i, f))
+              for f of compiled output i (a quantized tensor made of its values), ("host", f) for a
               size computed on the host from the arguments, f(args).
     single:   the original graph returned one value rather than a tuple.
     devices:  for a graph over the tpuc device's tensors, the device type of each compiled
@@ -406,6 +407,7 @@ class CompiledGraph:
         """The original graph's outputs, from the call's arguments and the compiled outputs."""
         for check in self.checks:
             check(args, results)
-        values = [results[x] if kind == "tensor" else args[x] if kind == "arg" else x(args) if kind == "host" else x
+        values = [results[x] if kind == "tensor" else args[x] if kind == "arg" else x(args) if kind == "host"
+                  else x[1](results[x[0]]) if kind == "wrapped" else x
                   for kind, x in self.outputs]
         return values[0] if self.single else values
