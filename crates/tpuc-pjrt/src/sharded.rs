@@ -129,8 +129,9 @@ fn held(part: &[(i64, i64)], global: &[i64]) -> Vec<i64> {
         .collect()
 }
 
-/// Each innermost row of the elements a padded part holds: (its byte offset in the tensor's
-/// row-major bytes, its byte offset in the part's, its byte length).
+/// Each innermost row of the elements a part holds (all of them, or all but its padding): (its
+/// byte offset in the tensor's row-major bytes, its byte offset in the part's, its byte
+/// length), in the part's row-major order.
 fn held_rows(
     global: &[i64],
     part: &[(i64, i64)],
@@ -190,16 +191,18 @@ enum Region {
     Whole,
     /// One contiguous run: (byte offset, byte length).
     Run(usize, usize),
-    /// Several runs, one per innermost row of the part, in the part's row-major order, each
-    /// `run` bytes long, starting at these byte offsets.
-    Rows { starts: Vec<usize>, run: usize },
+    /// Several runs, one per innermost row (`held_rows`), or a part that ends in padding.
+    Rows,
 }
 
 fn region(global: &[i64], part: &[(i64, i64)], elem: usize) -> Result<Region> {
-    if part.iter().zip(global).all(|(&(_, len), &g)| len == g) {
+    let part_dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
+    if held(part, global) != part_dims {
+        return Ok(Region::Rows);
+    }
+    if part_dims == global {
         return Ok(Region::Whole);
     }
-    let stride = strides(global);
     // Contiguous when every dimension before the first split one has size 1 and every one
     // after it is whole.
     let first = part
@@ -212,35 +215,11 @@ fn region(global: &[i64], part: &[(i64, i64)], elem: usize) -> Result<Region> {
             .iter()
             .zip(&global[first + 1..])
             .all(|(&(_, len), &g)| len == g);
-    let part_dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
     if contiguous {
-        let offset = part[first].0 as usize * stride[first] * elem;
+        let offset = part[first].0 as usize * strides(global)[first] * elem;
         return Ok(Region::Run(offset, element_count(&part_dims)? * elem));
     }
-    // The innermost dimension's run is taken at once; the others are walked row-major.
-    let rank = part.len();
-    let outer = &part_dims[..rank - 1];
-    let count = element_count(outer)?;
-    let mut index = vec![0i64; rank - 1];
-    let mut starts = Vec::with_capacity(count);
-    for _ in 0..count {
-        let mut from = part[rank - 1].0 as usize * stride[rank - 1];
-        for d in 0..rank - 1 {
-            from += (part[d].0 + index[d]) as usize * stride[d];
-        }
-        starts.push(from * elem);
-        for d in (0..rank - 1).rev() {
-            index[d] += 1;
-            if index[d] < outer[d] {
-                break;
-            }
-            index[d] = 0;
-        }
-    }
-    Ok(Region::Rows {
-        starts,
-        run: part[rank - 1].1 as usize * elem,
-    })
+    Ok(Region::Rows)
 }
 
 /// The bytes of the part `part` of a tensor of shape `global` held in `data`.
@@ -250,16 +229,6 @@ fn part_bytes(
     global: &[i64],
     part: &[(i64, i64)],
 ) -> Result<Arc<dyn HostBytes>> {
-    let part_dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
-    if held(part, global) != part_dims {
-        // A part with padding: its held elements in zeroed memory of its own.
-        let mut padded = HostTensor::zeros(dtype, &part_dims)?;
-        let (source, local) = (data.bytes(), padded.bytes_mut());
-        held_rows(global, part, dtype.byte_size(), |from, to, run| {
-            local[to..to + run].copy_from_slice(&source[from..from + run]);
-        });
-        return Ok(Arc::new(padded));
-    }
     match region(global, part, dtype.byte_size())? {
         Region::Whole => Ok(data.clone()),
         Region::Run(offset, len) => Ok(Arc::new(Slice {
@@ -267,12 +236,14 @@ fn part_bytes(
             offset,
             len,
         })),
-        Region::Rows { starts, run } => {
+        Region::Rows => {
+            // Gathered into aligned memory of its own; padding stays zero.
+            let part_dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
             let mut gathered = HostTensor::zeros(dtype, &part_dims)?;
-            let source = data.bytes();
-            for (row, from) in gathered.bytes_mut().chunks_exact_mut(run).zip(starts) {
-                row.copy_from_slice(&source[from..from + run]);
-            }
+            let (source, local) = (data.bytes(), gathered.bytes_mut());
+            held_rows(global, part, dtype.byte_size(), |from, to, run| {
+                local[to..to + run].copy_from_slice(&source[from..from + run]);
+            });
             Ok(Arc::new(gathered))
         }
     }
@@ -339,27 +310,18 @@ pub fn download_sharded(
             continue;
         }
         let part = layout.part(position, global)?;
-        let dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
-        if held(&part, global) != dims {
-            // Only the part's held elements go into place; its padding is dropped.
-            let mut local = HostTensor::zeros(dtype, &dims)?;
-            buffer.copy_to_host(local.bytes_mut())?;
-            let held = local.bytes();
-            held_rows(global, &part, dtype.byte_size(), |to, from, run| {
-                dst[to..to + run].copy_from_slice(&held[from..from + run]);
-            });
-            continue;
-        }
         match region(global, &part, dtype.byte_size())? {
             Region::Whole => return buffer.copy_to_host(dst),
             Region::Run(offset, len) => buffer.copy_to_host(&mut dst[offset..offset + len])?,
-            Region::Rows { starts, run } => {
+            Region::Rows => {
+                // Each held row into place; padding is dropped.
                 let dims: Vec<i64> = part.iter().map(|&(_, len)| len).collect();
                 let mut local = HostTensor::zeros(dtype, &dims)?;
                 buffer.copy_to_host(local.bytes_mut())?;
-                for (row, to) in local.bytes().chunks_exact(run).zip(starts) {
-                    dst[to..to + run].copy_from_slice(row);
-                }
+                let held = local.bytes();
+                held_rows(global, &part, dtype.byte_size(), |to, from, run| {
+                    dst[to..to + run].copy_from_slice(&held[from..from + run]);
+                });
             }
         }
     }

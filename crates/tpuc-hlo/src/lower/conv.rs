@@ -26,50 +26,59 @@ fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let padding = per_dim(cx.ints(n, "padding", Some(&[0]))?, spatial, 0, "padding")?;
     let dilation = per_dim(cx.ints(n, "dilation", Some(&[1]))?, spatial, 1, "dilation")?;
     let groups = cx.int(n, "groups", Some(1))?;
-    // torch computes 16-bit float convolutions in float32 and rounds once.
-    let mut operands = [x, w];
-    let half = widened(cx, &mut operands);
-    let [x, w] = operands;
-    let precision = precision(cx, cx.b.elem(x));
-    let (w, attrs) = if transposed {
-        let output_padding = per_dim(
+    let window = Strided {
+        stride,
+        padding,
+        dilation,
+    };
+    let output_padding = if transposed {
+        per_dim(
             cx.ints(n, "output_padding", Some(&[0]))?,
             spatial,
             0,
             "output_padding",
-        )?;
-        let kernel = cx.b.shape(w)[2..].to_vec();
-        let attrs = Strided {
-            stride,
-            padding,
-            dilation,
-        }
-        .transposed(&kernel, &output_padding, groups, precision);
-        (transposed_kernel(cx, w, groups, spatial)?, attrs)
+        )?
     } else {
-        let attrs = ConvAttrs {
-            strides: stride,
-            padding: padding.iter().map(|&p| (p, p)).collect(),
-            lhs_dilation: vec![1; spatial],
-            rhs_dilation: dilation,
-            groups,
-            batch_groups: 1,
-            precision,
-            kernel: KernelLayout::OutInSpatial,
-        };
-        (w, attrs)
+        Vec::new()
     };
+    let bias = cx.opt_tensor(n, "bias")?;
+    let y = convolved(cx, x, w, bias, |cx, w, precision| {
+        if transposed {
+            let kernel = cx.b.shape(w)[2..].to_vec();
+            let attrs = window.transposed(&kernel, &output_padding, groups, precision);
+            Ok((transposed_kernel(cx, w, groups, spatial)?, attrs))
+        } else {
+            Ok((w, window.direct(groups, precision)))
+        }
+    })?;
+    let out = cx.out_type(n, 0)?;
+    Ok(vec![Some(cx.b.reshape(y, &out.shape)?)])
+}
+
+/// `x` convolved with the kernel `w` as `layout` gives the attributes (and the kernel, which it
+/// may lay out anew) for the precision torch's kernels compute in, plus `bias` per output
+/// channel: 16-bit floats are computed in float32 and the bias added before the one rounding,
+/// as torch's kernels do.
+fn convolved(
+    cx: &mut Ctx,
+    x: Value,
+    w: Value,
+    bias: Option<Value>,
+    layout: impl FnOnce(&mut Ctx, Value, Precision) -> OpResult<(Value, ConvAttrs)>,
+) -> OpResult<Value> {
+    let mut operands = [x, w];
+    let half = widened(cx, &mut operands);
+    let [x, w] = operands;
+    let precision = precision(cx, cx.b.elem(x));
+    let (w, attrs) = layout(cx, w, precision)?;
     let mut y = cx.b.convolution(x, w, attrs)?;
-    // The bias is added before the one rounding, as torch's kernels add it.
-    if let Some(bias) = cx.opt_tensor(n, "bias")? {
+    if let Some(bias) = bias {
         let shape = cx.b.shape(y).to_vec();
         let bias = cx.b.convert(bias, cx.b.elem(y));
         let bias = cx.b.broadcast_in_dim(bias, &shape, &[1])?;
         y = cx.b.binary(BinaryOp::Add, y, bias)?;
     }
-    let y = narrowed(cx, y, half);
-    let out = cx.out_type(n, 0)?;
-    Ok(vec![Some(cx.b.reshape(y, &out.shape)?)])
+    Ok(narrowed(cx, y, half))
 }
 
 /// conv_tbc(self [time, batch, in], weight [kernel, in, out], bias [out], pad): a 1-d
@@ -89,25 +98,14 @@ fn conv_tbc(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     }
     let x = cx.b.transpose(x, &[1, 2, 0])?;
     let w = cx.b.transpose(w, &[2, 1, 0])?;
-    let mut operands = [x, w];
-    let half = widened(cx, &mut operands);
-    let [x, w] = operands;
-    let attrs = ConvAttrs {
-        strides: vec![1],
-        padding: vec![(pad, pad)],
-        lhs_dilation: vec![1],
-        rhs_dilation: vec![1],
-        groups: 1,
-        batch_groups: 1,
-        precision: precision(cx, cx.b.elem(x)),
-        kernel: KernelLayout::OutInSpatial,
+    let window = Strided {
+        stride: vec![1],
+        padding: vec![pad],
+        dilation: vec![1],
     };
-    let y = cx.b.convolution(x, w, attrs)?;
-    let shape = cx.b.shape(y).to_vec();
-    let bias = cx.b.convert(bias, cx.b.elem(y));
-    let bias = cx.b.broadcast_in_dim(bias, &shape, &[1])?;
-    let y = cx.b.binary(BinaryOp::Add, y, bias)?;
-    let y = narrowed(cx, y, half);
+    let y = convolved(cx, x, w, Some(bias), |_, w, precision| {
+        Ok((w, window.direct(1, precision)))
+    })?;
     Ok(vec![Some(cx.b.transpose(y, &[2, 0, 1])?)])
 }
 
@@ -119,6 +117,20 @@ struct Strided {
 }
 
 impl Strided {
+    /// The attributes of this convolution itself.
+    fn direct(&self, groups: i64, precision: Precision) -> ConvAttrs {
+        ConvAttrs {
+            strides: self.stride.clone(),
+            padding: self.padding.iter().map(|&p| (p, p)).collect(),
+            lhs_dilation: vec![1; self.stride.len()],
+            rhs_dilation: self.dilation.clone(),
+            groups,
+            batch_groups: 1,
+            precision,
+            kernel: KernelLayout::OutInSpatial,
+        }
+    }
+
     /// The attributes of the transposed convolution (the gradient of this one with respect to
     /// its input): the input dilated by the stride and padded so that every kernel tap reaches
     /// every input element, with the kernel flipped (see [`transposed_kernel`]).

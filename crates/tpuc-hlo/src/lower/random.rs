@@ -62,6 +62,31 @@ fn normal(cx: &mut Ctx, shape: &[i64], elem: DType) -> OpResult<Value> {
     Ok(cx.b.convert(z, elem))
 }
 
+/// Uniform values in [low, high) of `shape`, in `work`.
+fn uniform_between(
+    cx: &mut Ctx,
+    shape: &[i64],
+    low: f64,
+    high: f64,
+    work: DType,
+) -> OpResult<Value> {
+    let u = uniform(cx, shape, work)?;
+    let width = cx.full_like(u, high - low, None);
+    let low = cx.full_like(u, low, None);
+    let scaled = cx.b.binary(BinaryOp::Mul, u, width)?;
+    Ok(cx.b.binary(BinaryOp::Add, scaled, low)?)
+}
+
+/// Standard exponential values `-ln(1 - u)` of `shape`, in `work` (1 - u lies in (0, 1]: the
+/// logarithm is finite).
+fn standard_exponential(cx: &mut Ctx, shape: &[i64], work: DType) -> OpResult<Value> {
+    let u = uniform(cx, shape, work)?;
+    let one = cx.full_like(u, 1.0, None);
+    let rest = cx.b.binary(BinaryOp::Sub, one, u)?;
+    let log = cx.b.unary(UnaryOp::Log, rest)?;
+    Ok(cx.b.unary(UnaryOp::Neg, log)?)
+}
+
 /// rand / rand_like / randn / randn_like: the output's shape and dtype are torch's record.
 fn fill_random(cx: &mut Ctx, n: &Node, gaussian: bool) -> OpResult<Vec<Option<Value>>> {
     no_generator(n)?;
@@ -86,12 +111,7 @@ fn uniform_range(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let out = cx.out_type(n, 0)?;
     let from = cx.float(n, "from", Some(0.0))?;
     let to = cx.float(n, "to", Some(1.0))?;
-    let work = working_float(out.elem);
-    let u = uniform(cx, &out.shape, work)?;
-    let width = cx.full_like(u, to - from, None);
-    let low = cx.full_like(u, from, None);
-    let scaled = cx.b.binary(BinaryOp::Mul, u, width)?;
-    let v = cx.b.binary(BinaryOp::Add, scaled, low)?;
+    let v = uniform_between(cx, &out.shape, from, to, working_float(out.elem))?;
     Ok(vec![Some(cx.b.convert(v, out.elem))])
 }
 
@@ -170,13 +190,8 @@ fn exponential(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     if rate <= 0.0 || rate.is_nan() {
         return err(format!("exponential needs lambd > 0, got {rate}"));
     }
-    let work = working_float(out.elem);
-    let u = uniform(cx, &out.shape, work)?;
-    // 1 - u lies in (0, 1]: the logarithm is finite.
-    let one = cx.full_like(u, 1.0, None);
-    let rest = cx.b.binary(BinaryOp::Sub, one, u)?;
-    let log = cx.b.unary(UnaryOp::Log, rest)?;
-    let v = cx.scaled(log, -1.0 / rate)?;
+    let e = standard_exponential(cx, &out.shape, working_float(out.elem))?;
+    let v = cx.scaled(e, 1.0 / rate)?;
     Ok(vec![Some(cx.b.convert(v, out.elem))])
 }
 
@@ -242,11 +257,7 @@ fn multinomial(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         let last = cx.full_like(count, (categories - 1) as f64, None);
         cx.b.binary(BinaryOp::Min, count, last)?
     } else {
-        let u = uniform(cx, &[rows, categories], work)?;
-        let one = cx.full_like(u, 1.0, None);
-        let rest = cx.b.binary(BinaryOp::Sub, one, u)?;
-        let log_rest = cx.b.unary(UnaryOp::Log, rest)?;
-        let exp_noise = cx.b.unary(UnaryOp::Neg, log_rest)?;
+        let exp_noise = standard_exponential(cx, &[rows, categories], work)?;
         // log(w) - log(E) with E ~ Exp(1): the Gumbel-max keys.
         let log_w = cx.b.unary(UnaryOp::Log, w)?;
         let log_e = cx.b.unary(UnaryOp::Log, exp_noise)?;
@@ -274,11 +285,8 @@ fn rrelu_with_noise(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let elem = cx.b.elem(x);
     let zero = cx.full_like(x, 0.0, None);
     let (y, noise) = if training {
-        let work = working_float(elem);
-        let u = uniform(cx, cx.b.shape(x).to_vec().as_slice(), work)?;
-        let slope = cx.scaled(u, upper - lower)?;
-        let low = cx.full_like(slope, lower, None);
-        let slope = cx.b.binary(BinaryOp::Add, slope, low)?;
+        let shape = cx.b.shape(x).to_vec();
+        let slope = uniform_between(cx, &shape, lower, upper, working_float(elem))?;
         let slope = cx.b.convert(slope, elem);
         let negative = cx.b.compare(CompareDir::Le, x, zero)?;
         let one = cx.full_like(slope, 1.0, None);

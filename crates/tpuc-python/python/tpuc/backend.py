@@ -39,8 +39,9 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None 
     """torch.compile(model, backend="tpuc", options={...}); see tpuc.Options."""
     opts = Options.parse(options)
     gm = prim_views_as_aten(gm)
+    lowered = LoweredOps()
     if opts.decompositions != "none":
-        gm = custom_ops.inline(gm, LoweredOps())
+        gm = custom_ops.inline(gm, lowered)
     specs = batch = None
     if opts.mesh is not None:
         inputs, at_use = input_specs(gm, example_inputs, opts.mesh, opts.plan)
@@ -54,7 +55,7 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None 
         fw_compiler=compiler.forward,
         bw_compiler=compiler.backward,
         inference_compiler=compiler.inference,
-        decompositions=decompositions(opts, custom=True),
+        decompositions=decompositions(opts, lowered),
     )(gm, example_inputs)
 
 
@@ -66,14 +67,15 @@ def _partition(joint, joint_inputs, **kwargs):
     return default_partition(joint, joint_inputs, **kwargs)
 
 
-def decompositions(opts: Options, custom: bool = False) -> dict:
-    """The decompositions aot_autograd applies: torch's core-ATen table with tpuc's changes, and
-    with `custom` the registered custom ops' traced implementations (`custom_ops`)."""
+def decompositions(opts: Options, lowered: "LoweredOps | None" = None) -> dict:
+    """The decompositions aot_autograd applies: torch's core-ATen table with tpuc's changes,
+    and given the ops tpuc lowers (`lowered`), the ATen equivalents of the custom ops among the
+    rest (`custom_ops.EQUIVALENTS`)."""
     if opts.decompositions == "none":
         return {}
     table = {**core_aten_decompositions(), **EXTRA, **library_extra()}
-    if custom:
-        table.update(custom_ops.decompositions(LoweredOps()))
+    if lowered is not None:
+        table.update(custom_ops.decompositions(lowered))
     keep = set(opts.keep_whole)
     return {op: fn for op, fn in table.items() if str(op) not in keep and op not in NOT_DECOMPOSED}
 
@@ -665,11 +667,12 @@ def _host_value(value, position: dict, node: torch.fx.Node):
 
 
 def _true_or_raise(node: torch.fx.Node):
-    """The host check of `_assert_async`: torch's error when the condition is zero."""
+    """The host check of `_assert_async` (given the condition on the CPU): torch's error when
+    the condition is zero."""
     message = node.args[1] if len(node.args) > 1 else "Expected Tensor with single nonzero value, but got zero"
 
     def check(condition: torch.Tensor):
-        if not bool(condition.to("cpu")):
+        if not bool(condition):
             raise RuntimeError(message)
     return check
 

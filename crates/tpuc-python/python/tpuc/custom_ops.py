@@ -7,8 +7,12 @@ equivalent in ATen ops here (`EQUIVALENTS`).
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch._library import custom_ops
+
+from .graph import CUSTOM_OP, call_target
 
 # Why an op's implementation could not be traced, by op name: reported with strict mode's
 # refusal.
@@ -68,12 +72,12 @@ def inline(gm: torch.fx.GraphModule, lowered) -> torch.fx.GraphModule:
     """Dynamo's graph `gm` with each call of a registered functional custom op that tpuc does
     not lower replaced by the ATen ops of its implementation (or its `EQUIVALENTS` entry),
     traced on the call's example values, before aot_autograd: it functionalizes them and
-    differentiates them like the rest. The new nodes carry the op's name (`origin`) and the
+    differentiates them like the rest. The new nodes carry the op's name (`graph.CUSTOM_OP`) and the
     call's source line. A call whose implementation cannot be traced stays, the reason kept in
     `UNTRACEABLE`. Changes `gm` in place."""
     changed = False
     for node in list(gm.graph.nodes):
-        op = _overload(node)
+        op = call_target(node)
         if op is None or op.namespace in _TORCH_NAMESPACES or str(op) in lowered or op._schema.is_mutable:
             continue
         qualname = op._schema.name
@@ -83,6 +87,7 @@ def inline(gm: torch.fx.GraphModule, lowered) -> torch.fx.GraphModule:
         implementation = EQUIVALENTS.get(qualname) or opdef._backend_fns.get("cpu") or opdef._init_fn
         try:
             traced = _trace(implementation, node)
+            _check_splice(node, traced)
         except Exception as e:  # noqa: BLE001  (any failure: the op stays whole)
             first = str(e).splitlines()[0] if str(e) else ""
             UNTRACEABLE[str(op)] = f"its implementation cannot be traced into ATen ops: {type(e).__name__}: {first}"
@@ -93,15 +98,6 @@ def inline(gm: torch.fx.GraphModule, lowered) -> torch.fx.GraphModule:
         gm.graph.lint()
         gm.recompile()
     return gm
-
-
-def _overload(node: torch.fx.Node):
-    if node.op != "call_function":
-        return None
-    target = node.target
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        target = getattr(target, "default", None)
-    return target if isinstance(target, torch._ops.OpOverload) else None
 
 
 def _example(value):
@@ -129,50 +125,37 @@ def _trace(implementation, node: torch.fx.Node) -> torch.fx.GraphModule:
     return make_fx(call, tracing_mode="fake")(*flat)
 
 
+def _check_splice(node: torch.fx.Node, traced: torch.fx.GraphModule) -> None:
+    """Refuses what `_splice` cannot put in the graph: tensor constants in the traced
+    implementation, results of several tensors used other than one by one."""
+    if any(n.op == "get_attr" for n in traced.graph.nodes):
+        raise RuntimeError("its implementation holds tensor constants")
+    output = next(n for n in traced.graph.nodes if n.op == "output")
+    if isinstance(output.args[0], (tuple, list)) and any(
+            user.op != "call_function" or user.target is not operator.getitem for user in node.users):
+        raise RuntimeError(f"{node.name}: its results are used as a whole")
+
+
 def _splice(graph: torch.fx.Graph, node: torch.fx.Node, traced: torch.fx.GraphModule, name: str) -> None:
     """Puts `traced`'s nodes in place of `node` (its placeholders bound to the call's arguments,
     flattened as `_trace` took them), named and located after the call."""
     leaves = torch.utils._pytree.tree_leaves((node.args, node.kwargs))
     placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
     values = dict(zip(placeholders, leaves))
-    for constant in traced.graph.nodes:
-        if constant.op == "get_attr":
-            raise RuntimeError("its implementation holds tensor constants")
+    before = set(graph.nodes)
     with graph.inserting_before(node):
         result = graph.graph_copy(traced.graph, values)
-    # The copied nodes lie just before the call: name and place them after it.
-    for new in _copied_before(graph, node, len(traced.graph.nodes) - len(placeholders) - 1):
-        new.meta.setdefault("custom", {})["tpuc_custom_op"] = name
+    for new in [n for n in graph.nodes if n not in before]:
+        new.meta.setdefault("custom", {})[CUSTOM_OP] = name
         if "stack_trace" in node.meta:
             new.meta["stack_trace"] = node.meta["stack_trace"]
         if "example_value" not in new.meta and "val" in new.meta:
             new.meta["example_value"] = new.meta["val"]
         new._rename(f"{name}_{new.name}")
     if isinstance(result, (tuple, list)):
-        import operator
-
         for user in list(node.users):
-            if user.op == "call_function" and user.target is operator.getitem:
-                user.replace_all_uses_with(result[user.args[1]])
-                graph.erase_node(user)
-        if node.users:
-            raise RuntimeError(f"{node.name}: its results are used as a whole")
+            user.replace_all_uses_with(result[user.args[1]])
+            graph.erase_node(user)
     else:
         node.replace_all_uses_with(result)
     graph.erase_node(node)
-
-
-def _copied_before(graph: torch.fx.Graph, node: torch.fx.Node, count: int) -> list:
-    """The `count` nodes just before `node` (what `graph_copy` inserted)."""
-    found = []
-    current = node.prev
-    while len(found) < count and current.op != "root":
-        found.append(current)
-        current = current.prev
-    return found
-
-
-def origin(node: torch.fx.Node) -> str | None:
-    """The custom op a node of a traced graph comes from (its name, `grouped_mm_fallback`),
-    or None for a node of torch's own ops."""
-    return node.meta.get("custom", {}).get("tpuc_custom_op")

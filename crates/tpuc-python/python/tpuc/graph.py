@@ -16,10 +16,16 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from . import _tpuc, custom_ops
+from . import _tpuc
 
 # Node metadata the compiler reads; the rest (module stacks with types, ...) does not serialize.
 _KEPT_META = ("val", "stack_trace")
+# The key, in a node's "custom" metadata (which aot_autograd carries to the nodes it traces),
+# naming the custom op whose implementation the node was traced from (`custom_ops.inline`).
+CUSTOM_OP = "tpuc_custom_op"
+
+aten = torch.ops.aten
+prims = torch.ops.prims
 
 
 def op_name(node: torch.fx.Node) -> str:
@@ -28,6 +34,17 @@ def op_name(node: torch.fx.Node) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return str(target)
     return getattr(target, "__qualname__", None) or str(target)
+
+
+def call_target(node: torch.fx.Node) -> torch._ops.OpOverload | None:
+    """The overload a call_function node calls (`torch.ops.ns.op(x)` calls its default one),
+    or None for anything else."""
+    if node.op != "call_function":
+        return None
+    target = node.target
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        target = getattr(target, "default", None)
+    return target if isinstance(target, torch._ops.OpOverload) else None
 
 
 def is_structural(node: torch.fx.Node) -> bool:
@@ -94,7 +111,7 @@ def serialize(gm: torch.fx.GraphModule, tensor_outputs: list[int]) -> bytes:
             break
         copy = graph.node_copy(node, lambda n: env[n])
         copy.meta = {k: v for k, v in node.meta.items() if k in _KEPT_META}
-        origin = custom_ops.origin(node)
+        origin = node.meta.get("custom", {}).get(CUSTOM_OP)
         if origin is not None:
             # A node traced from a custom op's implementation is named after that op too: its
             # errors and locations say where it came from.
@@ -129,8 +146,6 @@ def _collapsed(a, start, end):
     return aten.flatten.using_ints(a, start, end - 1) if end > start else aten.unsqueeze.default(a, start)
 
 
-aten = torch.ops.aten
-prims = torch.ops.prims
 # prims' view ops as the ATen views they are: aot_autograd's functionalization refuses ops
 # outside ATen whose result aliases an input.
 _PRIM_VIEWS = {
@@ -146,10 +161,7 @@ def prim_views_as_aten(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     stands for (in place)."""
     replaced = False
     for node in list(gm.graph.nodes):
-        target = node.target
-        if isinstance(target, torch._ops.OpOverloadPacket):  # `torch.ops.prims.view_of(x)`
-            target = getattr(target, "default", None)
-        rewrite = _PRIM_VIEWS.get(target) if node.op == "call_function" else None
+        rewrite = _PRIM_VIEWS.get(call_target(node))
         if rewrite is None:
             continue
         with gm.graph.inserting_before(node):
