@@ -324,8 +324,20 @@ class ViewMutation(nn.Module):
         return y
 
 
+class ValueSizedRow(nn.Module):
+    """Reads a tensor's value as an index (`.item()`): export records a size only the data
+    decides (u0) and assertions over it."""
+
+    def forward(self, x, i):
+        row = i.item()
+        torch._check(row >= 0)
+        torch._check(row < x.shape[0])
+        return x[row] * 2
+
+
 ERROR_CASES = {
     "unsupported": (Unsupported(), (torch.randn(3, 4),)),
+    "value_sized": (ValueSizedRow(), (torch.randn(5, 3), torch.tensor(2))),
     "view_mutation": (ViewMutation(), (torch.randn(3, 4),)),
     "complex_exp": (ComplexExp(), (torch.randn(3, 4),)),
 }

@@ -302,6 +302,8 @@ fn arg_to_proto(a: &Arg) -> proto::Arg {
         Arg::SymInts(v) => K::SymInts(proto::SymIntList {
             values: v.iter().map(sym_to_proto).collect(),
         }),
+        Arg::SymBool(s) => K::SymBool(s.clone()),
+        Arg::SymFloat(s) => K::SymFloat(s.clone()),
         Arg::ScalarType(d) => K::ScalarType(dtype::schema_code(*d) as i32),
         Arg::MemoryFormat(m) => K::MemoryFormat(*m),
         Arg::Layout(l) => K::Layout(*l),
@@ -337,6 +339,8 @@ fn arg_from_proto(a: proto::Arg) -> Result<Arg, String> {
                 .map(sym_from_proto)
                 .collect::<Result<_, _>>()?,
         ),
+        K::SymBool(s) => Arg::SymBool(s),
+        K::SymFloat(s) => Arg::SymFloat(s),
         K::ScalarType(code) => {
             Arg::ScalarType(dtype::from_schema_code(code.into()).ok_or_else(|| {
                 format!(
@@ -436,6 +440,10 @@ fn graph_to_proto(g: &Graph) -> proto::Graph {
                                 })
                             }
                             NodeOutput::SymInt(s) => proto::node_output::Kind::SymInt(s.clone()),
+                            NodeOutput::SymBool(s) => proto::node_output::Kind::SymBool(s.clone()),
+                            NodeOutput::SymFloat(s) => {
+                                proto::node_output::Kind::SymFloat(s.clone())
+                            }
                             NodeOutput::None => proto::node_output::Kind::NoneValue(true),
                         }),
                     })
@@ -531,6 +539,8 @@ fn graph_from_proto(g: proto::Graph) -> Result<Graph, (String, String)> {
                         Ok(NodeOutput::Tensors(ts.values))
                     }
                     Some(proto::node_output::Kind::SymInt(s)) => Ok(NodeOutput::SymInt(s)),
+                    Some(proto::node_output::Kind::SymBool(s)) => Ok(NodeOutput::SymBool(s)),
+                    Some(proto::node_output::Kind::SymFloat(s)) => Ok(NodeOutput::SymFloat(s)),
                     Some(proto::node_output::Kind::NoneValue(_)) => Ok(NodeOutput::None),
                     None => Err((context.clone(), "an output has no value".to_string())),
                 })

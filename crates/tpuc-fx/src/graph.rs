@@ -84,6 +84,11 @@ pub enum Arg {
     Strs(Vec<String>),
     SymInt(SymIntArg),
     SymInts(Vec<SymIntArg>),
+    /// A SymBool value of the graph by name (a comparison of sizes, for an assertion); a
+    /// constant one is read as `Bool`.
+    SymBool(String),
+    /// A SymFloat value of the graph by name; a constant one is read as `Float`.
+    SymFloat(String),
     ScalarType(DType),
     /// torch.export's MemoryFormat code.
     MemoryFormat(i64),
@@ -113,6 +118,8 @@ impl Arg {
             Arg::Strs(_) => "string list",
             Arg::SymInt(_) => "SymInt",
             Arg::SymInts(_) => "SymInt list",
+            Arg::SymBool(_) => "SymBool",
+            Arg::SymFloat(_) => "SymFloat",
             Arg::ScalarType(_) => "dtype",
             Arg::MemoryFormat(_) => "memory format",
             Arg::Layout(_) => "layout",
@@ -145,6 +152,8 @@ pub enum NodeOutput {
     Tensor(String),
     Tensors(Vec<String>),
     SymInt(String),
+    SymBool(String),
+    SymFloat(String),
     None,
 }
 
@@ -190,7 +199,10 @@ impl Node {
             match o {
                 NodeOutput::Tensor(t) => out.push(t.as_str()),
                 NodeOutput::Tensors(ts) => out.extend(ts.iter().map(String::as_str)),
-                NodeOutput::SymInt(_) | NodeOutput::None => {}
+                NodeOutput::SymInt(_)
+                | NodeOutput::SymBool(_)
+                | NodeOutput::SymFloat(_)
+                | NodeOutput::None => {}
             }
         }
         out

@@ -354,6 +354,18 @@ impl Converter<'_> {
             A::AsStrings(s) => Arg::Strs(s),
             A::AsSymInt(s) => Arg::SymInt(sym_int_arg(s)),
             A::AsSymInts(s) => Arg::SymInts(s.into_iter().map(sym_int_arg).collect()),
+            A::AsSymBool(schema::SymBoolArgument::AsName(n)) => Arg::SymBool(n),
+            A::AsSymBool(schema::SymBoolArgument::AsBool(b)) => Arg::Bool(b),
+            A::AsSymFloat(schema::SymFloatArgument::AsName(n)) => Arg::SymFloat(n),
+            A::AsSymFloat(schema::SymFloatArgument::AsFloat(f)) => {
+                Arg::Float(self.float(context, f)?)
+            }
+            A::AsSymBools(_) | A::AsSymFloats(_) => {
+                return Err(self.invalid(
+                    context,
+                    "lists of SymBool or SymFloat values are not supported".into(),
+                ))
+            }
             A::AsScalarType(code) => {
                 Arg::ScalarType(dtype::from_schema_code(code).ok_or_else(|| {
                     self.invalid(
@@ -424,6 +436,8 @@ impl Converter<'_> {
                 Arg::Tensors(ts) => Ok(NodeOutput::Tensors(ts)),
                 Arg::None => Ok(NodeOutput::None),
                 Arg::SymInt(SymIntArg::Name(s)) => Ok(NodeOutput::SymInt(s)),
+                Arg::SymBool(s) => Ok(NodeOutput::SymBool(s)),
+                Arg::SymFloat(s) => Ok(NodeOutput::SymFloat(s)),
                 other => Err(self.invalid(
                     &context,
                     format!("output of kind {} is not supported", other.kind_name()),

@@ -78,6 +78,22 @@ pub enum SymIntArgument {
     AsInt(i64),
 }
 
+/// A SymBool argument: a named value of the graph or a constant.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SymBoolArgument {
+    AsName(String),
+    AsBool(bool),
+}
+
+/// A SymFloat argument: a named value of the graph or a constant.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SymFloatArgument {
+    AsName(String),
+    AsFloat(Float),
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OptionalTensorArgument {
@@ -117,6 +133,10 @@ pub enum Argument {
     AsStrings(Vec<String>),
     AsSymInt(SymIntArgument),
     AsSymInts(Vec<SymIntArgument>),
+    AsSymBool(SymBoolArgument),
+    AsSymBools(serde::de::IgnoredAny),
+    AsSymFloat(SymFloatArgument),
+    AsSymFloats(serde::de::IgnoredAny),
     AsScalarType(i64),
     AsMemoryFormat(i64),
     AsLayout(i64),

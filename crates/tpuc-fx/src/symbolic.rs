@@ -7,7 +7,7 @@
 //! per set of sizes: the example sizes, sizes the user gives, or the sizes of the inputs at hand.
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::graph::{Dim, Program};
+use crate::graph::{Dim, NodeOutput, Program};
 
 /// The sizes a symbol may take (torch.export's range constraint): `min..=max`, no upper bound
 /// when `max` is None.
@@ -337,6 +337,87 @@ pub fn symbols(program: &Program) -> Result<Vec<Symbol>, String> {
         .collect())
 }
 
+/// A symbol whose value tensor values decide when the program runs (torch's unbacked
+/// symbols: `.item()`, `nonzero`, a size read from data), with the node that first produces it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValueDecided {
+    pub symbol: String,
+    pub node: String,
+    pub target: String,
+    pub source: Option<crate::graph::SourceLoc>,
+}
+
+/// The program's symbols that no input's size mentions: tensor values decide them, so no size
+/// given before the run can stand for them (fixing one would compute a wrong result for every
+/// other value). Empty for a program whose symbols all come from its inputs' sizes.
+pub fn value_decided(program: &Program) -> Result<Vec<ValueDecided>, String> {
+    let g = &program.graph;
+    let mentioned = |dims: &mut dyn Iterator<Item = &Dim>| -> Result<BTreeSet<String>, String> {
+        let mut names = BTreeSet::new();
+        for d in dims {
+            if let Dim::Symbolic { expr, .. } = d {
+                SymExpr::parse(expr)?.symbols(&mut names);
+            }
+        }
+        Ok(names)
+    };
+    let from_inputs = mentioned(
+        &mut g
+            .inputs
+            .iter()
+            .filter_map(|i| g.tensor(&i.name))
+            .flat_map(|m| m.sizes.iter()),
+    )?;
+    let mut found: Vec<ValueDecided> = Vec::new();
+    for node in &g.nodes {
+        let mut dims: Vec<&Dim> = Vec::new();
+        for output in &node.outputs {
+            if let NodeOutput::SymInt(name) = output {
+                dims.extend(g.sym_ints.get(name));
+            }
+        }
+        for tensor in node.defined_tensors() {
+            dims.extend(g.tensor(tensor).into_iter().flat_map(|m| m.sizes.iter()));
+        }
+        for symbol in mentioned(&mut dims.into_iter())? {
+            if !from_inputs.contains(&symbol) && !found.iter().any(|f| f.symbol == symbol) {
+                found.push(ValueDecided {
+                    symbol,
+                    node: node.name.clone(),
+                    target: node.target.clone(),
+                    source: node.source(),
+                });
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Why a program with [`value_decided`] symbols is refused, naming each and where it comes from.
+pub fn describe_value_decided(list: &[ValueDecided]) -> String {
+    let each: Vec<String> = list
+        .iter()
+        .map(|v| {
+            let at = v
+                .source
+                .as_ref()
+                .map(|s| format!(" at {s}"))
+                .unwrap_or_default();
+            format!("{} (node {}, {}{at})", v.symbol, v.node, v.target)
+        })
+        .collect();
+    format!(
+        "not supported: tensor values decide the size{} {} when the program runs; tpuc compiles \
+         static sizes, and fixing {} would compute wrong results for other values: export the \
+         program without reading tensor values as sizes or numbers (`.item()`, `nonzero`, \
+         `repeat_interleave` without `output_size`), or run it with torch.compile(backend=\"tpuc\"), \
+         which runs such ops in eager torch",
+        if each.len() == 1 { "" } else { "s" },
+        each.join(", "),
+        if each.len() == 1 { "it" } else { "them" },
+    )
+}
+
 /// Describes the program's symbols on one line: `s17 in [2, 64], exported with 3; s27 ...`.
 pub fn describe_symbols(program: &Program) -> String {
     match symbols(program) {
@@ -355,6 +436,10 @@ pub fn resolve_sizes(
     program: &Program,
     given: &BTreeMap<String, i64>,
 ) -> Result<BTreeMap<String, i64>, String> {
+    let decided = value_decided(program)?;
+    if !decided.is_empty() {
+        return Err(describe_value_decided(&decided));
+    }
     let symbols = symbols(program)?;
     if let Some(unknown) = given
         .keys()

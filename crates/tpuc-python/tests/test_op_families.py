@@ -137,6 +137,10 @@ FAMILIES = {
                                                torch.ops.prims.collapse(x, 0, 2), torch.ops.prims.view_of(x) + 1,
                                                torch.ops.prims.squeeze(x[:, :1], [1]), torch.ops.prims.split_dim(x, 2, 2)),
                                     (randn(2, 3, 4),)),
+    "repeat_interleave_tensor_sized": (lambda x, r: torch.repeat_interleave(x, r, dim=1, output_size=7),
+                                       (randn(2, 3), torch.tensor([2, 0, 5]))),
+    "repeat_interleave_positions_int32": (lambda r: torch.repeat_interleave(r, output_size=6),
+                                          (torch.tensor([3, 0, 1, 2], dtype=torch.int32),)),
 }
 
 
@@ -144,6 +148,26 @@ FAMILIES = {
 def test_family_matches_eager(name):
     fn, args = FAMILIES[name]
     check(fn, *args, rtol=1e-4, atol=1e-4)
+
+
+def test_repeat_interleave_trains_with_its_size_given():
+    x = randn(2, 3).requires_grad_()
+    loss = lambda x, r: torch.repeat_interleave(x, r, dim=1, output_size=7).square().sum()  # noqa: E731
+    repeats = torch.tensor([2, 0, 5])
+    torch.testing.assert_close(torch.autograd.grad(strict(loss)(x, repeats), x),
+                               torch.autograd.grad(loss(x, repeats), x))
+
+
+def test_a_size_decided_by_tensor_values_is_refused_in_strict_mode_and_run_eagerly_otherwise():
+    fn = lambda x, r: x.repeat_interleave(r, dim=0) * 2  # noqa: E731
+    x, repeats = randn(3, 2), torch.tensor([1, 0, 3])
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        with pytest.raises(Exception, match=r"repeat_interleave.Tensor x1 .*size \(u\d+\) depends on tensor values"):
+            strict(fn)(x, repeats)
+        torch._dynamo.reset()
+        with pytest.warns(UserWarning, match="uses the size u"):
+            actual = torch.compile(fn, backend="tpuc")(x, repeats)
+    torch.testing.assert_close(actual, fn(x, repeats))
 
 
 def test_conv_tbc_training_matches_eager():

@@ -8,6 +8,7 @@ mod execution;
 mod pipeline;
 mod sharded;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -173,6 +174,37 @@ fn complex_ops_without_complex_lowering_refused() -> Result<(), Failed> {
     )
 }
 
+/// A size only tensor values decide (`.item()` as an index) is refused, naming where it comes
+/// from, unspecialised and when a value is given for it: fixing it would be wrong for other data.
+fn sizes_tensor_values_decide_refused() -> Result<(), Failed> {
+    let model = lowering_dir().join("errors/value_sized.pt2");
+    let needles = [
+        "tensor values decide the size u0",
+        "node item, aten.item.default at",
+        "gen_lowering.py:",
+        "torch.compile",
+    ];
+    expect_error(&model, &needles)?;
+    for sizes in [BTreeMap::new(), BTreeMap::from([("u0".to_string(), 2)])] {
+        let compiled = tpuc_cli::compile_file_with_sizes(
+            &model,
+            Some(&sizes),
+            &LowerOptions::default(),
+            EmitFormat::Text,
+        );
+        crate::execution::expect_err(compiled, &needles)?;
+    }
+    // Its SymBool nodes (the assertions' conditions) survive the .fx interchange.
+    let program = tpuc_fx::read_program(&model)?;
+    let tmp = tempfile::tempdir()?;
+    let fx = tmp.path().join("value_sized.fx");
+    tpuc_fx::fxfile::write_fx(&program, &fx, tpuc_fx::fxfile::WeightStorage::Inline)?;
+    if tpuc_fx::read_program(&fx)? != program {
+        return Err("the .fx file does not read back as the same program".into());
+    }
+    expect_error(&fx, &needles)
+}
+
 fn bad_files() -> Result<(), Failed> {
     let dir = tempfile::tempdir()?;
     let good = std::fs::read(lowering_dir().join("mlp.pt2"))?;
@@ -334,6 +366,10 @@ fn main() {
         Trial::test(
             "errors::complex_ops_without_complex_lowering_refused",
             complex_ops_without_complex_lowering_refused,
+        ),
+        Trial::test(
+            "errors::sizes_tensor_values_decide_refused",
+            sizes_tensor_values_decide_refused,
         ),
     ]);
     trials.extend(execution::trials(&cases));

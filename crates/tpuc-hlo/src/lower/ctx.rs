@@ -383,7 +383,10 @@ pub(super) fn output_slots(n: &Node) -> Vec<Option<&str>> {
         match o {
             tpuc_fx::NodeOutput::Tensor(t) => slots.push(Some(t.as_str())),
             tpuc_fx::NodeOutput::Tensors(ts) => slots.extend(ts.iter().map(|t| Some(t.as_str()))),
-            tpuc_fx::NodeOutput::SymInt(_) | tpuc_fx::NodeOutput::None => slots.push(None),
+            tpuc_fx::NodeOutput::SymInt(_)
+            | tpuc_fx::NodeOutput::SymBool(_)
+            | tpuc_fx::NodeOutput::SymFloat(_)
+            | tpuc_fx::NodeOutput::None => slots.push(None),
         }
     }
     slots

@@ -232,6 +232,14 @@ fn node_loc(n: &Node) -> Arc<Loc> {
 pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerError> {
     let g = &program.graph;
     if tpuc_fx::symbolic::is_symbolic(program) {
+        match tpuc_fx::symbolic::value_decided(program) {
+            Ok(decided) if !decided.is_empty() => {
+                return Err(LowerError::Program(
+                    tpuc_fx::symbolic::describe_value_decided(&decided),
+                ))
+            }
+            _ => {}
+        }
         return Err(LowerError::Symbolic(tpuc_fx::symbolic::describe_symbols(
             program,
         )));

@@ -548,6 +548,54 @@ fn repeat_interleave(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.reshape(b, &out.shape)?)])
 }
 
+/// `repeat_interleave(repeats, output_size)`: the position each output element copies,
+/// `out[j] = #{i : cumsum(repeats)[i] <= j}`, capped at the last position (torch's rule when the
+/// size is known; a size that depends on the repeats' values never reaches a lowering). Each
+/// bag's end is marked by adding one into a vector one longer than the output, and the running
+/// sum of the marks is the position: linear in both sizes, where comparing every output with
+/// every end would be their product.
+fn repeat_interleave_positions(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let repeats = cx.tensor(n, "repeats")?;
+    let out = cx.out_type(n, 0)?;
+    let count = match cx.b.shape(repeats) {
+        [count] => *count,
+        other => {
+            return err(format!(
+                "repeats must be one-dimensional, got shape {other:?} (as torch requires)"
+            ))
+        }
+    };
+    let size = out.shape[0];
+    if size == 0 {
+        return Ok(vec![Some(cx.b.splat(&out, 0.0))]);
+    }
+    if count == 0 {
+        return err(format!("repeats is empty but output_size is {size}"));
+    }
+    let repeats = cx.b.convert(repeats, DType::I64);
+    let ends = scan(cx, repeats, 0, BinaryOp::Add)?;
+    // Ends at or past the output's end all land in the extra slot.
+    let low = cx.full_like(ends, 0.0, None);
+    let high = cx.full_like(ends, size as f64, None);
+    let ends = cx.b.clamp(low, ends, high)?;
+    let zeros =
+        cx.b.splat(&TensorType::new(vec![size + 1], DType::I64), 0.0);
+    let ones = cx.full_like(ends, 1.0, None);
+    let marks = scatter_into(
+        cx,
+        zeros,
+        0,
+        ends,
+        ones,
+        ScatterMode::Combine(BinaryOp::Add),
+    )?;
+    let marks = cx.b.slice_dim(marks, 0, 0, size, 1)?;
+    let positions = scan(cx, marks, 0, BinaryOp::Add)?;
+    let last = cx.full_like(positions, (count - 1) as f64, None);
+    let positions = cx.b.binary(BinaryOp::Min, positions, last)?;
+    Ok(vec![Some(cx.b.convert(positions, out.elem))])
+}
+
 fn repeat(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let repeats = cx.ints(n, "repeats", None)?;
@@ -679,6 +727,10 @@ pub fn register(r: &mut Registry) {
         split,
     );
     r.add(&["aten.repeat_interleave.self_int"], repeat_interleave);
+    r.add(
+        &["aten.repeat_interleave.Tensor"],
+        repeat_interleave_positions,
+    );
     r.add_complex(&["aten.repeat.default"], repeat);
 }
 

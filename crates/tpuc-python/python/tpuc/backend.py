@@ -27,7 +27,8 @@ from torch._functorch.partitioners import default_partition
 
 from . import _tpuc, custom_ops, device
 from .decompositions import EXTRA, NOT_DECOMPOSED, library_extra
-from .graph import HOST_ASSERTS, is_host_check, is_structural, op_name, prim_views_as_aten, serialize, source_line, unsupported_ops
+from .graph import (HOST_ASSERTS, data_dependent_sizes, is_host_check, is_structural, lowerable, op_name,
+                    prim_views_as_aten, serialize, source_line, unsupported_ops)
 from .options import Options
 from .runtime import CompiledGraph, session
 from .sharding import attribute_specs, batch_split, gather_at_use, input_specs, recompute_gathered
@@ -92,14 +93,41 @@ def _has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+def _size_origins(gm: torch.fx.GraphModule) -> dict[str, str]:
+    """Each symbol whose value tensor values decide, with the op of the first node producing it."""
+    origins: dict[str, str] = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            for symbol in data_dependent_sizes(node):
+                origins.setdefault(symbol, op_name(node))
+    return origins
+
+
+def _size_decided_by_values(gm: torch.fx.GraphModule, op: str, origins: dict[str, str]) -> str | None:
+    """Why `op`'s nodes are not compiled when their sizes depend on tensor values, or None: the
+    whole reason at the op making the size, a pointer to it at the ops using it."""
+    symbols = sorted({s for n in gm.graph.nodes if n.op == "call_function" and op_name(n) == op
+                      for s in data_dependent_sizes(n)})
+    if not symbols:
+        return None
+    made_here = [s for s in symbols if origins.get(s) == op]
+    if not made_here:
+        return "uses the size " + ", ".join(f"{s} of {origins.get(s, '?')}" for s in symbols)
+    return (f"its result's size ({', '.join(made_here)}) depends on tensor values and tpuc compiles "
+            "static sizes: give the op its size where it takes one (`output_size=`), or leave "
+            "torch._dynamo.config.capture_dynamic_output_shape_ops off so that Dynamo runs it in "
+            "eager torch")
+
+
 def describe_unsupported(gm: torch.fx.GraphModule, missing: Counter) -> str:
     lines = []
+    origins = _size_origins(gm)
     for op, count in missing.most_common():
         where = next(
             (source_line(n) for n in gm.graph.nodes if n.op == "call_function" and op_name(n) == op and source_line(n)),
             None,
         )
-        why = custom_ops.UNTRACEABLE.get(op)
+        why = custom_ops.UNTRACEABLE.get(op) or _size_decided_by_values(gm, op, origins)
         lines.append(f"  {op} x{count}" + (f" (first at {where})" if where else "") + (f": {why}" if why else ""))
     return "\n".join(lines)
 
@@ -355,7 +383,7 @@ class GraphCompiler:
         supported = self.supported
 
         def lowered(node):
-            return op_name(node) in supported and node.name not in refused
+            return lowerable(node, supported) and node.name not in refused
 
         class Support(OperatorSupportBase):
             def is_node_supported(self, submodules, node):

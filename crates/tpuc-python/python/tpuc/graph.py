@@ -81,15 +81,30 @@ def is_host_check(node: torch.fx.Node) -> bool:
             and len(node.args) >= 2 and node.args[1] in HOST_CHECKS)
 
 
+def data_dependent_sizes(node: torch.fx.Node) -> list[str]:
+    """The symbols in a node's result sizes that tensor values decide (torch's unbacked symbols:
+    `nonzero`, `repeat_interleave` without `output_size`, `.item()` used as a size), sorted;
+    empty when its sizes are known before the call. tpuc compiles static sizes, so such nodes run
+    in eager torch (or are refused in strict mode)."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return sorted(str(s) for s in free_unbacked_symbols(node.meta.get("val")))
+
+
 def unsupported_ops(gm: torch.fx.GraphModule, supported: Container[str]) -> Counter:
-    """Counts of the call_function ops of `gm` that tpuc does not lower (host checks are run by
-    the backend)."""
+    """Counts of the call_function ops of `gm` that tpuc does not compile (`lowerable`; host
+    checks are run by the backend)."""
     counts: Counter = Counter()
     for node in gm.graph.nodes:
         if (node.op == "call_function" and not is_structural(node) and not is_host_check(node)
-                and op_name(node) not in supported):
+                and not lowerable(node, supported)):
             counts[op_name(node)] += 1
     return counts
+
+
+def lowerable(node: torch.fx.Node, supported: Container[str]) -> bool:
+    """Whether tpuc compiles `node`: its op is lowered and its sizes are known before the call."""
+    return op_name(node) in supported and not data_dependent_sizes(node)
 
 
 def source_line(node: torch.fx.Node) -> str | None:
