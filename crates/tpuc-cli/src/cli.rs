@@ -5,12 +5,12 @@ use std::path::PathBuf;
 
 use std::time::Instant;
 
-use crate::run::{RunOptions, Runner};
 use crate::{compare, npy, plugins};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use tpuc_driver::{
-    Buckets, CacheOutcome, EmitFormat, LowerOptions, Precision, ShardingDialect, WeightsMode,
+    Buckets, CacheOutcome, EmitFormat, LowerOptions, Precision, RunOptions, ShardingDialect,
+    WeightsMode,
 };
 use tpuc_pjrt::CompileCache;
 
@@ -257,7 +257,10 @@ struct LayoutArgs {
 
 impl LayoutArgs {
     fn mesh_and_plan(&self) -> Result<Option<(tpuc_driver::Mesh, tpuc_driver::Plan)>> {
-        crate::layout::parse(self.mesh.as_deref(), self.plan.as_deref())
+        Ok(tpuc_driver::layout::parse(
+            self.mesh.as_deref(),
+            self.plan.as_deref(),
+        )?)
     }
 }
 
@@ -299,7 +302,7 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
                 dialect: layout.partitioner.into(),
                 ..tpuc_driver::Options::default()
             };
-            let c = crate::compile_file_with(&input, &options, format)?;
+            let c = tpuc_driver::emit_file(&input, &options, format)?;
             let written = match emit {
                 Emit::Ir => tpuc_hlo::ir::print(&c.ir).into_bytes(),
                 Emit::Text | Emit::Bytecode => c.module.clone(),
@@ -498,20 +501,22 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
         input_dims: Some(inputs.iter().map(|t| t.dims().to_vec()).collect()),
         ..options.clone()
     };
-    let runner = Runner::new(&request.model, request.weights.as_deref(), &options)?;
-    if let Some(why) = runner.not_padded() {
+    let (loaded, timings) =
+        tpuc_driver::model::open(&request.model, request.weights.as_deref(), &options)?;
+    let compiled = loaded.compiled();
+    if let Some(why) = &compiled.not_padded {
         eprintln!("note: compiled for these sizes, not per bucket of sizes: {why}");
     }
     let again = (request.repeat > 0).then(|| inputs.clone());
     let start = Instant::now();
-    let outputs = runner.run(inputs)?;
+    let outputs = crate::run::run(&loaded, inputs)?;
     let elapsed = start.elapsed();
     let mut steady = String::new();
     if let Some(inputs) = again {
         let mut times = Vec::with_capacity(request.repeat);
         for _ in 0..request.repeat {
             let start = Instant::now();
-            runner.run(inputs.clone())?;
+            crate::run::run(&loaded, inputs.clone())?;
             times.push(start.elapsed());
         }
         times.sort();
@@ -524,25 +529,26 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
     }
     std::fs::create_dir_all(&request.out)
         .with_context(|| format!("cannot create {}", request.out.display()))?;
-    let t = &runner.timings;
+    let t = &timings;
     let cached = match &t.cache {
         Some(CacheOutcome::Hit) => " (from the cache)".to_string(),
         Some(CacheOutcome::NotStored(why)) => format!(" (not cached: {why})"),
         Some(CacheOutcome::Stored) | None => String::new(),
     };
-    let bucket = runner
-        .bucket()
-        .map_or_else(String::new, |b| format!(" (compiled for the bucket {b})"));
-    let memory = runner.compiled_memory()?;
+    let bucket = compiled.padded.as_ref().map_or_else(String::new, |p| {
+        format!(" (compiled for the bucket {})", p.describe())
+    });
+    let memory = compiled.executable.compiled_memory()?;
+    let devices = loaded.target().devices().len();
     eprintln!(
         "{}{bucket} on {} device(s): lower {:.1} ms, plugin {:.1} ms, compile {:.1} ms{cached}, weights {:.1} ms ({} per device; the program: {} of arguments, {} of temporaries), run {:.2} ms{steady}",
         request.model.display(),
-        runner.devices(),
+        devices,
         ms(t.lower),
         ms(t.client),
         ms(t.compile),
         ms(t.weights),
-        size(runner.weight_bytes_per_device()?.into_iter().max().unwrap_or(0)),
+        size(loaded.weight_bytes_per_device()?.into_iter().max().unwrap_or(0)),
         size(memory.arguments),
         size(memory.temporaries),
         ms(elapsed)

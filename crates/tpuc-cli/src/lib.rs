@@ -12,7 +12,6 @@ macro_rules! say {
 
 pub mod cli;
 pub mod compare;
-pub mod layout;
 /// `.npy` / `.npz` files (`tpuc-npy`).
 pub use tpuc_npy as npy;
 mod plugins;
@@ -22,7 +21,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Result};
-use tpuc_driver::{EmitFormat, Emitted, LowerOptions, Options, Source, TargetInfo};
+use tpuc_driver::{EmitFormat, Emitted, LowerOptions, Options};
 
 /// Compiles a `.pt2` or `.fx` file to StableHLO text or bytecode.
 pub fn compile_file(input: &Path, opts: &LowerOptions, format: EmitFormat) -> Result<Emitted> {
@@ -43,23 +42,7 @@ pub fn compile_file_with_sizes(
         sizes: sizes.cloned(),
         ..Options::default()
     };
-    compile_file_with(input, &options, format)
-}
-
-/// Compiles a `.pt2` or `.fx` file as `options` say, for as many devices as their mesh has (no
-/// plugin is needed).
-pub fn compile_file_with(input: &Path, options: &Options, format: EmitFormat) -> Result<Emitted> {
-    let devices = options
-        .mesh
-        .as_ref()
-        .map_or(1, |(m, _)| m.devices() as usize);
-    let target = TargetInfo::new(tpuc_pjrt::discover::PluginKind::Other, devices);
-    Ok(tpuc_driver::emit(
-        Source::File(input),
-        options,
-        &target,
-        format,
-    )?)
+    Ok(tpuc_driver::emit_file(input, &options, format)?)
 }
 
 /// Parses `SYMBOL=SIZE` settings (`s0=8`).

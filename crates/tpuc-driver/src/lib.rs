@@ -19,6 +19,9 @@ mod buckets;
 mod cache;
 mod compile;
 mod error;
+pub mod layout;
+mod loaded;
+pub mod model;
 mod source;
 mod target;
 
@@ -28,6 +31,8 @@ pub use compile::{
     PreparedExecutable, Timings,
 };
 pub use error::{Error, Result};
+pub use loaded::{Call, DeviceValue, HostValue, Input, Loaded, Outputs};
+pub use model::{emit_file, RunOptions};
 pub use source::Source;
 pub use target::{Target, TargetInfo};
 pub use tpuc_fx::buckets::Buckets;

@@ -50,6 +50,8 @@ pub struct Target {
     pub(crate) executables: ExecutableCache,
     /// Programs found to need compiling per size rather than per bucket (by their identity).
     pub(crate) not_paddable: Mutex<HashSet<[u8; 32]>>,
+    /// Values programs derive from their weights, per set of weight buffers.
+    pub(crate) prepared: crate::loaded::PreparedValues,
 }
 
 impl Target {
@@ -86,6 +88,7 @@ impl Target {
             info: TargetInfo::new(kind, devices),
             executables: ExecutableCache::default(),
             not_paddable: Mutex::default(),
+            prepared: Default::default(),
         })
     }
 
@@ -104,6 +107,12 @@ impl Target {
 
     pub fn info(&self) -> &TargetInfo {
         &self.info
+    }
+
+    /// How many sets of values derived from weights are kept (one per prepared module and set
+    /// of weight buffers alive).
+    pub fn prepared_sets(&self) -> usize {
+        self.prepared.len()
     }
 
     pub fn platform(&self) -> Result<String> {

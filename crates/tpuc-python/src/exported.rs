@@ -1,15 +1,15 @@
-//! `tpuc.compile_exported`'s program: a `.pt2` / `.fx` archive compiled and loaded on a plugin by
-//! the same `Runner` as `tpuc run` (so its errors are the CLI's), weights uploaded once.
+//! `tpuc.compile_exported`'s program: a `.pt2` / `.fx` archive opened by the driver as `tpuc run`
+//! opens it (`tpuc_driver::model`, so its errors are the CLI's), weights uploaded once.
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
-use tpuc_cli::run::{RunOptions, Runner};
-use tpuc_driver::{EmitFormat, LowerOptions, Precision, WeightsMode};
+use tpuc_driver::model::OpenTimings;
+use tpuc_driver::{EmitFormat, Loaded, LowerOptions, Precision, RunOptions, WeightsMode};
 use tpuc_pjrt::{CacheOutcome, HostTensor};
 
-use crate::{dtype, error, host_bytes};
+use crate::{driver_error, dtype, error, host_bytes};
 
 /// A result of a run as Python receives it: its dtype's name, its shape, its bytes.
 type HostResult<'py> = (&'static str, Vec<i64>, Bound<'py, PyByteArray>);
@@ -17,14 +17,10 @@ type HostResult<'py> = (&'static str, Vec<i64>, Bound<'py, PyByteArray>);
 /// A compiled exported program, ready to run.
 #[pyclass(frozen, module = "tpuc._tpuc")]
 pub struct ExportedProgram {
-    runner: Runner,
+    loaded: Loaded,
+    timings: OpenTimings,
     path: PathBuf,
     options: RunOptions,
-}
-
-/// An error of the runner, with its causes, as the CLI prints it.
-fn runner_error(e: anyhow::Error) -> PyErr {
-    error(format!("{e:#}"))
 }
 
 #[pymethods]
@@ -53,7 +49,7 @@ impl ExportedProgram {
     ) -> PyResult<ExportedProgram> {
         let precision: Precision = matmul_precision.parse().map_err(error)?;
         let mesh =
-            tpuc_cli::layout::parse(mesh.as_deref(), plan.as_deref()).map_err(runner_error)?;
+            tpuc_driver::layout::parse(mesh.as_deref(), plan.as_deref()).map_err(driver_error)?;
         let options = RunOptions {
             plugin,
             seed,
@@ -69,11 +65,12 @@ impl ExportedProgram {
             search_paths,
             ..RunOptions::default()
         };
-        let runner = py
-            .detach(|| Runner::new(&path, None, &options))
-            .map_err(runner_error)?;
+        let (loaded, timings) = py
+            .detach(|| tpuc_driver::model::open(&path, None, &options))
+            .map_err(driver_error)?;
         Ok(ExportedProgram {
-            runner,
+            loaded,
+            timings,
             path,
             options,
         })
@@ -95,8 +92,8 @@ impl ExportedProgram {
             })
             .collect::<PyResult<Vec<_>>>()?;
         let results = py
-            .detach(|| self.runner.run(tensors))
-            .map_err(runner_error)?;
+            .detach(|| self.loaded.run_on_host(tensors))
+            .map_err(driver_error)?;
         Ok(results
             .iter()
             .map(|t| {
@@ -112,7 +109,7 @@ impl ExportedProgram {
     /// The StableHLO module (MLIR text) the plugin compiled.
     #[getter]
     fn stablehlo(&self) -> &str {
-        &self.runner.compiled().stablehlo
+        &self.loaded.compiled().stablehlo
     }
 
     /// The program as a StableHLO module, MLIR text or (`bytecode`) MLIR bytecode, its weights
@@ -138,16 +135,17 @@ impl ExportedProgram {
             EmitFormat::Text
         };
         let emitted = py
-            .detach(|| tpuc_cli::compile_file_with(&self.path, &options, format))
-            .map_err(runner_error)?;
+            .detach(|| tpuc_driver::emit_file(&self.path, &options, format))
+            .map_err(driver_error)?;
         Ok(emitted.module)
     }
 
     /// The program's inputs, in order, as (name, dtype name, shape).
     #[getter]
     fn inputs(&self) -> Vec<(String, &'static str, Vec<i64>)> {
-        self.runner
-            .inputs()
+        self.loaded
+            .compiled()
+            .inputs
             .iter()
             .map(|i| (i.name.clone(), i.dtype.name(), i.dims.clone()))
             .collect()
@@ -156,7 +154,7 @@ impl ExportedProgram {
     /// The program's results, in order, as (dtype name, shape).
     #[getter]
     fn outputs(&self) -> Vec<(&'static str, Vec<i64>)> {
-        let compiled = self.runner.compiled();
+        let compiled = self.loaded.compiled();
         compiled
             .signature
             .user_outputs()
@@ -170,7 +168,7 @@ impl ExportedProgram {
     /// "stored", "not stored: why", or "off".
     #[getter]
     fn cache(&self) -> String {
-        match &self.runner.timings.cache {
+        match &self.timings.cache {
             None => "off".into(),
             Some(CacheOutcome::Hit) => "hit".into(),
             Some(CacheOutcome::Stored) => "stored".into(),
@@ -181,6 +179,6 @@ impl ExportedProgram {
     /// The platform the program runs on (`cpu`, `tpu`, `cuda`).
     #[getter]
     fn platform(&self) -> PyResult<String> {
-        self.runner.client().platform_name().map_err(error)
+        self.loaded.target().platform().map_err(driver_error)
     }
 }

@@ -177,15 +177,14 @@ def test_padded_inputs_may_be_strided_and_results_are_contiguous():
         assert out.is_contiguous() and out.shape == (6, n)
 
 
-def test_the_runtime_refuses_padding_that_does_not_fit():
-    from tpuc.runtime import session
+def test_the_runtime_refuses_host_memory_that_does_not_fit():
+    from tpuc import _tpuc
 
-    runtime = session("cpu").runtime
     x = torch.arange(6, dtype=torch.float32)
     with pytest.raises(tpuc.TpucError, match="24 bytes given"):
-        runtime.padded_buffer(x.data_ptr(), 24, "float32", [2, 2], [4, 4])
-    with pytest.raises(tpuc.TpucError, match="cannot resize"):
-        runtime.padded_buffer(x.data_ptr(), 24, "float32", [6], [8, 1])
+        _tpuc.HostInput(x.data_ptr(), 24, "float32", [2, 2], x)
+    with pytest.raises(tpuc.TpucError, match="24 bytes given"):
+        _tpuc.HostInput(x.data_ptr(), 24, "float32", [-1, 6], x)
 
 
 def test_results_copied_out_are_sliced_to_their_true_sizes():

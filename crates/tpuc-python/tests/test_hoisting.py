@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tpuc.runtime import STATS, PreparedValues
+from tpuc.runtime import STATS, session
 
 
 class ConvBlock(nn.Module):
@@ -75,17 +75,18 @@ def test_each_set_of_weights_keeps_its_values_while_it_lives():
     compiled = [torch.compile(b, backend="tpuc") for b in blocks]
     x = torch.randn(1, 3, 8, 8)
     before = STATS["prepared"]
+    runtime = session(None).runtime
+    sets = runtime.prepared_sets
     with torch.no_grad():
         for _ in range(3):
             for block, f in zip(blocks, compiled):
                 close(f(x), block(x))
     assert STATS["prepared"] - before == 2  # once per block, however they alternate
-    (prepared,) = [o for o in gc.get_objects() if type(o) is PreparedValues]
-    assert len(prepared.entries) == 2
+    assert runtime.prepared_sets - sets == 2
     # A block that goes takes its values with it.
     del blocks[1], compiled[1], block, f
     gc.collect()
-    assert len(prepared.entries) == 1
+    assert runtime.prepared_sets - sets == 1
 
 
 def test_graphs_specialised_per_size_share_the_values():

@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::runner::Runner;
 use libtest_mimic::{Failed, Trial};
 use tpuc_cli::npy::read_npz;
-use tpuc_cli::run::{RunOptions, Runner};
+use tpuc_driver::RunOptions;
 use tpuc_driver::{EmitFormat, LowerOptions};
 
 use crate::execution::{compare_all, expect_err, tpuc};

@@ -3,10 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::runner::Runner;
 use libtest_mimic::{Failed, Trial};
 use tpuc_cli::compare::compare;
 use tpuc_cli::npy::{read_npy, read_npz, write_npy};
-use tpuc_cli::run::{RunOptions, Runner};
+use tpuc_driver::RunOptions;
 use tpuc_driver::{EmitFormat, LowerOptions, ShardingDialect};
 use tpuc_pjrt::{Client, ClientOptions, CompileOptions, DType, HostTensor, Plugin};
 

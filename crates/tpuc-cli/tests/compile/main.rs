@@ -6,6 +6,7 @@
 mod dynamic;
 mod execution;
 mod pipeline;
+mod runner;
 mod sharded;
 
 use std::collections::BTreeMap;

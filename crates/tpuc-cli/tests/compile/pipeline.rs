@@ -3,8 +3,9 @@
 //! dialects, GSPMD's spellings, kernels emitted in the plugin's layout.
 use std::sync::Arc;
 
+use crate::runner::Runner;
 use libtest_mimic::{Failed, Trial};
-use tpuc_cli::run::{RunOptions, Runner};
+use tpuc_driver::RunOptions;
 use tpuc_driver::{
     EmitFormat, Hoist, LowerOptions, Options, Precision, ShardingDialect, Source, Target,
     TargetInfo,

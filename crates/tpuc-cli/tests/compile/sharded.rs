@@ -4,8 +4,9 @@
 //! brings into XLA's optimized program, and plans that do not fit refused by name.
 use std::path::{Path, PathBuf};
 
+use crate::runner::Runner;
 use libtest_mimic::{Failed, Trial};
-use tpuc_cli::run::{RunOptions, Runner};
+use tpuc_driver::RunOptions;
 use tpuc_driver::{EmitFormat, Mesh, Options, Plan, ShardingDialect};
 
 use crate::execution::{check_outputs, expect_err, inputs_of, tpuc};
@@ -50,7 +51,7 @@ fn read_case(path: &Path) -> Result<Case, Failed> {
     } else {
         plan
     };
-    let (mesh, plan) = tpuc_cli::layout::parse(Some(&field("mesh")?), Some(&plan))
+    let (mesh, plan) = tpuc_driver::layout::parse(Some(&field("mesh")?), Some(&plan))
         .map_err(|e| format!("{e:#}"))?
         .expect("a mesh and a plan were given");
     let dialect = match fields.get("partitioner").map(String::as_str) {
@@ -75,7 +76,7 @@ fn golden(path: PathBuf) -> Result<(), Failed> {
         dialect: case.dialect,
         ..Options::default()
     };
-    let emitted = tpuc_cli::compile_file_with(&case.input, &options, EmitFormat::Text)
+    let emitted = tpuc_driver::emit_file(&case.input, &options, EmitFormat::Text)
         .map_err(|e| format!("{e:#}"))?;
     let actual = String::from_utf8(emitted.module)?;
     crate::compare_golden(&sharded_dir().join(format!("{}.mlir", case.name)), &actual)

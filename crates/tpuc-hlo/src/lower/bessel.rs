@@ -8,8 +8,8 @@
 
 use std::f64::consts::{FRAC_2_PI, PI};
 
+use super::prelude::*;
 use super::special::in_double;
-use super::*;
 
 /// Terms of the power series: more than the switches below need (at |x| = 30, I's switch, the
 /// 60th term is below 1e-30 of the largest).

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 
 /// Each process group the graph names, by name: the groups of device ids (ranks) it stands for,
 /// one per set of ranks that communicate together (a mesh dimension's groups, say), every
@@ -459,6 +459,7 @@ mod tests {
 
     #[test]
     fn collectives_are_not_ops_of_ordinary_graphs() {
+        use crate::lower::{collective_ops, is_collective, is_supported, supported_ops};
         assert!(!is_supported("_c10d_functional.all_reduce.default"));
         assert!(is_collective("_c10d_functional.all_reduce.default"));
         assert!(collective_ops().contains(&"_c10d_functional.wait_tensor.default"));

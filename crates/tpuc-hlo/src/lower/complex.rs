@@ -4,7 +4,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 
 /// `conj` of a complex tensor; a real tensor is its own conjugate.
 fn conjugate(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {

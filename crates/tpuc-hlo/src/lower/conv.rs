@@ -2,7 +2,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 
 fn conv(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let mut x = cx.tensor(n, "input")?;

@@ -2,7 +2,7 @@
 //! readers of a node's arguments that lowerings use (each argument checked for its kind, with
 //! an error naming it).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use tpuc_fx::{Arg, DType, Dim, Node, OutputValue, Program};
 
@@ -43,6 +43,22 @@ pub struct Ctx<'p> {
     pub(super) rng_state: Option<Value>,
     /// A padded program's true sizes by symbol: the module's size arguments.
     pub(super) sizes: HashMap<String, Value>,
+    /// The tensors a node reads or the graph returns (`used_tensors`).
+    pub(super) used: HashSet<&'p str>,
+}
+
+/// The tensors of `program` that a node reads or the graph returns, found in one pass.
+pub(super) fn used_tensors(program: &Program) -> HashSet<&str> {
+    let g = &program.graph;
+    let returned = g.outputs.iter().filter_map(|o| match &o.value {
+        OutputValue::Tensor(t) => Some(t.as_str()),
+        OutputValue::Constant(_) => None,
+    });
+    let read = g
+        .nodes
+        .iter()
+        .flat_map(|n| n.inputs.iter().flat_map(|a| a.arg.tensor_refs()));
+    returned.chain(read).collect()
 }
 
 impl<'p> Ctx<'p> {
@@ -66,18 +82,7 @@ impl<'p> Ctx<'p> {
 
     /// Whether a node reads tensor `name` or the graph returns it.
     pub fn is_used(&self, name: &str) -> bool {
-        let g = &self.program.graph;
-        g.outputs
-            .iter()
-            .any(|o| matches!(&o.value, OutputValue::Tensor(t) if t == name))
-            || g.nodes.iter().any(|n| {
-                n.inputs.iter().any(|a| match &a.arg {
-                    Arg::Tensor(t) => t == name,
-                    Arg::Tensors(ts) => ts.iter().any(|t| t == name),
-                    Arg::OptionalTensors(ts) => ts.iter().flatten().any(|t| t == name),
-                    _ => false,
-                })
-            })
+        self.used.contains(name)
     }
 
     /// Makes `name` stand for `v` in later nodes: how a lowering reports an in-place update of

@@ -2,7 +2,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 
 /// The p-norm of `diff` over its last dim, as torch's distance kernels define it (p = 0 counts
 /// the nonzero differences, p = inf takes the largest).

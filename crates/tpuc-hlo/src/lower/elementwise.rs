@@ -2,7 +2,7 @@
 
 use tpuc_fx::{DType, Node};
 
-use super::*;
+use super::prelude::*;
 
 fn out_elem(cx: &Ctx, n: &Node) -> OpResult<DType> {
     Ok(cx.out_type(n, 0)?.elem)
@@ -471,7 +471,7 @@ fn addc(cx: &mut Ctx, n: &Node, op: BinaryOp) -> OpResult<Vec<Option<Value>>> {
 /// logit: log(x / (1 - x)), x first clamped to [eps, 1 - eps] when eps is given and not
 /// negative; each step in the result's type as torch's CPU kernel computes it.
 fn logit(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    let elem = special::float_result(cx, n)?;
+    let elem = super::special::float_result(cx, n)?;
     let x = cx.tensor(n, "self")?;
     let mut x = cx.b.convert(x, elem);
     if let Some(eps) = cx.opt_float(n, "eps")?.filter(|&e| e >= 0.0) {

@@ -4,7 +4,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 
 /// `dims` in range, none repeated, in the order given.
 fn checked_dims(dims: Vec<i64>, rank: usize) -> OpResult<Vec<usize>> {

@@ -3,7 +3,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 use crate::ir::reduction_identity;
 
 fn embedding(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {

@@ -16,8 +16,8 @@
 
 use tpuc_fx::Node;
 
+use super::prelude::*;
 use super::reduction::arg_reduce;
-use super::*;
 
 /// A batch of matrices: (batch shape, rows, columns).
 fn matrices(cx: &Ctx, x: Value, what: &str) -> OpResult<(Vec<i64>, i64, i64)> {

@@ -2,7 +2,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 
 /// `a @ b` for a [batch.., M, K] and b [batch.., K, N] with equal batch dimensions.
 pub fn batched_matmul(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {

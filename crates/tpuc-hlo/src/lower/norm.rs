@@ -2,7 +2,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 
 /// x * rsqrt(var + eps) scaled and shifted, for statistics that broadcast along `kept` dims.
 fn normalize(

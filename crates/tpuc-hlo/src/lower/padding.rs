@@ -23,7 +23,7 @@ use tpuc_fx::symbolic::SymExpr;
 use tpuc_fx::{Arg, Node, SymIntArg};
 
 use super::ctx::output_slots;
-use super::*;
+use super::prelude::*;
 
 /// What replaces the padding of an input before an op reduces over it: the identity of the
 /// reduction it performs.

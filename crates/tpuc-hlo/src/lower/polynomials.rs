@@ -10,9 +10,9 @@
 
 use tpuc_fx::Node;
 
+use super::prelude::*;
 use super::semantics::prepare;
 use super::special::float_result;
-use super::*;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {

@@ -4,7 +4,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 use crate::ir::reduction_identity;
 
 /// A pooling window over the trailing `spatial` dims.

@@ -10,7 +10,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 
 /// A per-tensor quantization parameter: a Python number, or a one-element tensor (the `.tensor`
 /// overloads) read as a scalar of `elem`.

@@ -4,7 +4,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 
 /// Refuses an explicit torch.Generator: the program's own generator is the only one.
 fn no_generator(n: &Node) -> OpResult<()> {

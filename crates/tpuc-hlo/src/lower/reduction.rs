@@ -2,7 +2,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 use crate::ir::reduction_identity;
 
 /// The dimensions a reduction covers: `dim` (int, list, or absent/empty = all).

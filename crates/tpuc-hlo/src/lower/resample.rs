@@ -4,7 +4,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {

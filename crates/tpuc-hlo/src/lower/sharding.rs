@@ -5,7 +5,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 
 /// The spec's axes per dimension, from its text.
 fn parse_spec(text: &str) -> Vec<Vec<String>> {

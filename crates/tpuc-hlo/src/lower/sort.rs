@@ -3,7 +3,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 use crate::ir::reduction_identity;
 
 /// `x` sorted along `dim`, with the int64 indices of the sorted elements.

@@ -8,7 +8,7 @@
 use tpuc_fx::Node;
 
 use super::elementwise::{computed_wide, digamma_of};
-use super::*;
+use super::prelude::*;
 
 /// Two operands promoted to the output's type and broadcast, then widened to its accumulation
 /// type (float32 for 16-bit floats) for `f`, and the result rounded once.

@@ -2,7 +2,7 @@
 
 use tpuc_fx::Node;
 
-use super::*;
+use super::prelude::*;
 
 /// Ops whose result is the input reshaped to the recorded output shape.
 fn reshape_to_out(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {

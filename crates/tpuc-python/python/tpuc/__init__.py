@@ -32,7 +32,8 @@ _device.enable()
 # device) stays cheap, and the compile backend (Dynamo, aot_autograd) is imported when a program
 # uses it.
 _WHERE = {
-    "TpucError": "._tpuc", "supported_ops": "._tpuc", "cache_stats": "._tpuc",
+    "TpucError": "._tpuc", "LoweringError": "._tpuc", "UnsupportedOpsError": "._tpuc",
+    "DynamicSizeError": "._tpuc", "PluginError": "._tpuc", "supported_ops": "._tpuc", "cache_stats": "._tpuc",
     "Options": ".backend", "tpuc_backend": ".backend",
     "RankProgram": ".ranks", "process_groups": ".ranks", "spmd": ".ranks",
     "Mesh": ".sharding", "mark_sharding": ".sharding", "shard": ".sharding",

@@ -357,7 +357,9 @@ class GraphCompiler:
                 return make_boxed_func(self.partitioned(gm, name, frozenset({node_name})))
         report = describe_unsupported(gm, missing)
         if self.opts.strict:
-            raise _tpuc.TpucError(f"{name}: tpuc cannot lower these ops (strict mode):\n{report}")
+            error = _tpuc.UnsupportedOpsError(f"{name}: tpuc cannot lower these ops (strict mode):\n{report}")
+            error.ops = sorted(missing)
+            raise error
         total = sum(missing.values())
         warnings.warn(
             f"tpuc: {name}: {total} op(s) of {len(missing)} kind(s) it cannot lower run in eager torch:\n{report}",

@@ -423,12 +423,12 @@ class _OpProgram:
     """A traced graph compiled: the executable, how its arguments are gathered and what each
     output is."""
 
-    __slots__ = ("compiled", "roles", "constants", "outputs", "types", "direct")
+    __slots__ = ("compiled", "constants", "outputs", "types", "random")
 
-    def __init__(self, compiled, roles, constants, outputs, types):
-        self.compiled, self.roles, self.constants = compiled, roles, constants
-        # Whether it takes the graph's inputs as they are, in order (no seed, no constants).
-        self.direct = not constants and list(roles) == [("input", i) for i in range(len(roles))]
+    def __init__(self, compiled, constants, outputs, types):
+        self.compiled, self.constants = compiled, constants
+        # Whether its random ops take a seed.
+        self.random = compiled.random
         # What each output of the graph is, and (dtype, shape) of each compiled output.
         self.outputs, self.types = outputs, types
 
@@ -757,7 +757,7 @@ def _compile(name: str, gm: torch.fx.GraphModule) -> _OpProgram:
     _CACHE["compile_seconds"] += time.perf_counter() - started
     if compiler.opts.dump_dir:
         _dump(compiler.opts.dump_dir, name, prepared.gm, compiled)
-    return _OpProgram(compiled, compiled.arg_roles, constants, prepared.outputs, types)
+    return _OpProgram(compiled, constants, prepared.outputs, types)
 
 
 def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None:
@@ -774,30 +774,14 @@ def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None
 def _execute(name, program: _OpProgram, buffers: list) -> list:
     """The program run on `buffers` (its graph's inputs, its constants after them): its
     compiled outputs. `name` (an op, or words) names it in errors."""
-    if program.direct and len(buffers) == len(program.roles):
-        arguments = buffers
-    else:
-        arguments = _arguments(name, program, buffers)
+    arguments = buffers + program.constants if program.constants else buffers
+    seed = _session().buffers.seed() if program.random else None
     try:
-        return program.compiled.run_on_device(arguments)
+        return program.compiled.launch(arguments, seed)
     except _tpuc.TpucError as error:
         if not _DEBUG["on"]:
             raise
         raise _tpuc.TpucError(f"{name} failed at {_user_line()}: {error}") from error
-
-
-def _arguments(name, program: _OpProgram, buffers: list) -> list:
-    """The program's arguments, gathered by their roles."""
-    pool = buffers + program.constants
-    arguments = []
-    for role, index in program.roles:
-        if role == "input":
-            arguments.append(pool[index])
-        elif role == "seed":
-            arguments.append(_session().buffers.seed())
-        else:
-            raise _tpuc.TpucError(f"{name}: the program takes a {role} argument the device cannot give")
-    return arguments
 
 
 # Ops tpuc cannot lower, run on the CPU instead (each said once).
@@ -906,11 +890,10 @@ def _cannot_run(error: Exception) -> str | None:
 
     if isinstance(error, (DataDependentOutputException, DynamicOutputShapeException)):
         return "what it returns depends on its tensors' values"
-    if isinstance(error, _tpuc.TpucError):
-        if "unsupported op" in str(error):
-            return "tpuc does not lower it"
-        if "symbolic sizes" in str(error):
-            return "its result's size depends on its tensors' values"
+    if isinstance(error, _tpuc.UnsupportedOpsError):
+        return "tpuc does not lower it"
+    if isinstance(error, _tpuc.DynamicSizeError):
+        return "its result's size depends on its tensors' values"
     return None
 
 

@@ -2,7 +2,6 @@
 unchanged, aliasing its memory where the plugin allows), outputs copied into new tensors."""
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import threading
@@ -31,9 +30,9 @@ _DTYPES = {name: getattr(torch, name) for name in _tpuc.dtype_names()}
 
 
 class Session:
-    """One plugin's client, the device buffers of input tensors and the weight-derived values,
-    shared by every graph compiled for that plugin in this process. The compiled executables are
-    the driver's: it keeps them per client, keyed by the graph and the options."""
+    """One plugin's client and the device buffers of input tensors, shared by every graph
+    compiled for that plugin in this process. The compiled executables and the values derived
+    from weights are the driver's: it keeps them per client."""
 
     def __init__(self, plugin: str, mesh: str | None = None):
         # The interpreter's own sys.path says where its packages (the plugins among them) are.
@@ -42,20 +41,8 @@ class Session:
         self.buffers = BufferCache(self.runtime)
         # The CPU plugin's device memory is host memory: outputs become tensors without a copy.
         self.host_memory = self.runtime.platform == "cpu"
-        # Weight-derived values by the module computing them: graphs that derive the same values
-        # (the variants of a graph specialised per input size) share them.
-        self.prepared: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-        self.lock = threading.Lock()
         # A cache that cannot store is said once per session.
         self.cache_warned = False
-
-    def prepared_values(self, compiled: _tpuc.CompiledGraph) -> "PreparedValues":
-        key = hashlib.sha256(compiled.prepared_stablehlo.encode()).digest()
-        with self.lock:
-            found = self.prepared.get(key)
-            if found is None:
-                found = self.prepared[key] = PreparedValues(compiled)
-            return found
 
     def compile(self, program: bytes, name: str, matmul_precision: str,
                 stable: list[bool] | None = None, cache_dir: str | None = None,
@@ -117,7 +104,6 @@ class BufferCache:
     def __init__(self, rt: _tpuc.Runtime):
         self.runtime = rt
         self.entries: dict[int, tuple] = {}
-        self.sizes: dict[int, _tpuc.DeviceBuffer] = {}
         self.lock = threading.Lock()
 
     def _forget(self, tensor_id: int, ref) -> None:
@@ -141,18 +127,6 @@ class BufferCache:
                 return entry[3]
         return self._upload(tensor, spec)
 
-    def size(self, value: int) -> _tpuc.DeviceBuffer:
-        """The int64 scalar `value` on the device: a symbolic size's true value, which a graph
-        compiled for buckets takes. Kept per value (a decoding loop passes each size once)."""
-        found = self.sizes.get(value)
-        if found is None:
-            scalar = torch.tensor(value, dtype=torch.int64)
-            found = self.runtime.buffer(scalar.data_ptr(), 8, "int64", [], scalar.untyped_storage())
-            if len(self.sizes) >= 4096:
-                self.sizes.clear()
-            self.sizes[value] = found
-        return found
-
     def donatable(self, tensor: torch.Tensor) -> "_tpuc.DonatedBuffer":
         """`tensor`'s memory for a graph that updates it in place (never cached: the graph
         takes it over). On the CPU plugin the graph writes the new value into the tensor."""
@@ -165,14 +139,12 @@ class BufferCache:
         seed = torch.randint(-(2**63), 2**63 - 1, (2,), dtype=torch.int64)
         return self.runtime.buffer(seed.data_ptr(), 16, "uint64", [2], seed.untyped_storage())
 
-    def padded(self, tensor: torch.Tensor, shape: list, spec=None) -> _tpuc.DeviceBuffer:
-        """`tensor` padded with zeros at the end of each dimension to `shape` (a bucket's), on
-        the devices as `spec` lays it out; a copy made for this call (never cached)."""
-        if list(tensor.shape) == shape:
-            return self.buffer(tensor, spec)
+    def host_input(self, tensor: torch.Tensor) -> "_tpuc.HostInput":
+        """`tensor`'s memory for one call, which uploads it (padded to the bucket's shape where
+        the graph takes it larger); never cached."""
         source = _plain(tensor)
         STATS["uploads"] += 1
-        return self.runtime.padded_buffer(*_memory(source), shape, _axes(spec))
+        return _tpuc.HostInput(*_memory(source), source.untyped_storage())
 
     def _upload(self, tensor: torch.Tensor, spec=None) -> _tpuc.DeviceBuffer:
         try:
@@ -219,42 +191,6 @@ def _plain(tensor: torch.Tensor) -> torch.Tensor:
     return source.detach() if source.requires_grad else source
 
 
-class PreparedValues:
-    """What compiled graphs derive from their weights alone (see `Options.hoist_weights`), per set
-    of weight buffers. The buffer cache gives a tensor a new buffer after any in-place update, so
-    the same buffers mean the same weights; one entry per set seen (a block compiled once and
-    called with each layer's weights keeps one per layer), dropped when one of its buffers goes."""
-
-    def __init__(self, compiled: _tpuc.CompiledGraph):
-        # Computes the values; any graph with the same prepared module could.
-        self.compiled = compiled
-        self.entries: dict[tuple, tuple] = {}
-
-    def values(self, sources: list) -> list:
-        """The values computed from `sources`, the buffers of the weights they derive from."""
-        key = tuple(map(id, sources))
-        entry = self.entries.get(key)
-        if entry is not None and all(ref() is source for ref, source in zip(entry[0], sources)):
-            return entry[1]
-        STATS["prepared"] += 1
-        values = self.compiled.prepare(sources)
-        owner = weakref.ref(self)
-
-        def forget(dead, key=key):
-            me = owner()
-            if me is not None:
-                me._forget(key, dead)
-
-        self.entries[key] = ([weakref.ref(s, forget) for s in sources], values)
-        return values
-
-    def _forget(self, key: tuple, dead: weakref.ref) -> None:
-        """Drops the entry `dead` (a reference to one of its buffers, now gone) belonged to."""
-        entry = self.entries.get(key)
-        if entry is not None and any(ref is dead for ref in entry[0]):
-            del self.entries[key]
-
-
 def _spec_key(spec):
     """A partition spec as a hashable value: a tuple of tuples of axes, or None when whole."""
     if spec is None or all(not axes for axes in spec):
@@ -295,41 +231,27 @@ class CompiledGraph:
         self.constants = list(constants or [])
         self.specs = [(_DTYPES[d], tuple(s)) for d, s in compiled.output_specs]
         self.random = compiled.random
-        # The compiled graph's own arguments by role (its signature): indices into the graph's
-        # inputs, then the seed, as `call` gathers them; then the derived values, by index.
-        roles = compiled.arg_roles
-        own, derived = roles[:compiled.num_args], roles[compiled.num_args:]
-        # The pool `call` gathers: the inputs, the seed, the true sizes.
-        at = {"input": 0, "seed": len(inputs), "size": len(inputs) + 1}
-        self.own_order = [at[kind] + i for kind, i in own]
-        self.derived_order = [i for _, i in derived]
         # How each input is laid out over the session's mesh (all None on one device).
-        arg_specs = compiled.arg_specs
-        by_input = {i: arg_specs[j] for j, (kind, i) in enumerate(own) if kind == "input"}
-        self.input_specs = [_spec_key(by_input.get(k)) for k in range(len(inputs))]
-        # Outputs split over the devices are assembled from their parts (`run`), not aliased.
+        self.input_specs = [_spec_key(spec) for spec in compiled.input_specs]
+        # Outputs split over the devices are assembled from their parts (`copy_to`), not aliased.
         self.zero_copy = (session.host_memory and all(0 not in shape for _, shape in self.specs)
                           and compiled.outputs_whole)
-        # Compiled for buckets: each input padded to the shape the graph takes, outputs sliced.
+        # Compiled for buckets: inputs with a padded dimension are given as host memory, which
+        # the call pads to the bucket's shape; outputs come back at their true shapes.
         self.bucket = compiled.bucket
-        if self.bucket is not None:
-            shapes = compiled.arg_shapes
-            by_input = {i: shapes[j] for j, (kind, i) in enumerate(own) if kind == "input"}
-            self.padded_shapes = [by_input.get(k) for k in range(len(inputs))]
-            # The inputs with a padded dimension (the others are passed as they are).
-            self.padded_inputs = compiled.padded_inputs
-            self.padded_set = frozenset(self.padded_inputs)
+        self.padded = frozenset(compiled.padded_inputs) if self.bucket is not None else frozenset()
+        self.padded_shapes = compiled.input_shapes
         # Inputs the graph updates in place (only on one device whose memory is the host's):
-        # (argument position, input, output). `call` donates those that are contiguous; the
-        # others are passed as usual and updated by aot_autograd's copy.
-        self.donated = [(a, own[a][1], r) for a, r in compiled.donations if own[a][0] == "input"]
-        self.prepared_args = compiled.prepared_args
-        self.prepared = session.prepared_values(compiled) if self.prepared_args is not None else None
+        # (input, output). `call` gives up those that are contiguous; the others are passed as
+        # usual and updated by aot_autograd's copy.
+        self.donated = [(k, r) for k, r in compiled.donations if k not in self.padded]
+        # Values derived from the stable inputs are computed by the runtime once per set of their
+        # buffers; a call says when it computed them.
+        self.hoisted = compiled.prepared_stablehlo is not None
         # The common case, called on its own short path: the graph's inputs are its arguments as
         # they are, on one device, and its outputs come back aliased, in order.
-        self.direct = (devices is None and not self.constants and self.bucket is None and not self.donated and self.prepared is None
-                       and self.zero_copy and not self.random
-                       and self.own_order == list(range(len(inputs)))
+        self.direct = (devices is None and not self.constants and self.bucket is None and not self.donated
+                       and not self.hoisted and self.zero_copy and not self.random
                        and all(spec is None for spec in self.input_specs)
                        and self.outputs == [("tensor", i) for i in range(len(self.specs))])
 
@@ -339,52 +261,38 @@ class CompiledGraph:
     def call(self, args: list):
         if self.direct:
             buffer = self.cache.buffer
-            results = [from_dlpack(c) for c in self.compiled.run_dlpack([buffer(args[i]) for i in self.inputs], None, None)]
+            results = [from_dlpack(c) for c in self.compiled.run_dlpack([buffer(args[i]) for i in self.inputs])]
             return results[0] if self.single else results
         if self.devices is not None:
             return self.call_on_device(args)
         if self.constants:
             args = list(args) + self.constants
-        buffer = self.cache.buffer
         given = [args[i] for i in self.inputs]
-        # Inputs not passed as their own buffers: padded copies, donated memory.
-        skip = ()
-        if self.bucket is not None:
-            sizes, result_shapes = self.compiled.call_sizes([list(t.shape) for t in given])
-            skip = self.padded_set
-        donated = [(a, k, r) for a, k, r in self.donated
-                   if k not in skip and given[k].is_contiguous()] if self.donated else ()
+        arguments = []
+        for k, (tensor, spec) in enumerate(zip(given, self.input_specs)):
+            if k in self.padded and list(tensor.shape) != self.padded_shapes[k]:
+                arguments.append(self.cache.host_input(tensor))
+            else:
+                arguments.append(self.cache.buffer(tensor, spec))
+        # Inputs updated in place give their memory up to their new value (never cached).
+        donated = [(k, r) for k, r in self.donated if given[k].is_contiguous()]
+        for k, _ in donated:
+            arguments[k] = self.cache.donatable(given[k])
+        run = self.compiled.execute(arguments, self.cache.seed() if self.random else None)
+        if run.prepared_now:
+            STATS["prepared"] += 1
         if donated:
-            # Inputs updated in place give their memory up to their new value (never cached).
-            gifts = [(a, self.cache.donatable(given[k])) for a, k, _ in donated]
-            skip = set(skip) | {k for _, k, _ in donated}
-        pool = [None if k in skip else buffer(t, spec) for k, (t, spec) in enumerate(zip(given, self.input_specs))]
-        pool.append(self.cache.seed() if self.random else None)
-        if self.bucket is not None:
-            for k in self.padded_inputs:
-                pool[k] = self.cache.padded(given[k], self.padded_shapes[k], self.input_specs[k])
-            pool += [self.cache.size(v) for v in sizes]
-        buffers = [pool[j] for j in self.own_order]
-        if self.prepared is not None:
-            values = self.prepared.values([buffers[i] for i in self.prepared_args])
-            buffers += [values[i] for i in self.derived_order]
-        # Results at a bucket's shape come back at their true shapes (their leading parts).
-        shapes = result_shapes if self.bucket is not None else None
-        if donated:
-            positions = {a for a, _, _ in donated}
-            kept = [b for j, b in enumerate(buffers) if j not in positions]
-            results = [from_dlpack(c) for c in self.compiled.run_dlpack(kept, gifts, shapes)]
-            for _, k, r in donated:
+            results = [from_dlpack(c) for c in run.dlpack()]
+            for k, r in donated:
                 if results[r].data_ptr() == given[k].data_ptr():
                     # The input holds its new value: aot_autograd's copy into it is a no-op.
                     results[r] = given[k]
                     STATS["in_place"] += 1
         elif self.zero_copy:
-            results = [from_dlpack(c) for c in self.compiled.run_dlpack(buffers, None, shapes)]
+            results = [from_dlpack(c) for c in run.dlpack()]
         else:
-            wanted = shapes or [shape for _, shape in self.specs]
-            results = [torch.empty(shape, dtype=dtype) for (dtype, _), shape in zip(self.specs, wanted)]
-            self.compiled.run(buffers, [(r.data_ptr(), r.numel() * r.element_size()) for r in results], shapes)
+            results = [torch.empty(shape, dtype=dtype) for (dtype, _), shape in zip(self.specs, run.shapes)]
+            run.copy_to([(r.data_ptr(), r.numel() * r.element_size()) for r in results])
         return self.returned(args, results)
 
     def call_on_device(self, args: list):
@@ -393,14 +301,10 @@ class CompiledGraph:
         from . import device
 
         given = list(args) + self.constants
-        pool = [device.graph_argument(given[i], self.cache) for i in self.inputs]
-        pool.append(self.cache.seed() if self.random else None)
-        buffers = [pool[j] for j in self.own_order]
-        if self.prepared is not None:
-            values = self.prepared.values([buffers[i] for i in self.prepared_args])
-            buffers += [values[i] for i in self.derived_order]
+        arguments = [device.graph_argument(given[i], self.cache) for i in self.inputs]
+        buffers = self.compiled.launch(arguments, self.cache.seed() if self.random else None)
         results = [device.graph_result(buffer, dtype, shape, where)
-                   for buffer, (dtype, shape), where in zip(self.compiled.run_on_device(buffers), self.specs, self.devices)]
+                   for buffer, (dtype, shape), where in zip(buffers, self.specs, self.devices)]
         return self.returned(args, results)
 
     def returned(self, args: list, results: list):

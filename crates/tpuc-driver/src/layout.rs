@@ -8,38 +8,49 @@
 //! first), as torch_xla's and JAX's partition specs: `["tp", null]`, `[["dp", "fsdp"], null]`.
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
 use serde_json::Value;
-use tpuc_driver::{Mesh, Plan, Rule};
-use tpuc_hlo::ir::Sharding;
+use tpuc_hlo::ir::{Mesh, Sharding};
+use tpuc_hlo::plan::{Plan, Rule};
+
+use crate::error::{Error, Result};
 
 /// The mesh and plan of `--mesh`/`--plan` (both or neither).
 pub fn parse(mesh: Option<&str>, plan: Option<&str>) -> Result<Option<(Mesh, Plan)>> {
     let (mesh, plan) = match (mesh, plan) {
         (None, None) => return Ok(None),
         (Some(mesh), Some(plan)) => (mesh, plan),
-        (Some(_), None) => bail!("--mesh needs --plan (dp, fsdp, tp, a combination, or a file)"),
-        (None, Some(_)) => bail!("--plan needs --mesh, e.g. --mesh fsdp=2,tp=2"),
+        (Some(_), None) => {
+            return Err(Error::Invalid(
+                "--mesh needs --plan (dp, fsdp, tp, a combination, or a file)".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(Error::Invalid(
+                "--plan needs --mesh, e.g. --mesh fsdp=2,tp=2".into(),
+            ))
+        }
     };
     let mesh: Mesh = mesh
         .parse()
-        .map_err(|e: String| anyhow::anyhow!("--mesh: {e}"))?;
+        .map_err(|e: String| Error::Invalid(format!("--mesh: {e}")))?;
     let path = Path::new(plan);
     let plan = if path.is_file() || plan.ends_with(".json") {
         read_plan(path)?
     } else {
         plan.parse()
-            .map_err(|e: String| anyhow::anyhow!("--plan: {e}"))?
+            .map_err(|e: String| Error::Invalid(format!("--plan: {e}")))?
     };
     Ok(Some((mesh, plan)))
 }
 
 fn read_plan(path: &Path) -> Result<Plan> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let json: Value = serde_json::from_str(&text)
-        .with_context(|| format!("{}: not a JSON plan", path.display()))?;
-    let fail = |what: String| anyhow::anyhow!("{}: {what}", path.display());
+        .map_err(|e| Error::Invalid(format!("{}: not a JSON plan: {e}", path.display())))?;
+    let fail = |what: String| Error::Invalid(format!("{}: {what}", path.display()));
     let Value::Object(top) = json else {
         return Err(fail(
             "a plan is an object {\"rules\": {PATTERN: SPEC}, \"ready\": \"fsdp,tp\"}".into(),
