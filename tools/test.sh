@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, then formatting and clippy (warnings are errors), unit tests (the
-# IR, the lowering families, the passes), the PJRT binding layout tests, the runtime's tests on
+# The whole test suite: set up, then formatting, the Python lint (ruff.toml) and clippy (warnings
+# are errors), unit tests (the IR, the lowering families, the passes), the PJRT binding layout
+# tests, the runtime's tests on
 # the XLA CPU plugin, golden lowering tests, the compile pipeline's end-to-end tests, every golden
 # case executed against torch's outputs, and the Python package's tests.
 #
@@ -33,6 +34,7 @@ stage() {
 stage setup tools/setup.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"   # XLA's own logging
 stage fmt cargo fmt --all -- --check
+stage ruff .venv/bin/ruff check --quiet .
 stage clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
 stage cargo cargo test --workspace --lib --bins --tests
 # The torch.compile backend, the model zoo (torch.compile and export -> tpuc compile -> tpuc run,

@@ -128,6 +128,16 @@ pub(crate) fn symbol_values(
         }
         return Ok(None);
     }
+    // Sizes tensor values decide cannot be given (or taken from the example) at all.
+    let decided = symbolic::value_decided(program).map_err(fail)?;
+    if !decided.is_empty() {
+        return Err(Error::Lower {
+            what: path.display().to_string(),
+            source: Box::new(tpuc_hlo::LowerError::ValueDecided(
+                symbolic::describe_value_decided(&decided),
+            )),
+        });
+    }
     let mut sizes = match inputs {
         Some(inputs) => symbolic::sizes_from_inputs(program, inputs).map_err(fail)?,
         None => BTreeMap::new(),

@@ -24,3 +24,40 @@ def test_the_cli_crate_keeps_no_runner():
     sources = "\n".join(p.read_text() for p in (ROOT / "crates" / "tpuc-cli" / "src").rglob("*.rs"))
     for name in ("upload_sharded", "execute_on_one_device", "ArgRole::"):
         assert name not in sources, f"tpuc-cli binds arguments itself ({name})"
+
+
+# Which workspace crates each crate may depend on (docs/ARCHITECTURE.md's code map): the IR and
+# the lowering know no MLIR and no PJRT, the runtime knows no IR, the driver is the only crate
+# joining them, and the callers sit on the driver.
+CRATE_RULES = {
+    "tpuc-dtype": set(),
+    "pjrt-sys": set(),
+    "tpuc-fx": {"tpuc-dtype"},
+    "tpuc-hlo": {"tpuc-dtype", "tpuc-fx"},
+    "tpuc-emit": {"tpuc-hlo"},
+    "tpuc-pjrt": {"pjrt-sys", "tpuc-dtype"},
+    "tpuc-npy": {"tpuc-dtype", "tpuc-pjrt"},
+    "tpuc-driver": {"tpuc-dtype", "tpuc-fx", "tpuc-hlo", "tpuc-emit", "tpuc-pjrt"},
+    "tpuc-cli": {"tpuc-dtype", "tpuc-fx", "tpuc-hlo", "tpuc-emit", "tpuc-pjrt", "tpuc-driver", "tpuc-npy"},
+    "tpuc-python": {"tpuc-fx", "tpuc-hlo", "tpuc-pjrt", "tpuc-driver", "tpuc-cli"},
+}
+
+
+def crate_dependencies() -> dict:
+    found = {}
+    for manifest in sorted((ROOT / "crates").glob("*/Cargo.toml")):
+        data = tomllib.loads(manifest.read_text())
+        found[data["package"]["name"]] = set(data.get("dependencies", {}))
+    return found
+
+
+def test_crates_depend_only_as_the_architecture_says():
+    found = crate_dependencies()
+    assert set(found) == set(CRATE_RULES), "a new crate: give it its rule here and in docs/ARCHITECTURE.md"
+    wrong = {name: sorted(deps & set(CRATE_RULES) - CRATE_RULES[name]) for name, deps in found.items()}
+    assert not any(wrong.values()), wrong
+
+
+def test_only_the_emitter_links_mlir():
+    linking = sorted(name for name, deps in crate_dependencies().items() if "melior" in deps or "mlir-sys" in deps)
+    assert linking == ["tpuc-emit"], linking

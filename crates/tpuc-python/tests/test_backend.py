@@ -10,7 +10,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import tpuc
 from tpuc.runtime import STATS
 
 

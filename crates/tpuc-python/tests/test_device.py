@@ -268,12 +268,12 @@ def test_random_ops_on_the_device_follow_torch_manual_seed(mode):
 
 def test_importing_tpuc_gives_the_device_and_stays_cheap():
     script = ("import sys, tpuc, torch\n"
-              "print('tpuc.backend' in sys.modules, torch._C._get_privateuse1_backend_name())\n"
-              "print(torch.ones(2, device='tpuc').sum().item(), 'tpuc.backend' in sys.modules)\n")
+              "print('tpuc.compiler' in sys.modules, torch._C._get_privateuse1_backend_name())\n"
+              "print(torch.ones(2, device='tpuc').sum().item(), 'tpuc.compiler' in sys.modules)\n")
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert run.returncode == 0, run.stderr[-2000:]
-    # The compile backend's modules come with the first op's compile, not with the import.
+    # The compiler's modules come with the first op's compile, not with the import.
     assert run.stdout.split() == ["False", "tpuc", "2.0", "True"], run.stdout
     assert run.stderr == "", run.stderr
 
@@ -376,7 +376,8 @@ def test_debug_mode_finds_the_first_op_that_goes_wrong(monkeypatch):
     try:
         device.debug(compare=True)
         y = x * 2  # right: passes
-        with pytest.raises(tpuc.TpucError, match=r"aten\.sin\.default differs from the CPU's result by .*test_device\.py:\d+: .*y\.sin\(\)"):
+        with pytest.raises(tpuc.TpucError,
+                           match=r"aten\.sin\.default differs from the CPU's result by .*test_device\.py:\d+: .*y\.sin\(\)"):
             y.sin()
         device.debug(finite=True)
         zero = torch.zeros(4).to("tpuc")
@@ -462,7 +463,7 @@ def test_the_dump_directory_records_the_devices_programs_and_cache(tmp_path):
 
 
 def test_compare_names_the_first_node_of_a_compiled_graph_that_diverges(monkeypatch):
-    from tpuc.backend import GraphCompiler, _copy_module
+    from tpuc.compiler import GraphCompiler, _copy_module
 
     def forward(x):
         y = (x * 3).relu()

@@ -26,7 +26,7 @@ def test_torch_distributed_programs_train_as_in_eager():
         env=dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="3"),
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
-    results = {r["program"]: r for r in map(json.loads, (l for l in run.stdout.splitlines() if l.startswith("{")))}
+    results = {r["program"]: r for r in map(json.loads, (line for line in run.stdout.splitlines() if line.startswith("{")))}
     assert sorted(results) == sorted(PROGRAMS), run.stdout
     for program, r in results.items():
         assert r["compiled"] > 0, f"{program}: tpuc compiled nothing"

@@ -1,6 +1,5 @@
 """tpuc.compile_exported: torch.export programs compiled ahead of time from Python, run with
 torch tensors, saved and loaded with their executables; errors as clear as the CLI's."""
-import os
 
 import pytest
 import torch
@@ -117,3 +116,15 @@ def test_a_dynamic_program_runs_at_the_sizes_given(tmp_path):
     x = torch.randn(8, 6)
     torch.testing.assert_close(compiled(x), model(x).detach(), **TOL)
     assert compiled.inputs[0][2] == [8, 6]
+
+
+def test_a_program_whose_sizes_tensor_values_decide_is_refused_by_kind():
+    """`.item()` used as an index: export records a size u0 only the data decides, which no size
+    given before the run may fix (testdata/lowering/errors/value_sized.pt2)."""
+    import pathlib
+
+    archive = pathlib.Path(__file__).resolve().parents[3] / "testdata" / "lowering" / "errors" / "value_sized.pt2"
+    for sizes in ({}, {"u0": 2}):
+        with pytest.raises(tpuc.DynamicSizeError, match="tensor values decide the size u0") as raised:
+            tpuc.compile_exported(str(archive), cache_dir="off", sizes=sizes)
+        assert raised.value.value_decided is True

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-
 from test_zoo import tpuc_binary
 
 g = torch.Generator().manual_seed(0)

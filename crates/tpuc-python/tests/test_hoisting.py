@@ -133,13 +133,13 @@ def test_training_recomputes_the_values_after_each_step(tmp_path):
     reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
     x = torch.randn(2, 3, 8, 8)
     before = STATS["prepared"]
-    for step in range(3):
+    for _ in range(3):
         loss = compiled(x).square().mean()
         expected = reference(x).square().mean()
         close(loss, expected, tol=1e-4)
-        for opt, l in ((optimizer, loss), (reference_optimizer, expected)):
+        for opt, value in ((optimizer, loss), (reference_optimizer, expected)):
             opt.zero_grad()
-            l.backward()
+            value.backward()
             opt.step()
     for p, q in zip(model.parameters(), reference.parameters()):
         close(p, q, tol=1e-4)

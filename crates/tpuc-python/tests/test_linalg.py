@@ -7,7 +7,6 @@ import subprocess
 import numpy as np
 import pytest
 import torch
-
 from test_zoo import tpuc_binary
 
 # LAPACK and tpuc's unrolled or XLA-expanded factorisations round differently.
@@ -107,9 +106,9 @@ def test_lu_factor_solve_and_unpack_match_torch():
 
     def fn(m, r, rhs):
         lu, piv = torch.linalg.lu_factor(m)
-        p, l, u = torch.linalg.lu(r)
+        p, lower, upper = torch.linalg.lu(r)
         return (lu, piv, torch.linalg.lu_solve(lu, piv, rhs), torch.linalg.lu_solve(lu, piv, rhs, adjoint=True),
-                p, l, u, *torch.lu_unpack(lu, piv))
+                p, lower, upper, *torch.lu_unpack(lu, piv))
 
     for got, want in zip(compiled(fn)(a, rect, b), fn(a, rect, b)):
         assert got.dtype == want.dtype

@@ -9,6 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import tpuc
+
 aten = torch.ops.aten
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 g = torch.Generator().manual_seed(0)
@@ -44,8 +46,12 @@ def test_as_strided_reads_the_storage_order(name, fn, args):
 
 def test_as_strided_over_a_view_with_gaps_is_refused_clearly():
     fn = lambda x: torch.as_strided((x * 2)[:, ::2], (2, 2), (1, 2))  # noqa: E731
-    with pytest.raises(Exception, match="dense block of its storage"):
+    with pytest.raises(Exception, match="dense block of its storage") as raised:
         strict(fn)(randn(4, 6))
+    # The error's kind and where it is, without reading its text.
+    error = raised.value.inner_exception
+    assert isinstance(error, tpuc.LoweringError) and error.op == "aten.as_strided.default"
+    assert error.source.startswith(__file__) and error.node
 
 
 # ----- embedding bags: every output, every mode --------------------------------------------
@@ -127,7 +133,8 @@ FAMILIES = {
         (randn(1, 4, 5, 5), randn(4, 3, 3, 3), randn(6))),
     "convolution_1d_groups_dilation": (lambda x, w: aten._convolution(x, w, None, [1], [0], [2], False, [0], 2, False, False, True, True),
                                        (randn(2, 4, 9), randn(6, 2, 3))),
-    "convolution_3d": (lambda x, w: aten._convolution(x, w, None, [1, 2, 1], [0, 1, 0], [1, 1, 1], False, [0, 0, 0], 1, False, False, True, True),
+    "convolution_3d": (lambda x, w: aten._convolution(x, w, None, [1, 2, 1], [0, 1, 0], [1, 1, 1], False, [0, 0, 0], 1,
+                                                      False, False, True, True),
                        (randn(1, 2, 4, 5, 4), randn(3, 2, 2, 2, 2))),
     "conv_tbc": (lambda x, w, b: aten.conv_tbc(x, w, b, 1), (randn(7, 2, 3), randn(3, 3, 4), randn(4))),
     "rrelu_eval": (lambda x: F.rrelu(x, 0.1, 0.3, training=False), (x54,)),
@@ -162,8 +169,10 @@ def test_a_size_decided_by_tensor_values_is_refused_in_strict_mode_and_run_eager
     fn = lambda x, r: x.repeat_interleave(r, dim=0) * 2  # noqa: E731
     x, repeats = randn(3, 2), torch.tensor([1, 0, 3])
     with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
-        with pytest.raises(Exception, match=r"repeat_interleave.Tensor x1 .*size \(u\d+\) depends on tensor values"):
+        with pytest.raises(Exception, match=r"repeat_interleave.Tensor x1 .*size \(u\d+\) depends on tensor values") as raised:
             strict(fn)(x, repeats)
+        assert isinstance(raised.value.inner_exception, tpuc.UnsupportedOpsError)
+        assert "aten.repeat_interleave.Tensor" in raised.value.inner_exception.ops
         torch._dynamo.reset()
         with pytest.warns(UserWarning, match="uses the size u"):
             actual = torch.compile(fn, backend="tpuc")(x, repeats)
@@ -257,7 +266,7 @@ def test_adaptive_max_pooling_is_one_reduction_whatever_the_output_size(tmp_path
     x[0, 1, :2, :2, :2] = 7.0
     sizes = {}
     for out in ((5, 6, 7), (2, 2, 2)):
-        fn = lambda x: F.adaptive_max_pool3d(x, out, return_indices=True)  # noqa: E731
+        fn = lambda x, out=out: F.adaptive_max_pool3d(x, out, return_indices=True)  # noqa: E731
         torch._dynamo.reset()
         dump = tmp_path / str(out[0])
         compiled = torch.compile(fn, backend="tpuc", options={"strict": True, "dump_dir": str(dump)})
@@ -402,7 +411,7 @@ def test_mixture_of_experts_models_compile_whole_and_train(name):
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
     for (path, p), q in zip(model.named_parameters(), twin.parameters()):
         if p.grad is not None:
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-5, msg=lambda m: f"{path}: {m}")
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-5, msg=lambda m, path=path: f"{path}: {m}")
 
 
 def test_the_device_rng_state_is_the_default_generators():

@@ -8,10 +8,9 @@ import subprocess
 import numpy as np
 import pytest
 import torch
+import torch._inductor.inductor_prims  # noqa: F401  (registers prims.fma)
 import torch.nn as nn
 import torch.nn.functional as F
-import torch._inductor.inductor_prims  # noqa: F401  (registers prims.fma)
-
 from test_zoo import tpuc_binary
 
 g = torch.Generator().manual_seed(0)
@@ -47,7 +46,8 @@ CASES = {
     "index_put": (lambda x, i, v: x.index_put((i,), v, accumulate=True), (torch.zeros(5), torch.tensor([0, 4, 0, 2]), randn(4))),
     "setitem_slice": (lambda x: (lambda y: (y.__setitem__((slice(None), slice(1, 3)), 7.0), y)[1])(x.clone()), (x34,)),
     "conv_transpose": (lambda x, w: F.conv_transpose1d(x, w, stride=2, padding=1, output_padding=1), (randn(2, 4, 5), randn(4, 3, 3))),
-    "embedding_bag_mean": (lambda w, i, o: F.embedding_bag(i, w, o, mode="mean"), (randn(10, 3), torch.tensor([1, 2, 4, 5, 4]), torch.tensor([0, 2]))),
+    "embedding_bag_mean": (lambda w, i, o: F.embedding_bag(i, w, o, mode="mean"),
+                           (randn(10, 3), torch.tensor([1, 2, 4, 5, 4]), torch.tensor([0, 2]))),
     "tril_triu": (lambda x: (torch.tril(x, -1), torch.triu(x, 1)), (x34,)),
     "linspace": (lambda x: x + torch.linspace(-1, 1, 4), (x34,)),
     "group_norm": (lambda x, w, b: F.group_norm(x, 3, w, b), (randn(2, 6, 5, 4), randn(6), randn(6))),
@@ -66,10 +66,12 @@ CASES = {
         lambda x, g: F.grid_sample(x, g, mode="nearest", padding_mode="border", align_corners=True),
         (randn(2, 3, 5, 6), torch.rand(2, 4, 3, 2, generator=g) * 2.4 - 1.2),
     ),
-    "cdist": (lambda a, b: (torch.cdist(a, b), torch.cdist(a, b, p=1), torch.cdist(a, b, p=float("inf"))), (randn(2, 5, 3), randn(2, 30, 3))),
+    "cdist": (lambda a, b: (torch.cdist(a, b), torch.cdist(a, b, p=1), torch.cdist(a, b, p=float("inf"))),
+              (randn(2, 5, 3), randn(2, 30, 3))),
     "pdist": (lambda x: (F.pdist(x), F.pdist(x, p=3)), (randn(6, 4),)),
     "max_pool_indices": (lambda x: F.max_pool2d(x, 3, 2, 1, dilation=2, return_indices=True), (randn(2, 3, 9, 11),)),
-    "max_pool_indices_nan": (lambda x: F.max_pool2d(x, 2, return_indices=True), (torch.where(randn(1, 2, 4, 4) > 1, float("nan"), randn(1, 2, 4, 4)),)),
+    "max_pool_indices_nan": (lambda x: F.max_pool2d(x, 2, return_indices=True),
+                             (torch.where(randn(1, 2, 4, 4) > 1, float("nan"), randn(1, 2, 4, 4)),)),
     "atan2_out": (lambda a, b: torch.atan2(a, b, out=torch.empty(3, 4)), (x34, randn(3, 4))),
     "special_functions": (lambda x: (torch.lgamma(x), torch.digamma(x.abs() + 0.5), torch.erfinv(x.clamp(-0.9, 0.9)),
                                      torch.erfc(x), torch.exp2(x)), (x34,)),
@@ -96,7 +98,8 @@ CASES = {
     "nonzero_static": (lambda x: (torch.nonzero_static(x > 0, size=4), torch.nonzero_static(x > 0, size=9, fill_value=-7)), (x34,)),
     "order_statistics": (lambda x, y: (torch.median(x), torch.median(x, 1), torch.nanmedian(y, 1), torch.nanmedian(y),
                                        torch.median(y, 0), torch.kthvalue(x, 2, 0)),
-                         (x34, torch.tensor([[1.0, float("nan"), 3.0, 0.5], [float("nan"), 4.0, float("nan"), -2.0], [2.0, 2.0, -1.0, 7.0]]))),
+                         (x34, torch.tensor([[1.0, float("nan"), 3.0, 0.5], [float("nan"), 4.0, float("nan"), -2.0],
+                                             [2.0, 2.0, -1.0, 7.0]]))),
     "bucketize_angle_scatter_reduce": (lambda x, i, s: (torch.bucketize(x, torch.tensor([-1.0, 0.0, 1.0])), torch.angle(x),
                                                         x.scatter(0, i, s, reduce="multiply"), x.scatter(1, i, 2.0, reduce="add")),
                                        (x34, index, randn(2, 4))),
@@ -156,7 +159,7 @@ def test_pooling_and_convolution_backward_match_eager():
     # Gradients pass through three layers and a squared loss: float32 sums in XLA's order
     # differ from torch's by up to ~2e-4 relative (measured).
     for (name, p), q in zip(model.named_parameters(), compiled_model.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-4, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_attention_backward_matches_eager():
@@ -196,7 +199,7 @@ def test_grouped_query_attention_forward_backward_and_export(tmp_path):
     torch.testing.assert_close(compiled(q, k, v), model(q, k, v), rtol=1e-5, atol=1e-5)
     grads = [torch.autograd.grad(f(q, k, v).square().sum(), (q, k, v)) for f in (model, compiled)]
     for expected, actual, name in zip(*grads, "qkv"):
-        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5, msg=lambda m: f"d{name}: {m}")
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"d{name}: {m}")
 
     inputs = tuple(t.detach() for t in (q, k, v))
     archive = tmp_path / "gqa.pt2"

@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines the quantized_decomposed ops
 import torch.nn as nn
-
 from models import DecoderBlock
 from test_zoo import tpuc_binary
 

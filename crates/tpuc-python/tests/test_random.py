@@ -7,7 +7,6 @@ import subprocess
 import numpy as np
 import torch
 import torch.nn.functional as F
-
 from test_zoo import tpuc_binary
 
 N = 200_000

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 import torch
+from models import zoo
 
 import tpuc
-from models import zoo
 
 MODELS = {name: (model, inputs) for name, model, inputs in zoo()}
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -68,10 +68,10 @@ def test_a_training_step_over_a_mesh_matches_eager(name, mesh, plan):
     loss, grads, params = train_step(model, compiled, inputs)
     torch.testing.assert_close(loss, loss_e, **TOL)
     for n in grads_e:
-        torch.testing.assert_close(grads[n], grads_e[n], **TOL, msg=lambda m: f"gradient of {n}: {m}")
+        torch.testing.assert_close(grads[n], grads_e[n], **TOL, msg=lambda m, n=n: f"gradient of {n}: {m}")
         keep = signal(grads_e[n])
         torch.testing.assert_close(params[n][keep], params_e[n][keep], rtol=1e-4, atol=1e-4,
-                                   msg=lambda m: f"{n}: {m}")
+                                   msg=lambda m, n=n: f"{n}: {m}")
 
 
 # Collectives in XLA's optimized programs of a Llama training step (forward, backward), by plan.
@@ -342,4 +342,4 @@ def test_batches_and_weights_the_mesh_does_not_divide_are_padded(mesh, plan):
     model(x).square().mean().backward()
     compiled(x).square().mean().backward()
     for (path, p), q in zip(model.named_parameters(), twin.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, **TOL, msg=lambda m: f"{path}: {m}")
+        torch.testing.assert_close(q.grad, p.grad, **TOL, msg=lambda m, path=path: f"{path}: {m}")

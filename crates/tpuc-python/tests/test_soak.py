@@ -14,7 +14,7 @@ def test_a_short_soak_stays_flat_and_right(tmp_path):
                           "--recompiles", "60", "--threads-rounds", "20", "--max-growth-mb", "32"],
                          capture_output=True, text=True, timeout=900, cwd=tmp_path,
                          env=dict(os.environ, TPUC_CACHE_DIR=str(tmp_path / "cache")))
-    parts = {r["part"]: r for r in map(json.loads, (l for l in run.stdout.splitlines() if l.startswith("{")))}
+    parts = {r["part"]: r for r in map(json.loads, (line for line in run.stdout.splitlines() if line.startswith("{")))}
     assert run.returncode == 0, (parts, run.stderr[-3000:])
     assert sorted(parts) == ["calls", "recompiles", "threads"], run.stdout
     assert parts["calls"]["growth_mb"] <= 32 and parts["recompiles"]["compiled"] >= 60, parts

@@ -101,7 +101,7 @@ def test_a_simple_fsdp_step_matches_the_unsharded_one(fake_world, n):
     batches = torch.randn(4 * n, 8).chunk(n)
     losses, sums = [], [0, 0]
     for x in batches:
-        loss, gs = grads(lambda a, b: mlp_loss(a, b, x), w1, w2)
+        loss, gs = grads(lambda a, b, x=x: mlp_loss(a, b, x), w1, w2)
         losses.append(loss)
         sums = [s + g for s, g in zip(sums, gs)]
     program = tpuc.spmd(step, mesh)
@@ -131,7 +131,7 @@ def test_a_two_dimensional_mesh_groups_ranks_by_dimension(fake_world):
 
     w1, w2 = mlp_weights()
     batches = torch.randn(8, 8).chunk(2)
-    expected = [grads(lambda a, b: mlp_loss(a, b, x), w1, w2) for x in batches]
+    expected = [grads(lambda a, b, x=x: mlp_loss(a, b, x), w1, w2) for x in batches]
     mean = [sum(e[1][i] for e in expected) / 2 for i in range(2)]
     ranks = []
     for r in range(4):

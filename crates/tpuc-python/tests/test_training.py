@@ -5,7 +5,6 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-
 from models import Llama, MinGPT
 
 STEPS = 20

@@ -7,9 +7,8 @@ import subprocess
 import numpy as np
 import pytest
 import torch
-from torch.utils._pytree import tree_leaves
-
 from models import zoo
+from torch.utils._pytree import tree_leaves
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 MODELS = {name: (model, inputs) for name, model, inputs in zoo()}

@@ -12,7 +12,6 @@ DUMP = tempfile.mkdtemp(prefix="tpuc-hlo-")
 os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={DUMP} --xla_dump_hlo_as_text"
 
 import torch  # noqa: E402
-
 from models import Llama  # noqa: E402
 
 KINDS = ["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"]

@@ -24,7 +24,7 @@ def _autoload() -> None:
     it): importing this package makes the device available."""
 
 
-from . import device as _device
+from . import device as _device  # noqa: E402  (after _autoload, which torch may call first)
 
 _device.enable()
 
@@ -44,7 +44,7 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-_SUBMODULES = {"backend", "decompositions", "exported", "graph", "options", "ranks", "runtime", "sharding"}
+_SUBMODULES = {"backend", "compiler", "decompositions", "exported", "graph", "options", "ranks", "runtime", "sharding"}
 
 
 def __getattr__(name: str):

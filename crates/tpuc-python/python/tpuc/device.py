@@ -26,8 +26,8 @@ from torch.utils._python_dispatch import return_and_correct_aliasing
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from . import _tpuc, fusion
-from .compare import difference
-from .runtime import STATS, dtype_name, session
+from .runtime import STATS, DeviceHooks, attach_device, dtype_name, session
+from .tolerance import difference
 
 NAME = "tpuc"
 _RENAME_LOCK = threading.Lock()
@@ -521,7 +521,7 @@ def _miss_reason(func, types) -> str:
 def _compiler():
     global _COMPILER
     if _COMPILER is None:
-        from .backend import GraphCompiler
+        from .compiler import GraphCompiler
         from .options import Options
         _COMPILER = GraphCompiler(Options.parse({"strict": True, "hoist_weights": False}))
     return _COMPILER
@@ -734,7 +734,8 @@ def _trace(func, flat, spec) -> torch.fx.GraphModule:
     returns: list = []
     examples = [torch.empty(flat[i].shape, dtype=flat[i].dtype) for i in positions]
     from torch.fx.experimental.proxy_tensor import make_fx
-    from .backend import decompositions
+
+    from .compiler import decompositions
     gm = make_fx(functional, decomposition_table=decompositions(_compiler().opts), tracing_mode="fake")(*examples)
     gm.graph.eliminate_dead_code()
     gm.recompile()
@@ -764,7 +765,8 @@ def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None
     """The dump directory's files of a program the device compiled (as the backend writes them,
     numbered: an op compiles once per argument types), and the device's cache statistics."""
     import json
-    from .backend import dump_graph
+
+    from .compiler import dump_graph
 
     dump_graph(directory, f"{name}_{_CACHE['misses']}", gm, compiled)
     with open(os.path.join(directory, "device_cache_stats.json"), "w") as out:
@@ -1328,4 +1330,9 @@ def hide_from_dynamo() -> None:
 @functools.cache
 def enable() -> None:
     """Makes `torch.device("tpuc")` available (done when tpuc is imported)."""
+    fusion.attach_device(fusion.DeviceFunctions(
+        value=_value, scalar_buffer=_scalar_buffer, new=_new, compile=_compile, execute=_execute,
+        run_trace=_run_trace, cannot_run=_cannot_run, count=_count))
+    attach_device(DeviceHooks(session=_session, argument=graph_argument, result=graph_result,
+                              eager=lambda module: EagerOnDevice(module).run, hide_from_dynamo=hide_from_dynamo))
     _register_device()

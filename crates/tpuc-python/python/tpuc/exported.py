@@ -14,7 +14,7 @@ import tempfile
 import torch
 
 from . import _tpuc
-from .runtime import _DTYPES, dtype_name
+from .runtime import DTYPES, dtype_name
 
 _SAVED_FORMAT = 1
 _PROGRAM = "program.pt2"
@@ -126,19 +126,19 @@ class CompiledProgram:
             tensors.append(value.detach().cpu().contiguous())
         results = self._program.run([(t.data_ptr(), t.numel() * t.element_size(), dtype_name(t.dtype),
                                       list(t.shape)) for t in tensors])
-        outputs = tuple(torch.frombuffer(data, dtype=_DTYPES[dtype]).reshape(shape) if data
-                        else torch.empty(shape, dtype=_DTYPES[dtype]) for dtype, shape, data in results)
+        outputs = tuple(torch.frombuffer(data, dtype=DTYPES[dtype]).reshape(shape) if data
+                        else torch.empty(shape, dtype=DTYPES[dtype]) for dtype, shape, data in results)
         return outputs[0] if len(outputs) == 1 else outputs
 
     @property
     def inputs(self) -> list[tuple[str, torch.dtype, list[int]]]:
         """The program's user inputs: (name, dtype, shape) each."""
-        return [(name, _DTYPES[dtype], shape) for name, dtype, shape in self._program.inputs]
+        return [(name, DTYPES[dtype], shape) for name, dtype, shape in self._program.inputs]
 
     @property
     def outputs(self) -> list[tuple[torch.dtype, list[int]]]:
         """The program's outputs: (dtype, shape) each."""
-        return [(_DTYPES[dtype], shape) for dtype, shape in self._program.outputs]
+        return [(DTYPES[dtype], shape) for dtype, shape in self._program.outputs]
 
     @property
     def cache(self) -> str:

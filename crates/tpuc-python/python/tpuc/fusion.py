@@ -2,7 +2,7 @@
 recorded run is then compiled as one program through the pipeline and cached by its structure,
 so the same steps of a loop run one executable.
 
-A recorded op is its trace (`device._OpTrace`, the one strict mode compiles alone) and where each
+A recorded op is its trace (the device's `_OpTrace`, the one strict mode compiles alone) and where each
 of its inputs comes from: a buffer on the device, a Python float it takes as an input, or an
 output of an earlier recorded op. The tensors it makes hold `Pending` values. A run ends when a
 value is read (`.cpu()`, `.item()`, printing, a data-dependent branch), at
@@ -14,17 +14,50 @@ it, where XLA fuses them away.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
 from . import _tpuc
-from . import device as _device  # (a cycle: device imports this module; used at call time only)
 
 # What fused mode does: whether it is on, and the most ops a run records.
 _STATE = {"on": False, "max_ops": 1000, "hooked": False}
 _CURRENT: list = []  # the run being recorded, if any
 # Programs of recorded runs, by the run's structure: its ops and the values it returns.
 _PROGRAMS: dict = {}
+
+
+class DeviceFunctions(NamedTuple):
+    """What recording and running need of the device, given by it (`attach_device`): this
+    module does not import the device, which imports it.
+
+    value:         `value(tensor)`, a device tensor's value (a buffer or a `Pending`).
+    scalar_buffer: `scalar_buffer(number, dtype)`, a Python number on the device.
+    new:           `new(pending, dtype, shape, strides, numel)`, a device tensor holding a
+                   pending value.
+    compile:       `compile(name, gm)`, a graph compiled as strict mode compiles an op's.
+    execute:       `execute(name, program, buffers)`, a compiled program's outputs.
+    run_trace:     `run_trace(trace, buffers)`, one op run as strict mode runs it.
+    cannot_run:    `cannot_run(error)`, why an op cannot run on the device, or None.
+    count:         `count(miss)`, a cache lookup of the device's programs (a miss's reason).
+    """
+
+    value: Callable
+    scalar_buffer: Callable
+    new: Callable
+    compile: Callable
+    execute: Callable
+    run_trace: Callable
+    cannot_run: Callable
+    count: Callable
+
+
+_DEVICE: list = []  # the device's functions, once attached
+
+
+def attach_device(functions: DeviceFunctions) -> None:
+    _DEVICE[:] = [functions]
 
 
 class Pending:
@@ -93,14 +126,15 @@ def recording() -> bool:
 def record(trace, tensors: list, floats: list) -> list:
     """Records `trace` run on `tensors` (and the lifted `floats`); the tensors it returns, as its
     graph's outputs are (its inputs, or new tensors holding pending values)."""
-    values = [_device._value(t) for t in tensors]
+    device = _DEVICE[0]
+    values = [device.value(t) for t in tensors]
     run = _CURRENT[0] if _CURRENT else None
     if run is None:
         run = _Run()
         _CURRENT.append(run)
     sources = [run.source(v) for v in values]
     for value in floats:
-        sources.append(run.new_input(_device._scalar_buffer(value, trace.scalar_dtype)))
+        sources.append(run.new_input(device.scalar_buffer(value, trace.scalar_dtype)))
     run.ops.append((trace, tuple(sources)))
     results = []
     for output in trace.outputs:
@@ -109,7 +143,7 @@ def record(trace, tensors: list, floats: list) -> list:
             continue
         pending = Pending(run, len(run.pendings))
         run.pendings.append(weakref.ref(pending))
-        results.append(_device._new(pending, output[1], output[2], output[3], output[4]))
+        results.append(device.new(pending, output[1], output[2], output[3], output[4]))
     if len(run.ops) >= _STATE["max_ops"]:
         flush()
     return results
@@ -138,20 +172,20 @@ def flush() -> None:
     run = _CURRENT.pop()
     if not run.ops:
         return
-    device = _device
+    device = _DEVICE[0]
     live = [(i, p) for i, ref in enumerate(run.pendings) if (p := ref()) is not None]
     key = (tuple(run.ops), tuple(i for i, _ in live))
     program = _PROGRAMS.get(key)
     try:
         if program is None:
-            program = device._compile(f"fused_{len(run.ops)}_ops", _graph(run, [i for i, _ in live]))
+            program = device.compile(f"fused_{len(run.ops)}_ops", _graph(run, [i for i, _ in live]))
             _PROGRAMS[key] = program
-            device._count("new recorded run")
+            device.count("new recorded run")
         else:
-            device._count(None)
-        results = device._execute("a fused run", program, run.inputs)
+            device.count(None)
+        results = device.execute("a fused run", program, run.inputs)
     except _tpuc.TpucError as error:
-        if device._cannot_run(error) is None:
+        if device.cannot_run(error) is None:
             run.error = error
             raise
         # An op tpuc lowers for some arguments, not these: each op alone, as strict mode would.
@@ -194,7 +228,7 @@ def _graph(run: _Run, returned: list) -> torch.fx.GraphModule:
                 env[node] = graph.get_attr(name)
                 env[node].meta = dict(node.meta)
             else:
-                env[node] = graph.node_copy(node, lambda n: env[n])
+                env[node] = graph.node_copy(node, lambda n, env=env: env[n])
     graph.output(tuple(computed[i] for i in returned))
     gm = torch.fx.GraphModule(root, graph)
     gm.graph.eliminate_dead_code()
@@ -209,10 +243,10 @@ def _placeholders(gm: torch.fx.GraphModule) -> list:
 def _replay(run: _Run, live: list) -> None:
     """The run's ops run one by one, as in strict mode (an op tpuc cannot lower for its
     arguments on the CPU, with a warning)."""
-    device = _device
+    device = _DEVICE[0]
     values: list = []
     for trace, sources in run.ops:
         buffers = [run.inputs[-1 - s] if s < 0 else values[s] for s in sources]
-        values.extend(device._run_trace(trace, buffers))
+        values.extend(device.run_trace(trace, buffers))
     for index, pending in live:
         pending.buffer = values[index]

@@ -7,6 +7,7 @@ from typing import Any
 
 from . import _tpuc
 
+
 @dataclasses.dataclass(frozen=True)
 class Options:
     """How the backend compiles.

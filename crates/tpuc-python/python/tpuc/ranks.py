@@ -105,7 +105,7 @@ class RankProgram:
     def _compile(self, leaves: list, spec):
         from torch.fx.experimental.proxy_tensor import make_fx
 
-        from .backend import GraphCompiler, decompositions
+        from .compiler import GraphCompiler, decompositions
 
         out_spec = []
 

@@ -7,10 +7,12 @@ import sys
 import threading
 import warnings
 import weakref
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
-from torch.utils.dlpack import from_dlpack
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+from torch.utils.dlpack import from_dlpack
 
 from . import _tpuc
 
@@ -22,11 +24,47 @@ from . import _tpuc
 STATS = {"compiles": 0, "cache_hits": 0, "uploads": 0, "reused": 0, "prepared": 0, "bucket_hits": 0,
          "in_place": 0}
 
+class DeviceHooks(NamedTuple):
+    """What the layers below the eager device need of it, given by the device when it is
+    enabled (`attach_device`): they never import it.
+
+    session:          the device's `Session`.
+    argument:         `argument(value, cache)`, the buffer a compiled graph over the device's
+                      tensors runs on for its argument `value`.
+    result:           `result(buffer, dtype, shape, where)`, a compiled graph's result as its
+                      traced value was (a device tensor's inner tensor, a device or CPU tensor).
+    eager:            `eager(module)`, a function running a partitioned graph over the device's
+                      tensors with its uncompiled nodes op by op on the device.
+    hide_from_dynamo: keeps Dynamo out of the device's own code.
+    """
+
+    session: Callable[[], "Session"]
+    argument: Callable
+    result: Callable
+    eager: Callable
+    hide_from_dynamo: Callable[[], None]
+
+
+_DEVICE: DeviceHooks | None = None
+
+
+def attach_device(hooks: DeviceHooks) -> None:
+    global _DEVICE
+    _DEVICE = hooks
+
+
+def device_hooks() -> DeviceHooks:
+    """The eager device's hooks (importing the package enables the device, which gives them)."""
+    if _DEVICE is None:
+        raise _tpuc.TpucError("the tpuc device is not enabled (import tpuc enables it)")
+    return _DEVICE
+
+
 _RUNTIMES: dict[tuple, "Session"] = {}
 _RUNTIMES_LOCK = threading.Lock()
 
 # The torch dtypes tpuc handles, by the names tpuc's dtype model gives them.
-_DTYPES = {name: getattr(torch, name) for name in _tpuc.dtype_names()}
+DTYPES = {name: getattr(torch, name) for name in _tpuc.dtype_names()}
 
 
 class Session:
@@ -89,7 +127,7 @@ def session(plugin: str | None, mesh: str | None = None) -> Session:
 
 def dtype_name(dtype: torch.dtype) -> str:
     name = str(dtype).removeprefix("torch.")
-    if name not in _DTYPES:
+    if name not in DTYPES:
         raise _tpuc.TpucError(f"tpuc does not handle tensors of dtype {dtype}")
     return name
 
@@ -229,7 +267,7 @@ class CompiledGraph:
         self.single = single
         # Constant tensors of the graph, passed after its own arguments.
         self.constants = list(constants or [])
-        self.specs = [(_DTYPES[d], tuple(s)) for d, s in compiled.output_specs]
+        self.specs = [(DTYPES[d], tuple(s)) for d, s in compiled.output_specs]
         self.random = compiled.random
         # How each input is laid out over the session's mesh (all None on one device).
         self.input_specs = [_spec_key(spec) for spec in compiled.input_specs]
@@ -298,12 +336,11 @@ class CompiledGraph:
     def call_on_device(self, args: list):
         """A call of a graph over the tpuc device's tensors: their buffers in, its results' buffers
         out as the device's tensors, nothing copied (`device.graph_argument`, `graph_result`)."""
-        from . import device
-
+        hooks = device_hooks()
         given = list(args) + self.constants
-        arguments = [device.graph_argument(given[i], self.cache) for i in self.inputs]
+        arguments = [hooks.argument(given[i], self.cache) for i in self.inputs]
         buffers = self.compiled.launch(arguments, self.cache.seed() if self.random else None)
-        results = [device.graph_result(buffer, dtype, shape, where)
+        results = [hooks.result(buffer, dtype, shape, where)
                    for buffer, (dtype, shape), where in zip(buffers, self.specs, self.devices)]
         return self.returned(args, results)
 

@@ -194,7 +194,7 @@ def gather_at_use(gm: torch.fx.GraphModule, at_use: list, mesh: str) -> None:
         used.meta["val"] = node.meta.get("val")
         # The backward gathers again rather than keeping the whole weight from the forward.
         used.meta["recompute"] = torch.utils.checkpoint.CheckpointPolicy.MUST_RECOMPUTE
-        node.replace_all_uses_with(used, delete_user_cb=lambda user: user is not used)
+        node.replace_all_uses_with(used, delete_user_cb=lambda user, used=used: user is not used)
         changed = True
     if changed:
         gm.recompile()
