@@ -30,7 +30,7 @@ fn bench(c: &mut Criterion) {
         .expect("benchmark model passes")
         .main;
     let mut g = c.benchmark_group("compile");
-    g.throughput(Throughput::Elements(program.graph.nodes.len() as u64));
+    g.throughput(Throughput::Elements(program.graph().nodes.len() as u64));
     g.bench_function("read", |b| b.iter(|| tpuc_fx::read_program(&path).unwrap()));
     g.bench_function("lower", |b| {
         b.iter(|| tpuc_hlo::lower(&program, &opts).unwrap())

@@ -321,7 +321,7 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
                 eprintln!(
                     "{} nodes -> {} StableHLO ops; read {:.1} ms, lower {:.1} ms, passes {:.1} ms, \
                      emit {:.1} ms",
-                    c.program.graph.nodes.len(),
+                    c.program.graph().nodes.len(),
                     c.ir.main.ops().len(),
                     ms(t.read),
                     ms(t.lower),

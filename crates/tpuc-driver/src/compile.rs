@@ -136,11 +136,11 @@ fn emit_read(
     let name = source.name();
     // Inputs with symbolic sizes, as declared, for messages about inputs of other shapes.
     let declared: HashMap<String, String> = program
-        .graph
+        .graph()
         .inputs
         .iter()
         .filter_map(|i| {
-            let meta = program.graph.tensor(&i.name)?;
+            let meta = program.graph().tensor(&i.name)?;
             let symbolic = meta.static_sizes().is_none();
             symbolic.then(|| (i.name.clone(), meta.describe_sizes()))
         })
@@ -190,7 +190,7 @@ fn emit_read(
         Some((mesh, _)) if per_device => (Some(mesh), None),
         Some((mesh, plan)) => {
             let fail = |e: String| Error::Invalid(format!("{name}: {e}"));
-            tpuc_hlo::plan::check_heads(&plan, &mesh, &program.graph).map_err(fail)?;
+            tpuc_hlo::plan::check_heads(&plan, &mesh, program.graph()).map_err(fail)?;
             let args =
                 tpuc_hlo::plan::resolve(&plan, &mesh, &signature, &arg_types).map_err(fail)?;
             let result_types = lowered.module.main.result_types();

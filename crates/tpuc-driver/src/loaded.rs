@@ -544,9 +544,13 @@ impl Loaded {
             let ArgRole::Weight(name) = role else {
                 continue;
             };
-            let weight = compiled.program.weights.get(name.as_str()).ok_or_else(|| {
-                Error::Invalid(format!("the archive has no data for weight {name}"))
-            })?;
+            let weight = compiled
+                .program
+                .weights()
+                .get(name.as_str())
+                .ok_or_else(|| {
+                    Error::Invalid(format!("the archive has no data for weight {name}"))
+                })?;
             let host = HostValue {
                 elem: ty.elem,
                 dims: ty.shape.clone(),

@@ -322,12 +322,33 @@ pub struct Weight {
 /// An exported program: the graph plus the data of its parameters, buffers and constants,
 /// keyed by fully qualified name (the `target` of the graph inputs).
 #[derive(Clone, Debug, Default, PartialEq)]
+/// A validated program: every reader ends with `validate::validated`, and [`Program::new`]
+/// validates too, so a `Program` that exists passed validation (its fields are this crate's).
 pub struct Program {
-    pub graph: Graph,
-    pub weights: HashMap<String, Weight>,
+    pub(crate) graph: Graph,
+    pub(crate) weights: HashMap<String, Weight>,
 }
 
 impl Program {
+    /// The program of `graph` and `weights`, or what is wrong with it: (where, what).
+    pub fn new(
+        graph: Graph,
+        weights: HashMap<String, Weight>,
+    ) -> std::result::Result<Program, (String, String)> {
+        let program = Program { graph, weights };
+        crate::validate::validate(&program)?;
+        Ok(program)
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The weights by fully qualified name.
+    pub fn weights(&self) -> &HashMap<String, Weight> {
+        &self.weights
+    }
+
     /// The weight bound to a graph input, if it is a parameter, buffer or constant.
     pub fn weight_for(&self, input: &GraphInput) -> Option<&Weight> {
         match &input.kind {

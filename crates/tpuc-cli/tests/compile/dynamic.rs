@@ -190,10 +190,10 @@ fn bad_sizes_refused() -> Result<(), Failed> {
 /// The .fx format keeps the symbols' ranges: the converted program reads back the same.
 fn fx_keeps_ranges() -> Result<(), Failed> {
     let original = tpuc_fx::read_program(&model())?;
-    if original.graph.symbol_ranges.len() != 2 {
+    if original.graph().symbol_ranges.len() != 2 {
         return Err(format!(
             "expected 2 symbol ranges, got {:?}",
-            original.graph.symbol_ranges
+            original.graph().symbol_ranges
         )
         .into());
     }

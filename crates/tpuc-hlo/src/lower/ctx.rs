@@ -49,7 +49,7 @@ pub struct Ctx<'p> {
 
 /// The tensors of `program` that a node reads or the graph returns, found in one pass.
 pub(super) fn used_tensors(program: &Program) -> HashSet<&str> {
-    let g = &program.graph;
+    let g = program.graph();
     let returned = g.outputs.iter().filter_map(|o| match &o.value {
         OutputValue::Tensor(t) => Some(t.as_str()),
         OutputValue::Constant(_) => None,
@@ -152,7 +152,7 @@ impl<'p> Ctx<'p> {
     fn sym_int(&self, s: &tpuc_fx::SymIntArg) -> OpResult<i64> {
         match s {
             tpuc_fx::SymIntArg::Int(v) => Ok(*v),
-            tpuc_fx::SymIntArg::Name(name) => match self.program.graph.sym_ints.get(name) {
+            tpuc_fx::SymIntArg::Name(name) => match self.program.graph().sym_ints.get(name) {
                 Some(Dim::Static(v)) => Ok(*v),
                 _ => err(format!(
                     "symbolic size {name} is not supported (export with static shapes)"
@@ -299,7 +299,7 @@ impl<'p> Ctx<'p> {
         };
         let meta = self
             .program
-            .graph
+            .graph()
             .tensor(name)
             .ok_or_else(|| OpError(format!("output {name} has no type")))?;
         meta_type(meta).map(Some).map_err(OpError)

@@ -71,7 +71,7 @@ fn node_loc(n: &Node) -> Arc<Loc> {
 
 /// Lowers a validated program to a StableHLO module. Reports every unsupported op at once.
 pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerError> {
-    let g = &program.graph;
+    let g = program.graph();
     refuse_dynamic_sizes(program)?;
     refuse_unsupported(g)?;
     let mut cx = Ctx {
@@ -146,7 +146,7 @@ fn refuse_unsupported(g: &tpuc_fx::Graph) -> Result<(), LowerError> {
 /// constants), then user inputs, each in signature order; what each argument stands for.
 fn bind_inputs(cx: &mut Ctx<'_>) -> Result<Vec<ArgRole>, LowerError> {
     let (program, opts) = (cx.program, cx.opts);
-    let g = &program.graph;
+    let g = program.graph();
     let mut args = Vec::new();
     let (weights, users): (Vec<&GraphInput>, Vec<&GraphInput>) = g
         .inputs
@@ -222,7 +222,7 @@ fn lower_node<'p>(
     n: &'p Node,
     spread: &mut padding::Spread,
 ) -> Result<(), LowerError> {
-    let g = &cx.program.graph;
+    let g = cx.program.graph();
     cx.b.set_loc(node_loc(n));
     let node_err = |message: String| node_error(n, message);
     let Lowering {
@@ -363,7 +363,7 @@ fn gather_outputs(
 ) -> Result<(Vec<Value>, Vec<ResultRole>), LowerError> {
     let mut results = Vec::new();
     let mut roles = Vec::new();
-    for (i, out) in cx.program.graph.outputs.iter().enumerate() {
+    for (i, out) in cx.program.graph().outputs.iter().enumerate() {
         match &out.value {
             OutputValue::Tensor(t) if spread.holds(t) => {
                 return Err(LowerError::NotPaddable {

@@ -94,10 +94,8 @@ impl TestGraph {
                 kind: OutputKind::User,
             })
             .collect();
-        Program {
-            graph: self.graph,
-            weights: Default::default(),
-        }
+        Program::new(self.graph, Default::default())
+            .unwrap_or_else(|(at, what)| panic!("a test graph is not valid: {at}: {what}"))
     }
 
     /// The graph returning `outputs`, lowered and through the passes (verified between them).
