@@ -214,15 +214,16 @@ impl CompiledGraph {
 
     /// Runs the graph on `inputs` (in order; see `execute`) and returns its outputs as DLPack
     /// capsules that alias the plugin's output memory (for plugins whose device memory is host
-    /// memory: the CPU plugin); `torch.from_dlpack` turns each into a tensor without a copy. A
-    /// padded graph's outputs come at their true shapes (a copy of the leading part).
+    /// memory: the CPU plugin), with whether the values derived from the stable inputs were
+    /// computed for this run; `torch.from_dlpack` turns each capsule into a tensor without a
+    /// copy. A padded graph's outputs come at their true shapes (a copy of the leading part).
     #[pyo3(signature = (inputs, seed=None))]
     fn run_dlpack<'py>(
         &self,
         py: Python<'py>,
         inputs: Vec<Bound<'py, PyAny>>,
         seed: Option<PyRef<'py, DeviceBuffer>>,
-    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    ) -> PyResult<(Vec<Bound<'py, PyAny>>, bool)> {
         if !self.compiled().results_whole() {
             return Err(error(
                 "the graph's results are split over the devices: run it with execute",
@@ -230,7 +231,8 @@ impl CompiledGraph {
         }
         let call = self.call(&inputs, seed)?;
         let outputs = py.detach(|| self.loaded.run(call)).map_err(driver_error)?;
-        capsules(py, &self.loaded, outputs)
+        let prepared_now = outputs.prepared_now;
+        Ok((capsules(py, &self.loaded, outputs)?, prepared_now))
     }
 
     /// Runs the graph on `inputs`, one per graph input in order: a `DeviceBuffer` (laid out as

@@ -283,13 +283,12 @@ class CompiledGraph:
         # (input, output). `call` gives up those that are contiguous; the others are passed as
         # usual and updated by aot_autograd's copy.
         self.donated = [(k, r) for k, r in compiled.donations if k not in self.padded]
-        # Values derived from the stable inputs are computed by the runtime once per set of their
-        # buffers; a call says when it computed them.
-        self.hoisted = compiled.prepared_stablehlo is not None
         # The common case, called on its own short path: the graph's inputs are its arguments as
-        # they are, on one device, and its outputs come back aliased, in order.
+        # they are, on one device, and its outputs come back aliased, in order. (Values derived
+        # from the stable inputs are the runtime's: computed once per set of their buffers, and a
+        # call says when it computed them.)
         self.direct = (devices is None and not self.constants and self.bucket is None and not self.donated
-                       and not self.hoisted and self.zero_copy and not self.random
+                       and self.zero_copy and not self.random
                        and all(spec is None for spec in self.input_specs)
                        and self.outputs == [("tensor", i) for i in range(len(self.specs))])
 
@@ -299,7 +298,10 @@ class CompiledGraph:
     def call(self, args: list):
         if self.direct:
             buffer = self.cache.buffer
-            results = [from_dlpack(c) for c in self.compiled.run_dlpack([buffer(args[i]) for i in self.inputs])]
+            capsules, prepared_now = self.compiled.run_dlpack([buffer(args[i]) for i in self.inputs])
+            if prepared_now:
+                STATS["prepared"] += 1
+            results = [from_dlpack(c) for c in capsules]
             return results[0] if self.single else results
         if self.devices is not None:
             return self.call_on_device(args)
