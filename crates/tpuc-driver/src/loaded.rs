@@ -111,11 +111,11 @@ pub struct Loaded {
     sizes: Mutex<HashMap<i64, DeviceValue>>,
 }
 
-/// Results of a call: each device's buffers, and each result's true shape (a bucketed
-/// program's results are computed at the bucket's shape).
+/// Results of a call: each device's buffers, and for a bucketed program (whose results are
+/// computed at the bucket's shape) each result's true shape ([`Outputs::shape`]).
 pub struct Outputs {
     pub per_device: Vec<Vec<Buffer>>,
-    pub shapes: Vec<Vec<i64>>,
+    pub true_shapes: Option<Vec<Vec<i64>>>,
     /// Whether the values derived from the weights were computed for this call (rather than
     /// found computed).
     pub prepared_now: bool,
@@ -287,7 +287,7 @@ impl Loaded {
         };
         Ok(Outputs {
             per_device,
-            shapes: bound.result_shapes,
+            true_shapes: bound.true_shapes,
             prepared_now: bound.prepared_now,
         })
     }
@@ -331,7 +331,9 @@ impl Loaded {
         }
         let mut values: Vec<Option<DeviceValue>> = self.fixed.clone();
         let mut donated = Vec::new();
-        let mut input_dims = Vec::with_capacity(self.inputs.len());
+        // A bucketed call's sizes come from its inputs' true shapes.
+        let padded = self.compiled.padded.is_some();
+        let mut input_dims = Vec::with_capacity(if padded { self.inputs.len() } else { 0 });
         for (index, (input, &position)) in call.inputs.into_iter().zip(&self.inputs).enumerate() {
             let taken = &self.compiled.arg_types[position].shape;
             match input {
@@ -343,12 +345,16 @@ impl Loaded {
                             self.target.devices().len()
                         )));
                     }
-                    input_dims.push(taken.clone());
+                    if padded {
+                        input_dims.push(taken.clone());
+                    }
                     values[position] = Some(value);
                 }
                 Input::Host(host) => {
                     self.check_host_input(index, &host)?;
-                    input_dims.push(host.dims.clone());
+                    if padded {
+                        input_dims.push(host.dims.clone());
+                    }
                     let host = if host.dims == *taken {
                         host
                     } else {
@@ -372,7 +378,9 @@ impl Loaded {
                         .ok_or_else(|| {
                             Error::Invalid(format!("input {index} is not updated in place"))
                         })?;
-                    input_dims.push(taken.clone());
+                    if padded {
+                        input_dims.push(taken.clone());
+                    }
                     donated.push((position, result, buffer));
                 }
             }
@@ -388,13 +396,14 @@ impl Loaded {
                 }
             }
         }
-        let mut result_shapes: Vec<Vec<i64>> = self
-            .compiled
-            .result_types
-            .iter()
-            .map(|t| t.shape.clone())
-            .collect();
+        let mut true_shapes = None;
         if let Some(padded) = &self.compiled.padded {
+            let result_shapes: Vec<Vec<i64>> = self
+                .compiled
+                .result_types
+                .iter()
+                .map(|t| t.shape.clone())
+                .collect();
             let sizes = padded.call_sizes(&input_dims, &result_shapes)?;
             let size_positions = signature
                 .args
@@ -405,7 +414,7 @@ impl Loaded {
             for (position, value) in size_positions.zip(sizes.values) {
                 values[position] = Some(self.size(position, value)?);
             }
-            result_shapes = sizes.results;
+            true_shapes = Some(sizes.results);
         }
         let mut prepared_now = false;
         if let (Some(prepared), Some(key)) = (&self.compiled.prepared, &self.prepared_key) {
@@ -437,7 +446,7 @@ impl Loaded {
         Ok(Bound {
             values,
             donated,
-            result_shapes,
+            true_shapes,
             prepared_now,
         })
     }
@@ -569,7 +578,7 @@ impl Loaded {
 struct Bound {
     values: Vec<Option<DeviceValue>>,
     donated: Vec<(usize, usize, Buffer)>,
-    result_shapes: Vec<Vec<i64>>,
+    true_shapes: Option<Vec<Vec<i64>>>,
     prepared_now: bool,
 }
 
@@ -590,6 +599,21 @@ impl Bound {
 }
 
 impl Outputs {
+    /// Result `index`'s true shape (its computed shape but for a bucketed program's).
+    pub fn shape<'a>(&'a self, loaded: &'a Loaded, index: usize) -> &'a [i64] {
+        match &self.true_shapes {
+            Some(shapes) => &shapes[index],
+            None => &loaded.compiled.result_types[index].shape,
+        }
+    }
+
+    /// Every result's true shape.
+    pub fn shapes(&self, loaded: &Loaded) -> Vec<Vec<i64>> {
+        (0..loaded.compiled.result_types.len())
+            .map(|i| self.shape(loaded, i).to_vec())
+            .collect()
+    }
+
     /// Result `index`, whole, into `dst`: its row-major bytes at its true shape, read from the
     /// devices' parts as `loaded` lays it out.
     pub fn to_host(&self, loaded: &Loaded, index: usize, dst: &mut [u8]) -> Result<()> {
@@ -598,8 +622,8 @@ impl Outputs {
             .result_types
             .get(index)
             .ok_or_else(|| Error::Invalid(format!("the program has no result {index}")))?;
-        let shape = &self.shapes[index];
-        if *shape == ty.shape {
+        let shape = self.shape(loaded, index);
+        if shape == ty.shape.as_slice() {
             return compiled.result_to_host(&self.per_device, index, dst);
         }
         let mut whole = HostTensor::zeros(ty.elem, &ty.shape)?;
@@ -624,7 +648,7 @@ impl Outputs {
             .get(index)
             .ok_or_else(|| Error::Invalid(format!("the program has no result {index}")))?
             .elem;
-        let mut host = HostTensor::zeros(elem, &self.shapes[index])?;
+        let mut host = HostTensor::zeros(elem, self.shape(loaded, index))?;
         self.to_host(loaded, index, host.bytes_mut())?;
         Ok(host)
     }

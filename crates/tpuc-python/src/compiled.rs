@@ -252,7 +252,7 @@ impl CompiledGraph {
         Ok(RunResult {
             loaded: self.loaded.clone(),
             prepared_now: outputs.prepared_now,
-            shapes: outputs.shapes.clone(),
+            shapes: outputs.shapes(&self.loaded),
             outputs: Mutex::new(Some(outputs)),
         })
     }
@@ -351,15 +351,17 @@ fn capsules<'py>(
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let compiled = loaded.compiled();
     let Outputs {
-        per_device, shapes, ..
+        per_device,
+        true_shapes,
+        ..
     } = outputs;
     let first = per_device.into_iter().next().unwrap_or_default();
     first
         .into_iter()
         .zip(&compiled.result_types)
-        .zip(&shapes)
         .enumerate()
-        .map(|(i, ((buffer, ty), wanted))| {
+        .map(|(i, (buffer, ty))| {
+            let wanted = true_shapes.as_ref().map_or(&ty.shape, |s| &s[i]);
             if *wanted == ty.shape {
                 return dlpack::capsule(py, dlpack::Memory::Device(buffer), ty.elem, wanted);
             }
