@@ -60,6 +60,17 @@ impl CompiledGraph {
         })
     }
 
+    /// Runs the graph on `inputs` with `seed`, the GIL released, and waits for its outputs.
+    fn run(
+        &self,
+        py: Python<'_>,
+        inputs: &[Bound<'_, PyAny>],
+        seed: Option<PyRef<'_, DeviceBuffer>>,
+    ) -> PyResult<Outputs> {
+        let call = self.call(inputs, seed)?;
+        py.detach(|| self.loaded.run(call)).map_err(driver_error)
+    }
+
     fn compiled(&self) -> &tpuc_driver::Compiled {
         self.loaded.compiled()
     }
@@ -229,8 +240,7 @@ impl CompiledGraph {
                 "the graph's results are split over the devices: run it with execute",
             ));
         }
-        let call = self.call(&inputs, seed)?;
-        let outputs = py.detach(|| self.loaded.run(call)).map_err(driver_error)?;
+        let outputs = self.run(py, &inputs, seed)?;
         let prepared_now = outputs.prepared_now;
         Ok((capsules(py, &self.loaded, outputs)?, prepared_now))
     }
@@ -247,8 +257,7 @@ impl CompiledGraph {
         inputs: Vec<Bound<'_, PyAny>>,
         seed: Option<PyRef<'_, DeviceBuffer>>,
     ) -> PyResult<RunResult> {
-        let call = self.call(&inputs, seed)?;
-        let outputs = py.detach(|| self.loaded.run(call)).map_err(driver_error)?;
+        let outputs = self.run(py, &inputs, seed)?;
         Ok(RunResult {
             loaded: self.loaded.clone(),
             prepared_now: outputs.prepared_now,
