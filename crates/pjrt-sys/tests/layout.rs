@@ -158,3 +158,20 @@ fn short_or_incomplete_tables_name_the_missing_functions() {
         .expect("a null slot");
     assert!(missing.contains(&"PJRT_Event_Await"));
 }
+
+/// A plugin refuses structs smaller than its own, and reads fields a caller did not set: every
+/// argument struct starts with its own size and all else zero.
+#[test]
+fn argument_structs_start_zeroed_with_their_size() {
+    let args = PJRT_Client_Create_Args::new();
+    assert_eq!(
+        args.struct_size,
+        std::mem::size_of::<PJRT_Client_Create_Args>()
+    );
+    assert!(args.extension_start.is_null());
+    assert_eq!(args.num_options, 0);
+    assert!(args.client.is_null());
+    let named = PJRT_NamedValue::new();
+    assert_eq!(named.struct_size, std::mem::size_of::<PJRT_NamedValue>());
+    assert_eq!((named.name_size, named.value_size), (0, 0));
+}

@@ -242,19 +242,28 @@ fn emit_read(
         stable,
         conv_kernels: target.conv_kernels,
     });
+    let donate = options
+        .donate
+        .iter()
+        .map(|&(input, result)| {
+            let position = signature.user_input_position(input).ok_or_else(|| {
+                Error::Invalid(format!("{name}: no user input {input} to update in place"))
+            })?;
+            Ok((position, result))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let pipeline_options = PipelineOptions {
         hoist,
         sharding,
         per_device: layout.clone().filter(|_| per_device),
+        donate,
         ..PipelineOptions::default()
     };
-    let mut piped =
+    let piped =
         tpuc_hlo::pipeline(lowered.module, &pipeline_options).map_err(|source| Error::Verify {
             what: name.clone(),
             source: Box::new(source),
         })?;
-    donate(&mut piped.main, &signature, &options.donate)
-        .map_err(|e| Error::Invalid(format!("{name}: {e}")))?;
     if let Some(p) = &piped.prepared {
         signature = signature.with_prepared(p.reads.clone(), p.module.main.results().len());
     }
@@ -291,35 +300,6 @@ fn emit_read(
         program,
         timings,
     })
-}
-
-/// Gives each user input of `donations` (its index among the user inputs, the result that
-/// takes its buffer) to its result: the caller donates the input and the result is written in
-/// its place.
-fn donate(
-    module: &mut Module,
-    signature: &Signature,
-    donations: &[(usize, usize)],
-) -> std::result::Result<(), String> {
-    let users: Vec<usize> = signature
-        .args
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| matches!(r, ArgRole::UserInput(_)))
-        .map(|(i, _)| i)
-        .collect();
-    for &(input, result) in donations {
-        let position = *users
-            .get(input)
-            .ok_or_else(|| format!("no user input {input} to update in place"))?;
-        let mut attrs = module.main.arg_attrs()[position].clone();
-        attrs.aliased_result = Some(result);
-        module.main.set_arg_attrs(position, attrs);
-    }
-    if donations.is_empty() {
-        return Ok(());
-    }
-    tpuc_hlo::ir::verify(module).map_err(|e| format!("updating inputs in place: {e}"))
 }
 
 /// The mesh and plan `options` ask for on `target`: data parallelism over all its devices unless
@@ -600,20 +580,13 @@ impl Target {
                 cache.outcomes.extend(outcome);
                 Ok(exe)
             };
-        let open = open_results(&emitted.ir);
-        let main_options = CompileOptions {
-            propagate_to_outputs: !open.is_empty(),
-            ..compile_options.clone()
-        };
-        let mut executable = compile(&emitted.module, &main_options, "")?;
-        if let Some(mesh) = emitted.mesh.clone().filter(|_| !open.is_empty()) {
-            let read = read_layouts(&executable, &mut emitted.ir, &mesh, &open)?;
-            if !read {
-                // A layout that is no whole mesh axes per dimension: those results are whole.
-                emitted.module = tpuc_emit::emit(&emitted.ir, EmitFormat::Text)?;
-                executable = compile(&emitted.module, &compile_options, "")?;
-            }
-        }
+        let executable = crate::result_layouts::compile_laid_out(
+            &mut emitted.module,
+            &mut emitted.ir,
+            emitted.mesh.as_ref(),
+            &compile_options,
+            |module, options| compile(module, options, ""),
+        )?;
         let prepared = match &emitted.prepared {
             Some((module, _)) => Some(PreparedExecutable {
                 executable: compile(module, &compile_options, " (prepared)")?,
@@ -669,57 +642,6 @@ impl Target {
         });
         Ok(compiled)
     }
-}
-
-/// The results of a module laid out over a mesh that it leaves to XLA's partitioner (no
-/// sharding; [`tpuc_hlo::plan::Plan::open_results`]).
-fn open_results(module: &Module) -> Vec<usize> {
-    if module.sharding.is_none() || module.manual {
-        return Vec::new();
-    }
-    let attrs = module.main.result_attrs();
-    (0..attrs.len())
-        .filter(|&i| attrs[i].sharding.is_none())
-        .collect()
-}
-
-/// Writes into `module` the layout XLA's partitioner gave each result at `open` in
-/// `executable`, over `mesh`. False when some layout is no whole mesh axes per dimension (or
-/// the plugin cannot say): those results are then made whole in `module`.
-fn read_layouts(
-    executable: &Executable,
-    module: &mut Module,
-    mesh: &Mesh,
-    open: &[usize],
-) -> Result<bool> {
-    let tilings = executable.output_tilings()?;
-    let sizes: Vec<i64> = mesh.axes.iter().map(|a| a.size).collect();
-    let result_types = module.main.result_types();
-    let mut all_read = true;
-    for &i in open {
-        let rank = result_types[i].rank();
-        let layout = tilings
-            .as_ref()
-            .and_then(|t| t.get(i))
-            .and_then(|tiling| ShardLayout::from_tiling(&sizes, rank, tiling));
-        let sharding = match layout {
-            Some(layout) => Sharding {
-                dims: layout
-                    .dims()
-                    .iter()
-                    .map(|axes| axes.iter().map(|&a| mesh.axes[a].name.clone()).collect())
-                    .collect(),
-            },
-            None => {
-                all_read = false;
-                Sharding::replicated(rank)
-            }
-        };
-        let mut attrs = module.main.result_attrs()[i].clone();
-        attrs.sharding = Some(sharding);
-        module.main.set_result_attrs(i, attrs);
-    }
-    Ok(all_read)
 }
 
 /// The in-process cache's key of the program `identity` ([`program_key`]) compiled with

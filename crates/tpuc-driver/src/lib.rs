@@ -22,6 +22,7 @@ mod error;
 pub mod layout;
 mod loaded;
 pub mod model;
+mod result_layouts;
 mod source;
 mod target;
 

@@ -130,9 +130,7 @@ impl Loaded {
         let layouts = (0..roles.len())
             .map(|i| compiled.arg_layout(i))
             .collect::<Result<Vec<_>>>()?;
-        let inputs = (0..roles.len())
-            .filter(|&i| matches!(roles[i], ArgRole::UserInput(_)))
-            .collect();
+        let inputs = compiled.signature.user_input_positions();
         let prepared_key = compiled
             .prepared
             .as_ref()

@@ -91,3 +91,66 @@ pub fn validate(program: &Program) -> std::result::Result<(), (String, String)> 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use crate::graph::*;
+    use crate::DType;
+
+    fn meta() -> TensorMeta {
+        TensorMeta {
+            dtype: DType::F32,
+            sizes: vec![Dim::Static(2)],
+            strides: vec![Dim::Static(1)],
+            storage_offset: 0,
+        }
+    }
+
+    /// `x -> neg(arg) -> output`, with `arg` and the output naming what they are given.
+    fn graph(arg: &str, output: &str) -> Graph {
+        let mut g = Graph::default();
+        g.inputs.push(GraphInput {
+            name: "x".into(),
+            kind: InputKind::UserInput,
+        });
+        g.nodes.push(Node {
+            name: "neg".into(),
+            target: "aten.neg.default".into(),
+            inputs: vec![NamedArg {
+                name: "self".into(),
+                arg: Arg::Tensor(arg.into()),
+                keyword: false,
+            }],
+            outputs: vec![NodeOutput::Tensor("y".into())],
+            stack_trace: None,
+        });
+        g.outputs.push(GraphOutput {
+            value: OutputValue::Tensor(output.into()),
+            kind: OutputKind::User,
+        });
+        g.tensors.insert("x".into(), meta());
+        g.tensors.insert("y".into(), meta());
+        g
+    }
+
+    /// A `Program` exists only once validated: the one constructor outside the readers refuses
+    /// what the readers refuse.
+    #[test]
+    fn a_program_that_exists_passed_validation() {
+        assert!(Program::new(graph("x", "y"), HashMap::new()).is_ok());
+        for (g, place, why) in [
+            (graph("z", "y"), "node neg", "undefined value z"),
+            (graph("y", "y"), "node neg", "before it is defined"),
+            (graph("x", "w"), "graph output 0", "undefined value w"),
+        ] {
+            let (at, what) = Program::new(g, HashMap::new()).unwrap_err();
+            assert!(at.starts_with(place) && what.contains(why), "{at}: {what}");
+        }
+        let mut untyped = graph("x", "y");
+        untyped.tensors.remove("y");
+        let (_, what) = Program::new(untyped, HashMap::new()).unwrap_err();
+        assert!(what.contains("no tensor metadata"), "{what}");
+    }
+}

@@ -111,6 +111,18 @@ impl Signature {
             .collect()
     }
 
+    /// The argument positions of the user inputs, in order.
+    pub fn user_input_positions(&self) -> Vec<usize> {
+        (0..self.args.len())
+            .filter(|&i| matches!(self.args[i], ArgRole::UserInput(_)))
+            .collect()
+    }
+
+    /// The argument position of user input `index`.
+    pub fn user_input_position(&self, index: usize) -> Option<usize> {
+        self.user_input_positions().get(index).copied()
+    }
+
     /// Positions of the results the user asked for.
     pub fn user_outputs(&self) -> Vec<usize> {
         (0..self.results.len())

@@ -395,3 +395,22 @@ fn gather_outputs(
     }
     Ok((results, roles))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{t, TestGraph};
+    use tpuc_fx::DType;
+
+    /// A lowering whose result is not of the type torch recorded is an error naming the node,
+    /// never a module computing something else.
+    #[test]
+    fn an_output_of_another_type_than_torch_recorded_is_an_error() {
+        for (dtype, sizes) in [(DType::F32, &[4][..]), (DType::F64, &[3][..])] {
+            let mut g = TestGraph::default();
+            let x = g.input("x", DType::F32, &[3]);
+            let y = g.node1("aten.relu.default", vec![("self", t(&x))], dtype, sizes);
+            let e = g.lower(&[&y]).unwrap_err().to_string();
+            assert!(e.contains("node0") && e.contains("torch recorded"), "{e}");
+        }
+    }
+}

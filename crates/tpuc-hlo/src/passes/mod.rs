@@ -3,6 +3,7 @@
 pub mod bool_constants;
 pub mod canonicalize;
 pub mod dead_code;
+pub mod donation;
 pub mod exact_division;
 pub mod fold;
 pub mod hoist;
@@ -24,6 +25,9 @@ pub struct PipelineOptions {
     /// Run the module, one device's program, on every device of this mesh (see
     /// [`sharding::per_device`]); not with `sharding` or `hoist`.
     pub per_device: Option<Mesh>,
+    /// Arguments updated in place: (argument position, the result holding its new value); see
+    /// [`donation`].
+    pub donate: Vec<(usize, usize)>,
     /// Run the verifier before the first pass and after each (on in debug builds and tests).
     pub verify: bool,
 }
@@ -34,6 +38,7 @@ impl Default for PipelineOptions {
             hoist: None,
             sharding: None,
             per_device: None,
+            donate: Vec::new(),
             verify: cfg!(debug_assertions),
         }
     }
@@ -56,7 +61,7 @@ pub struct Prepared {
 }
 
 /// The passes, in order: constant folding, canonical forms of views, dead code, hoisting,
-/// sharding (or making the module per device), then the plugin's legalisations (narrow float
+/// sharding (or making the module per device), updates in place, then the plugin's legalisations (narrow float
 /// arithmetic in float32, exact divisions by constants, boolean constants). The verifier runs between
 /// them when asked; an error names the pass after which the module broke.
 pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, VerifyError> {
@@ -83,6 +88,7 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
         }
         let main = sharding::per_device(module, mesh).map_err(|e| built(e, "per-device module"))?;
         check(&main, "making the module per device")?;
+        let main = donation::donate(main, &options.donate)?;
         let main = for_the_plugin(main);
         check(&main, "the plugin's legalisations")?;
         return Ok(Pipelined {
@@ -123,6 +129,7 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
             check(&p.module, "sharding the prepared module")?;
         }
     }
+    let main = donation::donate(main, &options.donate)?;
     let main = for_the_plugin(main);
     check(&main, "the plugin's legalisations")?;
     let prepared = match prepared {
