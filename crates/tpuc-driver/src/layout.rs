@@ -9,8 +9,9 @@
 use std::path::Path;
 
 use serde_json::Value;
-use tpuc_hlo::ir::{Mesh, Sharding};
+use tpuc_hlo::ir::{Mesh, Sharding, TensorType};
 use tpuc_hlo::plan::{Plan, Rule};
+use tpuc_hlo::{ArgRole, Signature};
 
 use crate::error::{Error, Result};
 
@@ -48,23 +49,27 @@ fn read_plan(path: &Path) -> Result<Plan> {
         path: path.to_path_buf(),
         source,
     })?;
-    let json: Value = serde_json::from_str(&text)
-        .map_err(|e| Error::Invalid(format!("{}: not a JSON plan: {e}", path.display())))?;
-    let fail = |what: String| Error::Invalid(format!("{}: {what}", path.display()));
+    plan_from_json(&text).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))
+}
+
+/// A plan from its JSON form, `{"rules": {PATTERN: SPEC, ...}, "ready": "fsdp,tp"}` (a plan
+/// file's, or a plan Python gives as a dict).
+pub fn plan_from_json(text: &str) -> std::result::Result<Plan, String> {
+    let json: Value = serde_json::from_str(text).map_err(|e| format!("not a JSON plan: {e}"))?;
     let Value::Object(top) = json else {
-        return Err(fail(
+        return Err(
             "a plan is an object {\"rules\": {PATTERN: SPEC}, \"ready\": \"fsdp,tp\"}".into(),
-        ));
+        );
     };
     let mut plan = Plan::default();
     for (key, value) in &top {
         match (key.as_str(), value) {
             ("ready", Value::String(ready)) => {
-                plan.ready = ready.parse::<Plan>().map_err(fail)?.ready;
+                plan.ready = ready.parse::<Plan>()?.ready;
             }
             ("rules", Value::Object(rules)) => {
                 for (pattern, spec) in rules {
-                    let spec = spec_of(spec).map_err(|e| fail(format!("rule {pattern:?}: {e}")))?;
+                    let spec = spec_of(spec).map_err(|e| format!("rule {pattern:?}: {e}"))?;
                     plan.rules.push(Rule {
                         pattern: pattern.clone(),
                         spec,
@@ -72,14 +77,34 @@ fn read_plan(path: &Path) -> Result<Plan> {
                 }
             }
             (other, _) => {
-                return Err(fail(format!(
+                return Err(format!(
                     "unknown or malformed entry {other:?} (a plan has \"rules\", an object of \
                      PATTERN: SPEC, and \"ready\", a string)"
-                )))
+                ))
             }
         }
     }
     Ok(plan)
+}
+
+/// The layout `plan` gives each argument (its role and type) over `mesh`, and, where its uses
+/// see another (a weight the plan `fsdp` gathers at use), that one: for callers that lay a
+/// program's inputs out before it is traced (the Python package's graphs).
+pub fn resolve_args(
+    plan: &Plan,
+    mesh: &Mesh,
+    args: Vec<(ArgRole, TensorType)>,
+) -> std::result::Result<Vec<(Sharding, Option<Sharding>)>, String> {
+    let (roles, types): (Vec<ArgRole>, Vec<TensorType>) = args.into_iter().unzip();
+    let signature = Signature {
+        args: roles,
+        results: Vec::new(),
+        prepared: None,
+    };
+    let shardings =
+        tpuc_hlo::plan::resolve(plan, mesh, &signature, &types).map_err(|e| e.to_string())?;
+    let at_use = tpuc_hlo::plan::resolve_at_use(plan, &signature, &shardings);
+    Ok(shardings.into_iter().zip(at_use).collect())
 }
 
 /// A partition spec: one entry per dimension, `null`, an axis, or a list of axes.

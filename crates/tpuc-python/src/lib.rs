@@ -5,10 +5,6 @@
 //! into.
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use tpuc_driver::{ArgRole, Buckets, Mesh, Plan, Precision};
-use tpuc_hlo::ir::{Sharding, TensorType};
-use tpuc_hlo::plan::Rule;
-use tpuc_hlo::{ResultRole, Signature};
 use tpuc_pjrt::DType;
 
 pyo3::create_exception!(
@@ -128,12 +124,6 @@ fn dtype_names() -> Vec<&'static str> {
     DType::ALL.iter().map(|d| d.name()).collect()
 }
 
-/// The names `matmul_precision` takes (`highest`, `high`, `default`).
-#[pyfunction]
-fn matmul_precisions() -> Vec<&'static str> {
-    Precision::ALL.iter().map(|p| p.name()).collect()
-}
-
 /// The user's source line (`file:line`) in a stack trace torch recorded on a node: the
 /// innermost frame outside installed packages.
 #[pyfunction]
@@ -144,71 +134,6 @@ fn source_line(stack_trace: &str) -> Option<String> {
 /// A partition spec from Python: per dimension, the mesh axes that split it.
 pub(crate) type Spec = Vec<Vec<String>>;
 
-pub(crate) fn parse_mesh(mesh: &str) -> PyResult<Mesh> {
-    mesh.parse()
-        .map_err(|e: String| error(format!("mesh {mesh:?}: {e}")))
-}
-
-/// The axes of a mesh given as text (`fsdp=2,tp=2`), checked: `[("fsdp", 2), ("tp", 2)]`.
-#[pyfunction]
-fn mesh_axes(mesh: &str) -> PyResult<Vec<(String, i64)>> {
-    Ok(parse_mesh(mesh)?
-        .axes
-        .into_iter()
-        .map(|a| (a.name, a.size))
-        .collect())
-}
-
-/// The specs a plan gives a model's weights (`(name, shape)`, by their fully qualified names)
-/// and inputs (`(name, shape)`) over `mesh` (`fsdp=2,tp=2`): the ready plans `ready` (`dp`,
-/// `fsdp`, `tp`, combined with commas) after the rules (`(pattern, spec)`, the first match
-/// deciding a weight). Each comes back as its spec and, where its uses see another layout (a
-/// weight the plan `fsdp` gathers at use), that one; in the same order, weights then inputs.
-#[pyfunction]
-#[pyo3(signature = (mesh, ready, rules, weights, inputs))]
-fn resolve_plan(
-    mesh: &str,
-    ready: Option<&str>,
-    rules: Vec<(String, Spec)>,
-    weights: Vec<(String, Vec<i64>)>,
-    inputs: Vec<(String, Vec<i64>)>,
-) -> PyResult<Vec<(Spec, Option<Spec>)>> {
-    let mesh = parse_mesh(mesh)?;
-    let mut plan = match ready {
-        Some(ready) => ready.parse::<Plan>().map_err(error)?,
-        None => Plan::default(),
-    };
-    plan.rules = rules
-        .into_iter()
-        .map(|(pattern, dims)| Rule {
-            pattern,
-            spec: Sharding { dims },
-        })
-        .collect();
-    let mut args = Vec::new();
-    let mut types = Vec::new();
-    for (name, shape) in &weights {
-        args.push(ArgRole::Weight(name.clone()));
-        types.push(TensorType::new(shape.clone(), DType::F32));
-    }
-    for (name, shape) in &inputs {
-        args.push(ArgRole::UserInput(name.clone()));
-        types.push(TensorType::new(shape.clone(), DType::F32));
-    }
-    let signature = Signature {
-        args,
-        results: Vec::<ResultRole>::new(),
-        prepared: None,
-    };
-    let shardings = tpuc_hlo::plan::resolve(&plan, &mesh, &signature, &types).map_err(error)?;
-    let at_use = tpuc_hlo::plan::resolve_at_use(&plan, &signature, &shardings);
-    Ok(shardings
-        .into_iter()
-        .zip(at_use)
-        .map(|(s, used)| (s.dims, used.map(|u| u.dims)))
-        .collect())
-}
-
 /// The element type torch names `name` (`float32`), or an error naming it.
 pub(crate) fn dtype(name: &str) -> PyResult<DType> {
     DType::from_name(name)
@@ -218,6 +143,7 @@ pub(crate) fn dtype(name: &str) -> PyResult<DType> {
 mod compiled;
 mod dlpack;
 mod exported;
+mod options;
 mod runtime;
 
 /// The `nbytes` bytes at `address` (none when `nbytes` is 0, whatever the address).
@@ -243,13 +169,6 @@ pub(crate) unsafe fn host_bytes_mut<'a>(address: usize, nbytes: usize) -> &'a mu
     }
     // SAFETY: as the caller promises.
     unsafe { std::slice::from_raw_parts_mut(address as *mut u8, nbytes) }
-}
-
-/// The bucket policy `text` (`pow2`, `pow2:MIN`, `64,128,256`) in its canonical form; an error
-/// naming what is wrong with it.
-#[pyfunction]
-fn parse_buckets(text: &str) -> PyResult<String> {
-    Buckets::parse(text).map(|b| b.to_string()).map_err(error)
 }
 
 /// Runs the `tpuc` command line `argv` (the program's name first) as the `tpuc` binary does,
@@ -292,11 +211,10 @@ fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(is_supported, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
-    m.add_function(wrap_pyfunction!(matmul_precisions, m)?)?;
     m.add_function(wrap_pyfunction!(source_line, m)?)?;
-    m.add_function(wrap_pyfunction!(resolve_plan, m)?)?;
-    m.add_function(wrap_pyfunction!(mesh_axes, m)?)?;
-    m.add_function(wrap_pyfunction!(parse_buckets, m)?)?;
+    m.add_class::<options::PyMesh>()?;
+    m.add_class::<options::PyPlan>()?;
+    m.add_class::<options::CompileOptions>()?;
     m.add_class::<runtime::Runtime>()?;
     m.add_class::<exported::ExportedProgram>()?;
     m.add_class::<runtime::DeviceBuffer>()?;

@@ -8,14 +8,15 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use tpuc_driver::{
-    Buckets, DeviceValue, Hoist, HostValue, Loaded, LowerOptions, Mesh, Options, Plan, Precision,
-    Source, Target, WeightsMode,
+    DeviceValue, Hoist, HostValue, Loaded, LowerOptions, Mesh, Options, Plan, Source, Target,
+    WeightsMode,
 };
 use tpuc_hlo::ir::Sharding;
 use tpuc_pjrt::{Buffer, DType, HostBytes, ShardLayout};
 
 use crate::compiled::CompiledGraph;
-use crate::{driver_error, dtype, error, host_bytes, parse_mesh, Spec};
+use crate::options::{CompileOptions, PyMesh};
+use crate::{driver_error, dtype, error, host_bytes, Spec};
 
 /// A client of one PJRT plugin: the target graphs compile for and run on, one device or a mesh
 /// of them.
@@ -65,10 +66,10 @@ impl Runtime {
         py: Python<'_>,
         plugin: Option<String>,
         search_paths: Vec<String>,
-        mesh: Option<&str>,
+        mesh: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let search_paths: Vec<PathBuf> = search_paths.into_iter().map(Into::into).collect();
-        let mesh = mesh.map(parse_mesh).transpose()?;
+        let mesh = mesh.map(|m| PyMesh::of(m).map(|m| m.mesh)).transpose()?;
         let devices = mesh.as_ref().map_or(1, |m| m.devices() as usize);
         let target = py.detach(|| {
             Target::open(plugin.as_deref(), devices, &search_paths).map_err(driver_error)
@@ -114,8 +115,7 @@ impl Runtime {
     /// (`CompiledGraph.reused`). `stable`: one flag per program input, true for those that stay
     /// the same from call to call (a model's weights); what the graph computes from them alone
     /// and is worth computing once is then split off into a second executable, run once per
-    /// set of their buffers. `cache_dir`: the cache of compiled executables on disk; `None` for
-    /// $TPUC_CACHE_DIR or the default, `"off"` for none.
+    /// set of their buffers. `options`: the precision and cache (`CompileOptions`).
     /// On a mesh, `specs` lays out each program input and `result_specs` each output (None:
     /// whole on every device, or with `open_results` as XLA's partitioner lays it out, which
     /// `CompiledGraph.result_specs` then says; a split output is assembled from the devices'
@@ -126,31 +126,27 @@ impl Runtime {
     /// every device as the rank of its number, its collectives over the groups of device ids
     /// each process group name stands for; inputs and outputs are then the devices' values
     /// stacked along a new leading dimension.
-    /// `buckets` (with `input_dims`): compile for the sizes' buckets (`pow2`, `pow2:MIN` or a
-    /// list of sizes), the inputs padded to them (`HostInput`), instead of for the sizes
-    /// themselves.
+    /// `bucketed` (with `input_dims`): compile for the sizes' buckets of `options.buckets`, the
+    /// inputs padded to them (`HostInput`), instead of for the sizes themselves.
     /// `donate`: (input index, output index) of each input the graph updates in place, whose
     /// new value that output is (`CompiledGraph.donations`, `Runtime.donatable_buffer`).
-    #[pyo3(signature = (program_json, name, matmul_precision="highest", stable=None, cache_dir=None, specs=None, process_groups=None, result_specs=None, input_dims=None, buckets=None, donate=None, open_results=false))]
+    #[pyo3(signature = (program_json, name, options, *, stable=None, specs=None, process_groups=None, result_specs=None, input_dims=None, bucketed=false, donate=None, open_results=false))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         &self,
         py: Python<'_>,
         program_json: &[u8],
         name: &str,
-        matmul_precision: &str,
+        options: PyRef<'_, CompileOptions>,
         stable: Option<Vec<bool>>,
-        cache_dir: Option<String>,
         specs: Option<Vec<Option<Spec>>>,
         process_groups: Option<tpuc_hlo::ProcessGroups>,
         result_specs: Option<Vec<Option<Spec>>>,
         input_dims: Option<Vec<Vec<i64>>>,
-        buckets: Option<&str>,
+        bucketed: bool,
         donate: Option<Vec<(usize, usize)>>,
         open_results: bool,
     ) -> PyResult<CompiledGraph> {
-        let precision: Precision = matmul_precision.parse().map_err(error)?;
-        let buckets = buckets.map(Buckets::parse).transpose().map_err(error)?;
         let shardings = |specs: Option<Vec<Option<Spec>>>| -> Vec<Option<Sharding>> {
             specs
                 .unwrap_or_default()
@@ -170,17 +166,17 @@ impl Runtime {
         let options = Options {
             lower: LowerOptions {
                 weights: WeightsMode::Args,
-                precision,
+                precision: options.precision,
                 process_groups,
                 ..LowerOptions::default()
             },
             hoist: stable.map_or(Hoist::Off, Hoist::Inputs),
-            cache_dir,
+            cache_dir: options.cache_dir.clone(),
             mesh,
             // A program with symbolic sizes, compiled for inputs of these shapes.
             sizes: input_dims.as_ref().map(|_| BTreeMap::new()),
             input_dims,
-            buckets,
+            buckets: options.buckets.clone().filter(|_| bucketed),
             donate: donate.unwrap_or_default(),
             ..Options::default()
         };

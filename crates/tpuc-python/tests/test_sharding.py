@@ -343,3 +343,42 @@ def test_batches_and_weights_the_mesh_does_not_divide_are_padded(mesh, plan):
     compiled(x).square().mean().backward()
     for (path, p), q in zip(model.named_parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad, p.grad, **TOL, msg=lambda m, path=path: f"{path}: {m}")
+
+
+def test_meshes_plans_and_compile_options_are_checked_where_they_are_made():
+    """Meshes, plans and compile options are the extension's own classes, checked once by the
+    driver's parsers when made and passed on as they are."""
+    mesh = tpuc.Mesh((2, 2), ("fsdp", "tp"))
+    assert mesh == tpuc.Mesh.parse("fsdp=2, tp=2") == tpuc.Mesh.of("fsdp=2,tp=2")
+    assert hash(mesh) == hash(tpuc.Mesh.parse("fsdp=2,tp=2")) and mesh != tpuc.Mesh.parse("tp=2,fsdp=2")
+    assert (str(mesh), repr(mesh), mesh.size, mesh.shape, mesh.axis_names) == (
+        "fsdp=2,tp=2", "Mesh((2, 2), ('fsdp', 'tp'))", 4, (2, 2), ("fsdp", "tp"))
+    for bad, kind, why in [(lambda: tpuc.Mesh((2,), ("a", "b")), ValueError, "needs 1 axis names"),
+                           (lambda: tpuc.Mesh.parse("dp=0"), ValueError, "at least 1"),
+                           (lambda: tpuc.Mesh.of(3), TypeError, "a mesh is a tpuc.Mesh or its text")]:
+        with pytest.raises(kind, match=why):
+            bad()
+
+    # A weight's layout from ready plans, from rules (tuples as lists), rules before ready plans.
+    weights = [("layers.0.w", "bfloat16", [4, 6]), ("bias", "int64", [6])]
+    inputs = [("x", "float32", [8, 4])]
+    fsdp = tpuc.Plan("fsdp").resolve("fsdp=2", weights, inputs)
+    assert fsdp[0] == ([["fsdp"], []], [[], []]), fsdp  # gathered at use
+    ruled = tpuc.Plan({"rules": {"*.w": (None, "tp")}, "ready": "dp"}).resolve(mesh.parse("dp=2,tp=2"), weights, inputs)
+    assert ruled[0] == ([[], ["tp"]], None) and ruled[2][0] == [["dp"], []], ruled
+    assert tpuc.Plan({"*.w": [None, "tp"]}).resolve("tp=2", weights, [])[0][0] == [[], ["tp"]]
+    for bad, kind, why in [(3, TypeError, "a plan is a string"), ("zz", ValueError, "zz"),
+                           ({"w": "tp"}, ValueError, "a spec is a list"),
+                           ({"rules": [], "ready": "dp"}, ValueError, "unknown or malformed entry")]:
+        with pytest.raises(kind, match=why):
+            tpuc.Plan(bad)
+    with pytest.raises(tpuc.TpucError, match="complex32|dtype"):
+        tpuc.Plan("dp").resolve("dp=2", [], [("x", "complex32", [2])])
+
+    options = tpuc.Options.parse({"mesh": "dp=2", "plan": {"*": [None]}, "buckets": [64, 128],
+                                  "matmul_precision": "high"})
+    assert isinstance(options.mesh, tpuc.Mesh) and isinstance(options.plan, tpuc.Plan)
+    assert options.compile is options.compile  # built once
+    assert (options.compile.buckets, options.compile.matmul_precision) == ("64,128", "high")
+    with pytest.raises(ValueError, match="matmul_precision must be one of"):
+        tpuc.Options.parse({"matmul_precision": "fast"})

@@ -36,7 +36,7 @@ _WHERE = {
     "DynamicSizeError": "._tpuc", "PluginError": "._tpuc", "supported_ops": "._tpuc", "cache_stats": "._tpuc",
     "Options": ".backend", "tpuc_backend": ".backend",
     "RankProgram": ".ranks", "process_groups": ".ranks", "spmd": ".ranks",
-    "Mesh": ".sharding", "mark_sharding": ".sharding", "shard": ".sharding",
+    "Mesh": "._tpuc", "Plan": "._tpuc", "mark_sharding": ".sharding", "shard": ".sharding",
     "sharding_constraint": ".sharding",
     "compile_exported": ".exported", "load": ".exported", "CompiledProgram": ".exported",
 }

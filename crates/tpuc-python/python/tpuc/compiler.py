@@ -471,7 +471,7 @@ class GraphCompiler:
         devices = self.device_outputs(p, name)
         # Graphs over the tpuc device's tensors are compiled for each set of sizes (buffers are
         # not padded to buckets).
-        buckets = None if input_dims is None or devices is not None else self.opts.buckets
+        bucketed = input_dims is not None and devices is None
         # Inputs updated in place give their memory to their new value where the plugin's device
         # memory is the host's (elsewhere that needs tensors that live on the device); not for
         # inputs padded to a bucket (a copy), nor over a mesh, nor the device's buffers (their
@@ -479,9 +479,10 @@ class GraphCompiler:
         in_place = (self.session.host_memory and self.session.mesh is None and self.process_groups is None
                     and devices is None)
         donate = p.donate if in_place and input_dims is None else None
-        compiled = self.session.compile(p.program, name, self.opts.matmul_precision, p.stable, self.opts.cache_dir,
-                                        p.laid_out, self.process_groups, p.laid_out_results, input_dims, buckets,
-                                        donate, p.open_results)
+        compiled = self.session.compile(p.program, name, self.opts.compile, stable=p.stable, specs=p.laid_out,
+                                        process_groups=self.process_groups, result_specs=p.laid_out_results,
+                                        input_dims=input_dims, bucketed=bucketed, donate=donate,
+                                        open_results=p.open_results)
         if p.open_results:
             self.read_layouts.update(zip(p.output_names, compiled.result_specs))
         if compiled.not_padded is not None:

@@ -749,8 +749,7 @@ def _compile(name: str, gm: torch.fx.GraphModule) -> _OpProgram:
     started = time.perf_counter()
     compiler = _compiler()
     prepared = compiler.prepare(gm, name)
-    compiled = _session().compile(prepared.program, name, compiler.opts.matmul_precision, None,
-                                  compiler.opts.cache_dir)
+    compiled = _session().compile(prepared.program, name, compiler.opts.compile)
     if compiled.cache == "hit":
         _CACHE["loaded_from_disk"] += 1
     constants = [upload(c)._tpuc_storage.buffer for c in prepared.constants]

@@ -24,7 +24,7 @@ _MANIFEST = "tpuc.json"
 
 def compile_exported(program, *, plugin: str | None = None, matmul_precision: str = "highest",
                      hoist_weights: bool = True, cache_dir: str | None = None,
-                     sizes: dict[str, int] | None = None, mesh: str | None = None, plan: str | None = None,
+                     sizes: dict[str, int] | None = None, mesh: "str | _tpuc.Mesh | None" = None, plan: str | None = None,
                      seed: int = 0) -> "CompiledProgram":
     """`program` compiled for `plugin` and loaded there, ready to call.
 
@@ -55,7 +55,8 @@ def compile_exported(program, *, plugin: str | None = None, matmul_precision: st
         raise TypeError("tpuc.compile_exported takes a torch.export.ExportedProgram or the path of a .pt2 or .fx "
                         f"file, not {type(program).__name__}")
     options = {"plugin": plugin, "matmul_precision": matmul_precision, "hoist_weights": bool(hoist_weights),
-               "cache_dir": cache_dir, "sizes": _sizes(sizes), "mesh": mesh, "plan": plan, "seed": int(seed)}
+               "cache_dir": cache_dir, "sizes": _sizes(sizes), "mesh": None if mesh is None else str(mesh),
+               "plan": plan, "seed": int(seed)}
     try:
         return CompiledProgram(path, options, own)
     except BaseException:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any
 
@@ -92,18 +93,19 @@ class Options:
         if options.decompositions not in ("core", "none"):
             raise ValueError(f"decompositions must be 'core' or 'none', not {options.decompositions!r}")
         if options.mesh is not None:
-            from .sharding import mesh_text, plan_parts
-
-            options = dataclasses.replace(options, mesh=mesh_text(options.mesh))
-            plan_parts(options.plan)  # a plan of the wrong kind is refused here
+            options = dataclasses.replace(options, mesh=_tpuc.Mesh.of(options.mesh),
+                                          plan=None if options.plan is None else _tpuc.Plan(options.plan))
         elif options.plan is not None:
             raise ValueError("the option plan needs a mesh, e.g. options={'mesh': 'fsdp=2,tp=2', 'plan': 'fsdp,tp'}")
-        options = dataclasses.replace(options, buckets=_bucket_policy(options.buckets),
-                                      compare=_tolerance(options.compare))
-        precisions = _tpuc.matmul_precisions()
-        if options.matmul_precision not in precisions:
-            raise ValueError(f"matmul_precision must be one of {precisions}, not {options.matmul_precision!r}")
+        options = dataclasses.replace(options, compare=_tolerance(options.compare))
+        options.compile  # noqa: B018 (checked here, once)
         return options
+
+    @functools.cached_property
+    def compile(self) -> _tpuc.CompileOptions:
+        """What every graph's compilation takes from these options, checked by the extension."""
+        return _tpuc.CompileOptions(matmul_precision=self.matmul_precision, cache_dir=self.cache_dir,
+                                    buckets=self.buckets)
 
 
 def _tolerance(given) -> tuple[float, float] | None:
@@ -116,19 +118,3 @@ def _tolerance(given) -> tuple[float, float] | None:
             isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in given.values()):
         return (float(given.get("rtol", 1e-4)), float(given.get("atol", 1e-5)))
     raise ValueError(f"compare must be True, False or {{'rtol': ..., 'atol': ...}} with numbers >= 0, not {given!r}")
-
-
-def _bucket_policy(given) -> str | None:
-    """The bucket policy in its canonical text (see Options.buckets), None when off."""
-    if given is None or given is False or given == "off":
-        return None
-    if isinstance(given, (list, tuple)):
-        if not all(isinstance(size, int) and not isinstance(size, bool) for size in given):
-            raise ValueError(f"buckets must be a list of integer sizes, not {given!r}")
-        given = ",".join(str(size) for size in given)
-    if not isinstance(given, str):
-        raise ValueError(f"buckets must be 'pow2', 'pow2:MIN', a list of sizes or 'off', not {given!r}")
-    try:
-        return _tpuc.parse_buckets(given)
-    except _tpuc.TpucError as error:
-        raise ValueError(str(error)) from None

@@ -72,7 +72,7 @@ class Session:
     compiled for that plugin in this process. The compiled executables and the values derived
     from weights are the driver's: it keeps them per client."""
 
-    def __init__(self, plugin: str, mesh: str | None = None):
+    def __init__(self, plugin: str, mesh: _tpuc.Mesh | None = None):
         # The interpreter's own sys.path says where its packages (the plugins among them) are.
         self.runtime = _tpuc.Runtime(plugin, [p for p in sys.path if p], mesh)
         self.mesh = mesh
@@ -82,23 +82,18 @@ class Session:
         # A cache that cannot store is said once per session.
         self.cache_warned = False
 
-    def compile(self, program: bytes, name: str, matmul_precision: str,
-                stable: list[bool] | None = None, cache_dir: str | None = None,
-                specs: list | None = None, process_groups: dict | None = None,
-                result_specs: list | None = None, input_dims: list | None = None,
-                buckets: str | None = None, donate: list | None = None,
-                open_results: bool = False) -> _tpuc.CompiledGraph:
+    def compile(self, program: bytes, name: str, options: _tpuc.CompileOptions, **graph) -> _tpuc.CompiledGraph:
         """The executable of `program` (its serialized form holds the ops, the input and output
-        types, and the source locations), compiled once per distinct graph and options in this
-        process. `stable` flags the inputs that stay the same between calls (see
-        `_tpuc.Runtime.compile`); `cache_dir` as `Options.cache_dir`; `specs` lays each input out
-        over the session's mesh, `result_specs` each output (whole where None, or laid out by XLA's
-        partitioner with `open_results`: `result_specs` of what comes back); `process_groups`
-        makes it one rank's program run on every device; `input_dims` fixes the sizes of a program
-        with symbolic ones, compiled for their `buckets` when given; `donate` pairs inputs the
-        graph updates in place with their new values (`_tpuc.Runtime.compile`)."""
-        compiled = self.runtime.compile(program, name, matmul_precision, stable, cache_dir, specs,
-                                        process_groups, result_specs, input_dims, buckets, donate, open_results)
+        types, and the source locations), compiled with `options` once per distinct graph and
+        options in this process. `graph` says what is particular to this graph, as
+        `_tpuc.Runtime.compile` takes it: `stable` flags the inputs that stay the same between
+        calls; `specs` lays each input out over the session's mesh, `result_specs` each output
+        (whole where None, or laid out by XLA's partitioner with `open_results`: `result_specs` of
+        what comes back); `process_groups` makes it one rank's program run on every device;
+        `input_dims` fixes the sizes of a program with symbolic ones, compiled for the options'
+        buckets when `bucketed`; `donate` pairs inputs the graph updates in place with their new
+        values."""
+        compiled = self.runtime.compile(program, name, options, **graph)
         if compiled.reused:
             if compiled.bucket is not None:
                 STATS["bucket_hits"] += 1
@@ -114,7 +109,7 @@ class Session:
         return compiled
 
 
-def session(plugin: str | None, mesh: str | None = None) -> Session:
+def session(plugin: str | None, mesh: _tpuc.Mesh | None = None) -> Session:
     """The process's session of `plugin` over one device or `mesh` (one per plugin and mesh)."""
     name = plugin or os.environ.get("TPUC_PJRT_PLUGIN") or "cpu"
     key = (name, mesh)

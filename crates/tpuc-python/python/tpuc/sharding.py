@@ -7,63 +7,35 @@ program), only memory and communication change. See docs/sharding.md."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
 from . import _tpuc
+from .runtime import dtype_name
 
 # The attribute mark_sharding and shard set on a tensor: (mesh text, spec as lists of axes, the
 # spec its uses see where that differs, a weight the plan fsdp gathers at use, else None).
 ATTRIBUTE = "_tpuc_sharding"
 
+# Without a plan, what is not marked is whole.
+_NO_PLAN = _tpuc.Plan({})
 
-class Mesh:
-    """Devices in a grid of named axes, numbered row-major:
-    `Mesh((2, 2), ("fsdp", "tp"))`, or `Mesh.parse("fsdp=2,tp=2")`."""
 
-    def __init__(self, mesh_shape: Sequence[int], axis_names: Sequence[str]):
-        if len(mesh_shape) != len(axis_names):
-            raise ValueError(f"a mesh of shape {tuple(mesh_shape)} needs {len(mesh_shape)} axis names, "
-                             f"got {tuple(axis_names)}")
-        self.shape = tuple(int(s) for s in mesh_shape)
-        self.axis_names = tuple(str(a) for a in axis_names)
-        _tpuc.mesh_axes(str(self))  # the compiler's checks of names and sizes
-
-    @staticmethod
-    def parse(text: str) -> "Mesh":
-        """A mesh from its text form, `fsdp=2,tp=2`, as `--mesh` takes it."""
-        axes = _tpuc.mesh_axes(text)
-        return Mesh([size for _, size in axes], [name for name, _ in axes])
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
-
-    def __str__(self) -> str:
-        return ",".join(f"{a}={s}" for a, s in zip(self.axis_names, self.shape))
-
-    def __repr__(self) -> str:
-        return f"Mesh({self.shape}, {self.axis_names})"
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Mesh) and str(self) == str(other)
-
-    def __hash__(self) -> int:
-        return hash(str(self))
+# Devices in a grid of named axes, numbered row-major: `Mesh((2, 2), ("fsdp", "tp"))`, or
+# `Mesh.parse("fsdp=2,tp=2")` (the extension's, checked where it is made).
+Mesh = _tpuc.Mesh
 
 
 def mesh_text(mesh: Mesh | str) -> str:
     """The text form of a mesh given as a `Mesh` or as text."""
-    return str(mesh) if isinstance(mesh, Mesh) else str(Mesh.parse(mesh))
+    return str(Mesh.of(mesh))
 
 
 def normalize_spec(spec: Iterable, mesh: Mesh | str | None = None) -> list[list[str]]:
     """A partition spec (per dimension: None, an axis name, or a tuple of names, major first) as
-    lists of axes. Names must be axes of `mesh` when it is given."""
+    lists of axes. Names must be axes of `mesh` when it is given. (Plain Python: Dynamo traces
+    it inside a model's `sharding_constraint`.)"""
     if isinstance(spec, str):
         raise TypeError(f"a partition spec has one entry per dimension, e.g. ({spec!r}, None), not {spec!r}")
     out = []
@@ -77,8 +49,8 @@ def normalize_spec(spec: Iterable, mesh: Mesh | str | None = None) -> list[list[
         else:
             raise TypeError(f"a partition spec entry is None, an axis name or a tuple of names, not {entry!r}")
     if mesh is not None:
-        axes = set(mesh.axis_names if isinstance(mesh, Mesh) else Mesh.parse(mesh).axis_names)
-        unknown = sorted({a for dims in out for a in dims} - axes)
+        mesh = Mesh.of(mesh)
+        unknown = sorted({a for dims in out for a in dims} - set(mesh.axis_names))
         if unknown:
             raise ValueError(f"the mesh {mesh} has no axis {', '.join(map(repr, unknown))}")
     return out
@@ -91,29 +63,11 @@ def mark_sharding(tensor: torch.Tensor, mesh: Mesh | str, spec: Iterable) -> tor
     return tensor
 
 
-def plan_parts(plan) -> tuple[str | None, list]:
-    """(ready plans, rules) of a plan: "fsdp,tp", or {"rules": {pattern: spec}, "ready": "dp"},
-    or {pattern: spec}."""
-    if plan is None:
-        return None, []
-    if isinstance(plan, str):
-        return plan, []
-    if isinstance(plan, Mapping):
-        if set(plan) <= {"rules", "ready"} and ("rules" in plan or "ready" in plan):
-            ready, rules = plan.get("ready"), plan.get("rules", {})
-        else:
-            ready, rules = None, plan
-        return ready, [(pattern, normalize_spec(spec)) for pattern, spec in rules.items()]
-    raise TypeError(f"a plan is a string (dp, fsdp, tp, combined with commas) or a dict of rules, not {plan!r}")
-
-
 def shard(model: torch.nn.Module, mesh: Mesh | str, plan) -> torch.nn.Module:
     """Marks every parameter and buffer of `model` with the layout `plan` gives it over `mesh`
-    (see `plan_parts`); returns the model."""
-    ready, rules = plan_parts(plan)
+    (a `tpuc.Plan` or what makes one); returns the model."""
     named = list(model.named_parameters()) + list(model.named_buffers())
-    weights = [(name, list(t.shape)) for name, t in named]
-    layouts = _tpuc.resolve_plan(mesh_text(mesh), ready, rules, weights, [])
+    layouts = _tpuc.Plan(plan).resolve(mesh, [described(name, t) for name, t in named], [])
     for (_, tensor), (spec, at_use) in zip(named, layouts):
         setattr(tensor, ATTRIBUTE, (mesh_text(mesh), spec, at_use))
     return model
@@ -132,12 +86,17 @@ def qualified_name(source_name: str) -> str | None:
     return ".".join(keys) if keys else None
 
 
-def input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence, mesh: str, plan) -> tuple[list, list]:
+def described(name: str, tensor: torch.Tensor) -> tuple[str, str, list[int]]:
+    """A tensor as a plan resolves it: its name, dtype and shape."""
+    return name, dtype_name(tensor.dtype), list(tensor.shape)
+
+
+def input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence, mesh: Mesh,
+                plan: _tpuc.Plan | None) -> tuple[list, list]:
     """The spec of each input of the Dynamo graph `gm`: its own mark (mark_sharding, shard) if it
     has one, else the plan's, weights by their names and the rest as inputs; and, per input, the
     spec its uses see where that differs (a weight the plan fsdp gathers at use), else None."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    ready, rules = plan_parts(plan)
     weights, inputs, where = [], [], []
     specs: list = [None] * len(placeholders)
     at_use: list = [None] * len(placeholders)
@@ -147,15 +106,15 @@ def input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence, mesh: str, p
         marked = getattr(value, ATTRIBUTE, None)
         if marked is not None:
             marked_mesh, specs[i], at_use[i] = marked
-            if marked_mesh != mesh:
+            if marked_mesh != str(mesh):
                 raise ValueError(f"input {node.name} is marked for the mesh {marked_mesh}, but the graph "
                                  f"compiles for {mesh}")
             continue
         grapharg = node.meta.get("grapharg")
         name = qualified_name(grapharg.source.name) if grapharg is not None else None
-        (weights if name else inputs).append((name or node.name, list(value.shape)))
+        (weights if name else inputs).append(described(name or node.name, value))
         where.append((name is not None, i))
-    resolved = _tpuc.resolve_plan(mesh, ready, rules, weights, inputs)
+    resolved = (plan or _NO_PLAN).resolve(mesh, weights, inputs)
     by_weight, by_input = iter(resolved[: len(weights)]), iter(resolved[len(weights):])
     for is_weight, i in where:
         specs[i], at_use[i] = next(by_weight) if is_weight else next(by_input)
@@ -179,7 +138,7 @@ def recompute_gathered(joint: torch.fx.GraphModule) -> None:
             node.meta["recompute"] = policy
 
 
-def gather_at_use(gm: torch.fx.GraphModule, at_use: list, mesh: str) -> None:
+def gather_at_use(gm: torch.fx.GraphModule, at_use: list, mesh: Mesh) -> None:
     """Constrains each input of the Dynamo graph `gm` that `at_use` gives a spec (from
     `input_specs`) to it before any use, in place: aot_autograd then traces the constraint into
     the forward and, through its gradient, the backward."""
@@ -190,7 +149,7 @@ def gather_at_use(gm: torch.fx.GraphModule, at_use: list, mesh: str) -> None:
             continue
         with gm.graph.inserting_after(node):
             used = gm.graph.call_function(torch.ops.tpuc.sharding_constraint.default,
-                                          (node, mesh, spec_text(spec)))
+                                          (node, str(mesh), spec_text(spec)))
         used.meta["val"] = node.meta.get("val")
         # The backward gathers again rather than keeping the whole weight from the forward.
         used.meta["recompute"] = torch.utils.checkpoint.CheckpointPolicy.MUST_RECOMPUTE
@@ -228,7 +187,7 @@ _GROUP_PARAM = re.compile(r"\.param_groups\[(\d+)\]\['params'\]\[(\d+)\]$")
 _STATE_OF = re.compile(r"\.state\[list\(dict\.keys\([^)]*\.state\)\)\[(\d+)\]\]")
 
 
-def attribute_specs(gm: torch.fx.GraphModule, mesh: str, plan) -> list:
+def attribute_specs(gm: torch.fx.GraphModule, mesh: Mesh, plan: _tpuc.Plan | None) -> list:
     """The spec of each tensor the Dynamo graph `gm` holds as an attribute, in the order
     aot_autograd passes them before the graph's inputs (parameters, then buffers): a graph
     compiled with its module's tensors as attributes, or an optimizer step's parameters and state.
@@ -240,19 +199,18 @@ def attribute_specs(gm: torch.fx.GraphModule, mesh: str, plan) -> list:
     if not named:
         return []
     sources = {name: source.name for name, source in (getattr(gm, "_param_name_to_source", None) or {}).items()}
-    ready, rules = plan_parts(plan)
     specs: list = [None] * len(named)
     unmarked = []
     for i, (name, tensor) in enumerate(named):
         marked = getattr(tensor, ATTRIBUTE, None)
-        if marked is not None and marked[0] == mesh:
+        if marked is not None and marked[0] == str(mesh):
             specs[i] = marked[1]
         elif not _STATE_OF.search(sources.get(name, "")):
             unmarked.append(i)
-    weights = [(qualified_name(sources.get(named[i][0], "")) or named[i][0], list(named[i][1].shape))
+    weights = [described(qualified_name(sources.get(named[i][0], "")) or named[i][0], named[i][1])
                for i in unmarked]
     # An attribute is used as it is laid out: an optimizer's step works on each device's part.
-    for i, (spec, _) in zip(unmarked, _tpuc.resolve_plan(mesh, ready, rules, weights, [])):
+    for i, (spec, _) in zip(unmarked, (plan or _NO_PLAN).resolve(mesh, weights, [])):
         specs[i] = spec
     # An optimizer's parameters in its own order, which its state's keys follow.
     params = sorted((tuple(map(int, m.groups())), i) for i, (name, _) in enumerate(named)
