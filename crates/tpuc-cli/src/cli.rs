@@ -1,7 +1,7 @@
 //! The `tpuc` command: its arguments and what each subcommand does (the binary and the Python
 //! package's `tpuc` entry point both call [`main`]).
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use std::time::Instant;
 
@@ -78,11 +78,17 @@ enum FxWeights {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Compile a torch.export archive (.pt2) or a tpuc .fx file to StableHLO.
+    /// Compile torch.export archives (.pt2) or tpuc .fx files to StableHLO.
+    ///
+    /// Several programs compile side by side, one per core; each goes to DIR/NAME.mlir
+    /// (.mlirbc for bytecode, .ir for tpuc's IR) in the directory -o names, and every one that
+    /// fails is reported.
     Compile {
-        /// Input program: a .pt2 archive from torch.export.save, or a .fx file.
-        input: PathBuf,
-        /// Output file; `-` writes to standard output.
+        /// Input programs: .pt2 archives from torch.export.save, or .fx files.
+        #[arg(required = true, num_args = 1..)]
+        inputs: Vec<PathBuf>,
+        /// Output file (`-`: standard output); with several inputs, the directory the modules
+        /// go to (created if missing).
         #[arg(short, long, default_value = "-")]
         output: PathBuf,
         /// Output format.
@@ -267,7 +273,7 @@ impl LayoutArgs {
 fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
     match Cli::try_parse_from(args).map_err(Usage)?.command {
         Command::Compile {
-            input,
+            inputs,
             output,
             emit,
             weights,
@@ -285,13 +291,6 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
                 precision: matmul_precision,
                 ..LowerOptions::default()
             };
-            let format = match emit {
-                Emit::Text | Emit::Ir => EmitFormat::Text,
-                Emit::Bytecode => EmitFormat::Bytecode,
-            };
-            if matches!(emit, Emit::Bytecode) && output.as_os_str() == "-" && is_terminal() {
-                bail!("refusing to write bytecode to a terminal; pass -o FILE");
-            }
             let sizes = (specialize || !sizes.is_empty())
                 .then(|| crate::parse_sizes(&sizes))
                 .transpose()?;
@@ -302,31 +301,30 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
                 dialect: layout.partitioner.into(),
                 ..tpuc_driver::Options::default()
             };
-            let c = tpuc_driver::emit_file(&input, &options, format)?;
-            let written = match emit {
-                Emit::Ir => tpuc_hlo::ir::print(&c.ir).into_bytes(),
-                Emit::Text | Emit::Bytecode => c.module.clone(),
-            };
-            if output.as_os_str() == "-" {
-                use std::io::Write;
-                std::io::stdout()
-                    .write_all(&written)
-                    .context("writing to standard output")?;
-            } else {
-                std::fs::write(&output, &written)
-                    .with_context(|| format!("writing {}", output.display()))?;
+            let jobs = compile_jobs(&inputs, &output, emit)?;
+            if matches!(emit, Emit::Bytecode) && output.as_os_str() == "-" && is_terminal() {
+                bail!("refusing to write bytecode to a terminal; pass -o FILE");
             }
-            if stats {
-                let t = &c.timings;
-                eprintln!(
-                    "{} nodes -> {} StableHLO ops; read {:.1} ms, lower {:.1} ms, passes {:.1} ms, \
-                     emit {:.1} ms",
-                    c.program.graph().nodes.len(),
-                    c.ir.main.ops().len(),
-                    ms(t.read),
-                    ms(t.lower),
-                    ms(t.passes),
-                    ms(t.emit)
+            let mut failed = compile_all(&jobs, &options, emit, stats);
+            if jobs.len() == 1 {
+                if let Some((_, e)) = failed.pop() {
+                    return Err(e);
+                }
+            }
+            if !failed.is_empty() {
+                for (input, e) in &failed {
+                    let message = format!("{e:#}");
+                    let named = input.display().to_string();
+                    if message.contains(&named) {
+                        eprintln!("error: {message}");
+                    } else {
+                        eprintln!("error: {named}: {message}");
+                    }
+                }
+                bail!(
+                    "{} of {} programs failed to compile",
+                    failed.len(),
+                    jobs.len()
                 );
             }
         }
@@ -618,6 +616,118 @@ fn size(bytes: usize) -> String {
     } else {
         format!("{value:.1} {}", units[unit])
     }
+}
+
+/// Where each input's module goes: `output` itself for one input; with several, `output` is a
+/// directory (created if missing) holding one module per input, named for it.
+fn compile_jobs(inputs: &[PathBuf], output: &Path, emit: Emit) -> Result<Vec<(PathBuf, PathBuf)>> {
+    if let [input] = inputs {
+        return Ok(vec![(input.clone(), output.to_path_buf())]);
+    }
+    if output.as_os_str() == "-" {
+        bail!(
+            "{} programs need -o DIRECTORY (one module each), not standard output",
+            inputs.len()
+        );
+    }
+    if output.is_file() {
+        bail!(
+            "-o {}: with several programs -o names a directory, and this is a file",
+            output.display()
+        );
+    }
+    std::fs::create_dir_all(output).with_context(|| format!("creating {}", output.display()))?;
+    let extension = match emit {
+        Emit::Text => "mlir",
+        Emit::Bytecode => "mlirbc",
+        Emit::Ir => "ir",
+    };
+    let mut taken = std::collections::HashMap::new();
+    inputs
+        .iter()
+        .map(|input| {
+            let stem = input.file_stem().unwrap_or(input.as_os_str());
+            let module = output.join(stem).with_extension(extension);
+            if let Some(other) = taken.insert(module.clone(), input) {
+                bail!(
+                    "{} and {} would both be written to {}: give programs distinct names",
+                    other.display(),
+                    input.display(),
+                    module.display()
+                );
+            }
+            Ok((input.clone(), module))
+        })
+        .collect()
+}
+
+/// Compiles each (input, output) of `jobs` side by side (rayon's pool, one per core); the inputs
+/// that failed, with why.
+fn compile_all(
+    jobs: &[(PathBuf, PathBuf)],
+    options: &tpuc_driver::Options,
+    emit: Emit,
+    stats: bool,
+) -> Vec<(PathBuf, anyhow::Error)> {
+    use rayon::prelude::*;
+    let format = match emit {
+        Emit::Text | Emit::Ir => EmitFormat::Text,
+        Emit::Bytecode => EmitFormat::Bytecode,
+    };
+    let named = jobs.len() > 1;
+    jobs.par_iter()
+        .filter_map(|(input, output)| {
+            compile_one(input, output, options, format, emit, stats, named)
+                .err()
+                .map(|e| (input.clone(), e))
+        })
+        .collect()
+}
+
+/// Compiles `input` into `output` (`-`: standard output); with `stats`, says how long each stage
+/// took (naming the input when `named`).
+fn compile_one(
+    input: &Path,
+    output: &Path,
+    options: &tpuc_driver::Options,
+    format: EmitFormat,
+    emit: Emit,
+    stats: bool,
+    named: bool,
+) -> Result<()> {
+    let c = tpuc_driver::emit_file(input, options, format)?;
+    let written = match emit {
+        Emit::Ir => tpuc_hlo::ir::print(&c.ir).into_bytes(),
+        Emit::Text | Emit::Bytecode => c.module.clone(),
+    };
+    if output.as_os_str() == "-" {
+        use std::io::Write;
+        std::io::stdout()
+            .write_all(&written)
+            .context("writing to standard output")?;
+    } else {
+        std::fs::write(output, &written)
+            .with_context(|| format!("writing {}", output.display()))?;
+    }
+    if stats {
+        let t = &c.timings;
+        let name = if named {
+            format!("{}: ", input.display())
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "{name}{} nodes -> {} StableHLO ops; read {:.1} ms, lower {:.1} ms, passes {:.1} ms, \
+             emit {:.1} ms",
+            c.program.graph().nodes.len(),
+            c.ir.main.ops().len(),
+            ms(t.read),
+            ms(t.lower),
+            ms(t.passes),
+            ms(t.emit)
+        );
+    }
+    Ok(())
 }
 
 fn ms(d: std::time::Duration) -> f64 {

@@ -17,6 +17,8 @@ pub struct Padded {
     pub policy: Buckets,
     /// The symbols (in the order the module takes their true values) and their buckets.
     pub buckets: Vec<(String, i64)>,
+    /// The largest size each symbol's range allows, where it has one.
+    pub limits: BTreeMap<String, i64>,
     /// Per user input (in signature order): its name and per dimension its true length where
     /// it is padded.
     pub inputs: Vec<(String, Vec<Option<SymExpr>>)>,
@@ -49,6 +51,7 @@ impl Padded {
                 .iter()
                 .map(|s| (s.clone(), buckets.get(s).copied().unwrap_or_default()))
                 .collect(),
+            limits: padding.limits.clone(),
             inputs: signature
                 .args
                 .iter()

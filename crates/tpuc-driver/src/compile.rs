@@ -2,6 +2,7 @@
 //! [`Target::compile`] (then PJRT's compile, through both caches).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,8 +20,9 @@ use tpuc_pjrt::{
 };
 
 use crate::buckets::Padded;
+use crate::cache::Key;
 use crate::error::{Error, Result};
-use crate::source::{specialize, symbol_values, Source};
+use crate::source::{specialize, symbol_values, OwnedSource, Source};
 use crate::target::{Target, TargetInfo};
 
 /// What is computed once from arguments that do not change between calls.
@@ -417,6 +419,10 @@ pub struct Compiled {
     pub padded: Option<Padded>,
     /// Why a program that asked for buckets was compiled for its sizes instead.
     pub not_padded: Option<String>,
+    /// It was compiled ahead, in the background ([`Target::compile_in_background`]).
+    pub ahead: bool,
+    /// Compiled ahead and not yet handed to a caller that asked for it ([`claim`]).
+    unclaimed: AtomicBool,
     /// (argument position, result index) of each argument whose buffer the result takes when
     /// the caller donates it.
     pub donations: Vec<(usize, usize)>,
@@ -427,37 +433,63 @@ pub struct Compiled {
 impl Target {
     /// `source` compiled for this target. A program compiled before in this process (the same
     /// program, options and target) is returned as it was, without lowering or emitting again;
-    /// the flag says so.
+    /// the flag says so (not for the first caller of one compiled ahead for it, in the
+    /// background: see [`Compiled::ahead`]).
     ///
     /// With `options.buckets`, a program with symbolic sizes is compiled for its sizes' buckets
     /// (one executable per bucket, shared by the sizes in it); one that cannot be made exact
     /// under padding is compiled for its sizes, and [`Compiled::not_padded`] says why.
     pub fn compile(&self, source: Source, options: &Options) -> Result<(Arc<Compiled>, bool)> {
-        // The program's identity is hashed once (a JSON graph's bytes are long): every key below
-        // is made from it.
         let identity = program_key(&source)?;
+        self.compile_holding(source, &identity, options, None)
+    }
+
+    /// [`Target::compile`] of the program `identity` ([`program_key`]), by a caller holding the
+    /// right to compile the program of `held` (a background compilation's reservation).
+    fn compile_holding(
+        &self,
+        source: Source,
+        identity: &[u8; 32],
+        options: &Options,
+        held: Option<Key>,
+    ) -> Result<(Arc<Compiled>, bool)> {
+        let identity = *identity;
         let key = cache_key(&identity, options);
+        // Waits while another compiles the program of `key`, unless that is this caller.
+        let compiling = |key: Key| (held != Some(key)).then(|| self.compiling(key));
+        let ahead = held.is_some();
         if let Some(found) = self.executables.get(&key) {
-            return Ok((found, true));
+            return Ok(claim(found));
         }
         let start = Instant::now();
         let read = source.read()?;
         let bucketed = self.bucketed(&source, &identity, &read, options)?;
         let Some(bucketed) = bucketed else {
+            let _compiling = compiling(key);
+            if let Some(found) = self.executables.get(&key) {
+                return Ok(claim(found));
+            }
             let exact = Options {
                 buckets: None,
                 ..options.clone()
             };
-            let compiled = self.compile_new(source, read, start, &exact, None)?;
+            let compiled = self.compile_new(source, read, start, &exact, None, ahead)?;
             self.executables.insert(key, compiled.clone());
             return Ok((compiled, false));
         };
         let bucket_key = cache_key(&identity, &bucketed);
         if let Some(found) = self.executables.get(&bucket_key) {
             self.executables.insert(key, found.clone());
-            return Ok((found, true));
+            return Ok(claim(found));
         }
-        let compiled = match self.compile_new(source, read, start, &bucketed, None) {
+        // Compiled once: a caller asking while another compiles it (ahead, in the background)
+        // waits and finds it done.
+        let _compiling = compiling(bucket_key);
+        if let Some(found) = self.executables.get(&bucket_key) {
+            self.executables.insert(key, found.clone());
+            return Ok(claim(found));
+        }
+        let compiled = match self.compile_new(source, read, start, &bucketed, None, ahead) {
             Err(Error::Lower { source: why, .. })
                 if matches!(*why, tpuc_hlo::LowerError::NotPaddable { .. }) =>
             {
@@ -470,7 +502,7 @@ impl Target {
                 let mut exact = options.clone();
                 exact.buckets = None;
                 let compiled =
-                    self.compile_new(source, source.read()?, start, &exact, Some(why))?;
+                    self.compile_new(source, source.read()?, start, &exact, Some(why), ahead)?;
                 self.executables.insert(key, compiled.clone());
                 return Ok((compiled, false));
             }
@@ -479,6 +511,94 @@ impl Target {
         self.executables.insert(bucket_key, compiled.clone());
         self.executables.insert(key, compiled.clone());
         Ok((compiled, false))
+    }
+
+    /// Compiles `source` with `options` on a thread of its own: a [`Target::compile`] of the
+    /// same program and options from now on waits for it or finds it done; whether it started
+    /// (not when the program is compiled or compiling already). What fails is not reported here: the compilation that
+    /// needs the program reports it. (Not on rayon's pool: a compilation may wait for another
+    /// of the same program, and a pool thread waiting inside `join` may be handed that other
+    /// one, which would then wait for itself.)
+    pub fn compile_in_background(
+        self: &Arc<Self>,
+        source: OwnedSource,
+        options: Options,
+    ) -> Result<bool> {
+        let identity = program_key(&source.source())?;
+        let key = cache_key(&identity, &options);
+        if self.executables.get(&key).is_some() {
+            return Ok(false);
+        }
+        let Some(reserved) = self.reserve(key) else {
+            return Ok(false);
+        };
+        let target = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tpuc-compile-ahead".into())
+            .spawn(move || {
+                let held = Some(reserved.key);
+                let _ = target.compile_holding(source.source(), &identity, &options, held);
+                drop(reserved);
+            });
+        // Without a thread (the reservation then given back), the program is compiled when it
+        // is needed.
+        Ok(spawned.is_ok())
+    }
+
+    /// After `compiled`, a program compiled for a bucket of sizes: when a call has just moved it
+    /// into a larger bucket, the bucket after it (the sizes that grew growing together, as a
+    /// decoder's cache and mask do, within their ranges) is compiled in the background, so that
+    /// the sequence finds it ready; whether it started that. Nothing for a program not compiled
+    /// for buckets, before a size has grown, or for a bucket compiled or compiling already.
+    /// (One bucket ahead, not more: XLA:CPU compiles one program at a time per client, and a
+    /// second bucket compiling ahead would delay the one the sequence needs first.)
+    pub fn compile_next_bucket(
+        self: &Arc<Self>,
+        source: Source<'_>,
+        options: &Options,
+        compiled: &Compiled,
+    ) -> Result<bool> {
+        let Some(padded) = &compiled.padded else {
+            return Ok(false);
+        };
+        let identity = program_key(&source)?;
+        let current: BTreeMap<String, i64> = padded.buckets.iter().cloned().collect();
+        let previous = self
+            .last_buckets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(identity, current.clone());
+        let Some(previous) = previous else {
+            return Ok(false);
+        };
+        let grown: Vec<&String> = current
+            .iter()
+            .filter(|(s, b)| previous.get(*s).is_some_and(|p| p < b))
+            .map(|(s, _)| s)
+            .collect();
+        let mut sizes = current.clone();
+        let mut moved = false;
+        for symbol in grown {
+            let bucket = sizes[symbol];
+            let next = match (padded.policy.next_bucket(bucket), padded.limits.get(symbol)) {
+                (Some(next), Some(&max)) if max > bucket => next.min(max),
+                (Some(next), None) => next,
+                _ => continue,
+            };
+            sizes.insert(symbol.clone(), next);
+            moved = true;
+        }
+        if !moved {
+            return Ok(false);
+        }
+        // The options the program's bucketed compilation for these sizes has (see `bucketed`),
+        // so that its cache key is the one a later call looks up.
+        let ahead = Options {
+            sizes: Some(sizes),
+            input_dims: None,
+            ..options.clone()
+        };
+        self.compile_in_background(source.to_owned_source(), ahead)
     }
 
     /// `options` with the sizes set to their buckets, when they ask for buckets, the program
@@ -521,6 +641,7 @@ impl Target {
         start: Instant,
         options: &Options,
         not_padded: Option<String>,
+        ahead: bool,
     ) -> Result<Arc<Compiled>> {
         let mut emitted = emit_read(
             source,
@@ -552,14 +673,13 @@ impl Target {
             }
         };
         let disk = CompileCache::configured(options.cache_dir.as_deref())?;
-        let mut cache = CacheReport {
-            off: disk.is_none(),
-            outcomes: Vec::new(),
-        };
+        // What the on-disk cache did, per executable: (0 for the program's, 1 for the prepared
+        // one, the outcome).
+        let outcomes = std::sync::Mutex::new(Vec::new());
         let what = source.name();
         // The program's executables, each named for the cache's record: the program, its
         // prepared part.
-        let mut compile =
+        let compile =
             |module: &[u8], compile_options: &CompileOptions, part: &str| -> Result<Executable> {
                 let graph = format!("{what}{part}");
                 let (exe, outcome) = compile_with_cache(
@@ -577,28 +697,45 @@ impl Target {
                         source,
                     },
                 })?;
-                cache.outcomes.extend(outcome);
+                let order = usize::from(!part.is_empty());
+                let mut outcomes = outcomes.lock().unwrap_or_else(|p| p.into_inner());
+                outcomes.extend(outcome.map(|o| (order, o)));
                 Ok(exe)
             };
-        let executable = crate::result_layouts::compile_laid_out(
-            &mut emitted.module,
-            &mut emitted.ir,
-            emitted.mesh.as_ref(),
-            &compile_options,
-            |module, options| compile(module, options, ""),
-        )?;
-        let prepared = match &emitted.prepared {
-            Some((module, _)) => Some(PreparedExecutable {
-                executable: compile(module, &compile_options, " (prepared)")?,
-                reads: emitted
-                    .signature
-                    .prepared
-                    .as_ref()
-                    .map(|p| p.reads.clone())
-                    .unwrap_or_default(),
-                stablehlo: String::from_utf8_lossy(module).into_owned(),
-            }),
-            None => None,
+        // The program's executable and the one computing what it derives from its weights are
+        // independent: compiled side by side.
+        let (main, prepared) = rayon::join(
+            || {
+                crate::result_layouts::compile_laid_out(
+                    &mut emitted.module,
+                    &mut emitted.ir,
+                    emitted.mesh.as_ref(),
+                    &compile_options,
+                    |module, options| compile(module, options, ""),
+                )
+            },
+            || {
+                let Some((module, _)) = &emitted.prepared else {
+                    return Ok(None);
+                };
+                Ok::<_, Error>(Some(PreparedExecutable {
+                    executable: compile(module, &compile_options, " (prepared)")?,
+                    reads: emitted
+                        .signature
+                        .prepared
+                        .as_ref()
+                        .map(|p| p.reads.clone())
+                        .unwrap_or_default(),
+                    stablehlo: String::from_utf8_lossy(module).into_owned(),
+                }))
+            },
+        );
+        let (executable, prepared) = (main?, prepared?);
+        let mut outcomes = outcomes.into_inner().unwrap_or_else(|p| p.into_inner());
+        outcomes.sort_by_key(|(order, _)| *order);
+        let cache = CacheReport {
+            off: disk.is_none(),
+            outcomes: outcomes.into_iter().map(|(_, o)| o).collect(),
         };
         let mut timings = emitted.timings;
         timings.compile = start.elapsed();
@@ -637,11 +774,21 @@ impl Target {
             donations,
             padded: emitted.padded,
             not_padded,
+            ahead,
+            unclaimed: AtomicBool::new(ahead),
             timings,
             cache,
         });
         Ok(compiled)
     }
+}
+
+/// A compiled program found in the cache, and whether it counts as reused: not when it was
+/// compiled ahead and this is the first caller asking for it (it was compiled for that caller,
+/// only earlier).
+fn claim(found: Arc<Compiled>) -> (Arc<Compiled>, bool) {
+    let first = found.unclaimed.swap(false, Ordering::AcqRel);
+    (found, !first)
 }
 
 /// The in-process cache's key of the program `identity` ([`program_key`]) compiled with

@@ -34,7 +34,7 @@ pub use compile::{
 pub use error::{Error, Result};
 pub use loaded::{Call, DeviceValue, HostValue, Input, Loaded, Outputs};
 pub use model::{emit_file, RunOptions};
-pub use source::Source;
+pub use source::{OwnedSource, Source};
 pub use target::{Target, TargetInfo};
 pub use tpuc_fx::buckets::Buckets;
 

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use tpuc_fx::{symbolic, Program};
@@ -21,7 +22,41 @@ pub enum Source<'a> {
     Module { module: &'a Path, archive: &'a Path },
 }
 
+/// A [`Source`] owning what it refers to, for work that outlives the caller's borrow (a
+/// compilation in the background).
+#[derive(Clone, Debug)]
+pub enum OwnedSource {
+    File(PathBuf),
+    Json { name: String, bytes: Arc<[u8]> },
+    Module { module: PathBuf, archive: PathBuf },
+}
+
+impl OwnedSource {
+    pub fn source(&self) -> Source<'_> {
+        match self {
+            OwnedSource::File(path) => Source::File(path),
+            OwnedSource::Json { name, bytes } => Source::Json { name, bytes },
+            OwnedSource::Module { module, archive } => Source::Module { module, archive },
+        }
+    }
+}
+
 impl Source<'_> {
+    /// The source as an [`OwnedSource`] (a JSON graph's bytes copied).
+    pub fn to_owned_source(&self) -> OwnedSource {
+        match *self {
+            Source::File(path) => OwnedSource::File(path.to_path_buf()),
+            Source::Json { name, bytes } => OwnedSource::Json {
+                name: name.to_string(),
+                bytes: bytes.into(),
+            },
+            Source::Module { module, archive } => OwnedSource::Module {
+                module: module.to_path_buf(),
+                archive: archive.to_path_buf(),
+            },
+        }
+    }
+
     /// The name messages give the program.
     pub fn name(&self) -> String {
         match self {

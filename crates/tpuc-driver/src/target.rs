@@ -1,14 +1,15 @@
 //! A target: one plugin's client over some of its devices, described once.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 
 use tpuc_hlo::ir::KernelLayout;
 use tpuc_pjrt::discover::PluginKind;
 use tpuc_pjrt::{Client, ClientOptions, Device, Plugin};
 
-use crate::cache::ExecutableCache;
+use crate::cache::{ExecutableCache, Key};
 use crate::error::{Error, Result};
 
 /// What the pipeline needs to know of where a program will run.
@@ -52,6 +53,32 @@ pub struct Target {
     pub(crate) not_paddable: Mutex<HashSet<[u8; 32]>>,
     /// Values programs derive from their weights, per set of weight buffers.
     pub(crate) prepared: crate::loaded::PreparedValues,
+    /// The programs being compiled (by their cache key), so that a program asked for while it
+    /// compiles (in the background, or on another thread) is waited for, not compiled twice.
+    compiling: Mutex<HashSet<Key>>,
+    compiled_one: Condvar,
+    /// The buckets each program (by its identity) was last called in, which show the sizes
+    /// that grow (`Target::compile_next_buckets`).
+    pub(crate) last_buckets: Mutex<HashMap<Key, BTreeMap<String, i64>>>,
+}
+
+/// The right to compile the program of one cache key; given back when dropped. `T` is how the
+/// holder reaches the target: borrowed, or shared with a thread compiling in the background.
+pub(crate) struct Compiling<T: Deref<Target = Target>> {
+    target: T,
+    pub(crate) key: Key,
+}
+
+impl<T: Deref<Target = Target>> Drop for Compiling<T> {
+    fn drop(&mut self) {
+        let mut compiling = self
+            .target
+            .compiling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        compiling.remove(&self.key);
+        self.target.compiled_one.notify_all();
+    }
 }
 
 impl Target {
@@ -89,6 +116,9 @@ impl Target {
             executables: ExecutableCache::default(),
             not_paddable: Mutex::default(),
             prepared: Default::default(),
+            compiling: Mutex::default(),
+            compiled_one: Condvar::new(),
+            last_buckets: Mutex::default(),
         })
     }
 
@@ -113,6 +143,30 @@ impl Target {
     /// of weight buffers alive).
     pub fn prepared_sets(&self) -> usize {
         self.prepared.len()
+    }
+
+    /// The right to compile the program of `key`, once no one else compiles it (waiting until
+    /// then): the caller then looks in the cache again before compiling.
+    pub(crate) fn compiling(&self, key: Key) -> Compiling<&Target> {
+        let mut compiling = self.compiling.lock().unwrap_or_else(|p| p.into_inner());
+        while compiling.contains(&key) {
+            compiling = self
+                .compiled_one
+                .wait(compiling)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        compiling.insert(key);
+        Compiling { target: self, key }
+    }
+
+    /// The right to compile the program of `key`, for a thread compiling in the background,
+    /// unless someone compiles it already (no waiting).
+    pub(crate) fn reserve(self: &Arc<Self>, key: Key) -> Option<Compiling<Arc<Target>>> {
+        let mut compiling = self.compiling.lock().unwrap_or_else(|p| p.into_inner());
+        compiling.insert(key).then(|| Compiling {
+            target: self.clone(),
+            key,
+        })
     }
 
     pub fn platform(&self) -> Result<String> {

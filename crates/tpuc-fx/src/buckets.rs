@@ -85,6 +85,17 @@ impl Buckets {
             Buckets::List(sizes) => sizes.iter().copied().find(|&b| b >= size).unwrap_or(size),
         }
     }
+
+    /// The bucket after the one `size` falls in, where the policy has one (a list ends; sizes
+    /// above it are their own buckets, which nothing predicts).
+    pub fn next_bucket(&self, size: i64) -> Option<i64> {
+        let next = self.bucket(self.bucket(size).checked_add(1)?);
+        let predicted = match self {
+            Buckets::PowersOfTwo { .. } => next != self.bucket(size),
+            Buckets::List(sizes) => sizes.contains(&next),
+        };
+        predicted.then_some(next)
+    }
 }
 
 impl std::fmt::Display for Buckets {
@@ -129,6 +140,8 @@ pub struct Padding {
     pub tensors: BTreeMap<String, Vec<Option<SymExpr>>>,
     /// The SymInts whose value mentions a symbol.
     pub sym_ints: BTreeMap<String, SymExpr>,
+    /// The largest size each symbol's range allows, where it has one.
+    pub limits: BTreeMap<String, i64>,
 }
 
 impl Padding {
@@ -160,10 +173,16 @@ impl Padding {
             .into_iter()
             .map(|s| s.name)
             .collect();
+        let limits = g
+            .symbol_ranges
+            .iter()
+            .filter_map(|(name, range)| Some((name.clone(), range.max?)))
+            .collect();
         Ok(Padding {
             symbols,
             tensors,
             sym_ints,
+            limits,
         })
     }
 
@@ -201,6 +220,19 @@ mod tests {
             [64, 64, 128, 128, 129]
         );
         assert_eq!(b.to_string(), "64,128");
+    }
+
+    #[test]
+    fn the_next_bucket_is_the_policy_s_own() {
+        let pow2 = Buckets::default();
+        assert_eq!(pow2.next_bucket(3), Some(32));
+        assert_eq!(pow2.next_bucket(16), Some(32));
+        assert_eq!(pow2.next_bucket(17), Some(64));
+        assert_eq!(pow2.next_bucket(i64::MAX), None);
+        let list = Buckets::parse("64,128").unwrap();
+        assert_eq!(list.next_bucket(10), Some(128));
+        assert_eq!(list.next_bucket(128), None);
+        assert_eq!(list.next_bucket(500), None);
     }
 
     #[test]

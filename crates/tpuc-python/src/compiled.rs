@@ -97,6 +97,13 @@ impl CompiledGraph {
         self.reused
     }
 
+    /// Whether the graph was compiled ahead, in the background (a training graph's backward
+    /// beside its forward, a dynamic graph's next bucket).
+    #[getter]
+    fn ahead(&self) -> bool {
+        self.compiled().ahead
+    }
+
     /// The StableHLO module computing what the graph derives from its stable inputs alone, when
     /// that was split off (the runtime runs it once per set of their buffers).
     #[getter]

@@ -130,7 +130,10 @@ impl Runtime {
     /// inputs padded to them (`HostInput`), instead of for the sizes themselves.
     /// `donate`: (input index, output index) of each input the graph updates in place, whose
     /// new value that output is (`CompiledGraph.donations`, `Runtime.donatable_buffer`).
-    #[pyo3(signature = (program_json, name, options, *, stable=None, specs=None, process_groups=None, result_specs=None, input_dims=None, bucketed=false, donate=None, open_results=false))]
+    /// A program compiled for a bucket of sizes has its next bucket compiled in the background
+    /// (`tpuc_driver::Target::compile_next_bucket`). With `background`, the program itself is
+    /// compiled so and None returned: a later `compile` of it waits for it or finds it done.
+    #[pyo3(signature = (program_json, name, options, *, stable=None, specs=None, process_groups=None, result_specs=None, input_dims=None, bucketed=false, donate=None, open_results=false, background=false))]
     #[allow(clippy::too_many_arguments)]
     fn compile(
         &self,
@@ -146,7 +149,8 @@ impl Runtime {
         bucketed: bool,
         donate: Option<Vec<(usize, usize)>>,
         open_results: bool,
-    ) -> PyResult<CompiledGraph> {
+        background: bool,
+    ) -> PyResult<Option<CompiledGraph>> {
         let shardings = |specs: Option<Vec<Option<Spec>>>| -> Vec<Option<Sharding>> {
             specs
                 .unwrap_or_default()
@@ -180,17 +184,26 @@ impl Runtime {
             donate: donate.unwrap_or_default(),
             ..Options::default()
         };
+        let source = Source::Json {
+            name,
+            bytes: program_json,
+        };
+        if background {
+            self.target
+                .compile_in_background(source.to_owned_source(), options)
+                .map_err(driver_error)?;
+            return Ok(None);
+        }
         py.detach(|| {
-            let source = Source::Json {
-                name,
-                bytes: program_json,
-            };
             let (compiled, reused) = self
                 .target
                 .compile(source, &options)
                 .map_err(driver_error)?;
+            self.target
+                .compile_next_bucket(source, &options, &compiled)
+                .map_err(driver_error)?;
             let loaded = Loaded::new(self.target.clone(), compiled).map_err(driver_error)?;
-            Ok(CompiledGraph::new(loaded, reused))
+            Ok(Some(CompiledGraph::new(loaded, reused)))
         })
     }
 

@@ -197,3 +197,24 @@ def test_results_copied_out_are_sliced_to_their_true_sizes():
         (a, b), (want_a, want_b) = f(x), fn(x)
         close(a, want_a)
         assert b.shape == want_b.shape
+
+
+def test_the_next_bucket_compiles_ahead_while_a_sequence_grows():
+    """Once a growing size has moved into a larger bucket, the bucket after it compiles in the
+    background: 8..70 takes the buckets 16 and 32 in the foreground, and finds 64 and 128
+    compiled ahead; every step as in eager."""
+    weight = torch.randn(16, 16)
+
+    def step(q, keys):
+        return (keys @ (q @ weight)[:, None]).softmax(0).T @ keys
+
+    compiled = torch.compile(step, backend="tpuc", options={"cache_dir": "off"})
+    keys, q = torch.randn(8, 16), torch.randn(16)
+    compiles, ahead = STATS["compiles"], STATS["compiled_ahead"]
+    while keys.shape[0] < 70:
+        torch._dynamo.mark_dynamic(keys, 0)
+        out = compiled(q, keys)
+        torch.testing.assert_close(out, step(q, keys), rtol=1e-5, atol=1e-5)
+        q, keys = out[0], torch.cat([keys, out])
+    assert STATS["compiles"] - compiles == 4
+    assert STATS["compiled_ahead"] - ahead == 2

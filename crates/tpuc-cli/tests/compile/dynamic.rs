@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use crate::runner::Runner;
 use libtest_mimic::{Failed, Trial};
 use tpuc_cli::npy::read_npz;
-use tpuc_driver::RunOptions;
 use tpuc_driver::{EmitFormat, LowerOptions};
+use tpuc_driver::RunOptions;
 
 use crate::execution::{compare_all, expect_err, tpuc};
 use crate::lowering_dir;
@@ -313,9 +313,64 @@ fn sizes_share_buckets() -> Result<(), Failed> {
     }
 }
 
+/// A program whose size has grown into a larger bucket gets the bucket after it compiled in the
+/// background: the sequence's next call finds it compiled (or waits for it), not compiling it
+/// itself; a program compiled in the background is found by the compile that needs it.
+fn next_bucket_compiled_ahead() -> Result<(), Failed> {
+    let target = std::sync::Arc::new(tpuc_driver::Target::open(Some("cpu"), 1, &[])?);
+    let decoding = dir().join("decoding.pt2");
+    let source = tpuc_driver::Source::File(&decoding);
+    let small = read_npz(&dir().join("decoding_s5.inputs.npz"))?;
+    // The cache's length in each call (decoding_s5's inputs with a cache of that length).
+    let options = |length: i64| {
+        let mut dims: Vec<Vec<i64>> = small.iter().map(|t| t.dims().to_vec()).collect();
+        dims[0][1] = length;
+        RunOptions {
+            input_dims: Some(dims),
+            buckets: Some(tpuc_driver::Buckets::default()),
+            cache_dir: Some("off".into()),
+            ..RunOptions::default()
+        }
+        .compile_options()
+    };
+    let mut started = Vec::new();
+    let mut reused = Vec::new();
+    for length in [5, 9, 17, 20, 40, 100] {
+        let (compiled, found) = target.compile(source, &options(length))?;
+        reused.push((found, compiled.ahead));
+        started.push(target.compile_next_bucket(source, &options(length), &compiled)?);
+    }
+    // 5 and 9 share bucket 16; 17 grows it to 32 (64 starts compiling); 20 stays; 40 finds 64
+    // compiled ahead (compiled for it: not reused) and starts 128, which 100 finds.
+    let (no, yes, ahead) = ((false, false), (true, false), (false, true));
+    if started != [false, false, true, false, true, true]
+        || reused != [no, yes, no, yes, ahead, ahead]
+    {
+        return Err(format!("started ahead {started:?}, (reused, ahead) {reused:?}").into());
+    }
+    // A program compiled in the background (here, for its sizes) is found by the compile that
+    // needs it, and is not started twice.
+    let exact = RunOptions {
+        sizes: [("s65".to_string(), 7)].into(),
+        cache_dir: Some("off".into()),
+        ..RunOptions::default()
+    }
+    .compile_options();
+    let started = target.compile_in_background(source.to_owned_source(), exact.clone())?;
+    let again = target.compile_in_background(source.to_owned_source(), exact.clone())?;
+    if !started || again || !target.compile(source, &exact)?.0.ahead {
+        return Err(format!("in the background: started {started}, again {again}").into());
+    }
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
         Trial::test("dynamic::sizes_share_buckets", sizes_share_buckets),
+        Trial::test(
+            "dynamic::next_bucket_compiled_ahead",
+            next_bucket_compiled_ahead,
+        ),
         Trial::test(
             "dynamic::compile_refused_or_specialised",
             compile_refused_or_specialised,

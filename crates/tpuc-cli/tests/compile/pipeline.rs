@@ -365,6 +365,60 @@ fn cli_emits_the_ir() -> Result<(), Failed> {
     Ok(())
 }
 
+/// `tpuc compile A B -o DIR` compiles both (side by side) into DIR/A.mlir and DIR/B.mlir, each
+/// the module compiling it alone writes; a program that fails is named and the others are
+/// written; several programs need a directory.
+fn cli_compiles_several_programs() -> Result<(), Failed> {
+    let dir = tempfile::tempdir()?;
+    let out = dir.path().join("modules");
+    let names = ["mlp", "broadcasting", "dtype_mix"];
+    let mut command = crate::execution::tpuc();
+    command.arg("compile").arg("-o").arg(&out);
+    for name in names {
+        command.arg(lowering_dir().join(format!("{name}.pt2")));
+    }
+    let both = command.output()?;
+    if !both.status.success() {
+        return Err(String::from_utf8_lossy(&both.stderr).into_owned().into());
+    }
+    for name in names {
+        let alone = crate::execution::tpuc()
+            .arg("compile")
+            .arg(lowering_dir().join(format!("{name}.pt2")))
+            .output()?;
+        if std::fs::read(out.join(format!("{name}.mlir")))? != alone.stdout {
+            return Err(format!("{name}.mlir differs from compiling {name}.pt2 alone").into());
+        }
+    }
+    let broken = dir.path().join("broken.pt2");
+    std::fs::write(&broken, b"not an archive")?;
+    let partly = crate::execution::tpuc()
+        .arg("compile")
+        .arg("-o")
+        .arg(dir.path().join("partly"))
+        .arg(&broken)
+        .arg(lowering_dir().join("mlp.pt2"))
+        .output()?;
+    let stderr = String::from_utf8_lossy(&partly.stderr);
+    if partly.status.success()
+        || !stderr.contains("broken.pt2")
+        || !stderr.contains("1 of 2 programs failed")
+        || !dir.path().join("partly/mlp.mlir").is_file()
+    {
+        return Err(format!("a failing program among several:\n{stderr}").into());
+    }
+    let to_stdout = crate::execution::tpuc()
+        .arg("compile")
+        .arg(lowering_dir().join("mlp.pt2"))
+        .arg(lowering_dir().join("broadcasting.pt2"))
+        .output()?;
+    let stderr = String::from_utf8_lossy(&to_stdout.stderr);
+    if to_stdout.status.success() || !stderr.contains("need -o DIRECTORY") {
+        return Err(format!("several programs to standard output:\n{stderr}").into());
+    }
+    Ok(())
+}
+
 /// `tpuc run --repeat N` runs N more times and reports the steady state.
 fn cli_repeats_runs() -> Result<(), Failed> {
     let dir = tempfile::tempdir()?;
@@ -387,6 +441,10 @@ pub fn trials() -> Vec<Trial> {
     vec![
         Trial::test("pipeline::cli_repeats_runs", cli_repeats_runs),
         Trial::test("pipeline::cli_emits_the_ir", cli_emits_the_ir),
+        Trial::test(
+            "pipeline::cli_compiles_several_programs",
+            cli_compiles_several_programs,
+        ),
         Trial::test("pipeline::in_process_reuse", in_process_reuse),
         Trial::test(
             "pipeline::run_hoists_weight_derived_values",

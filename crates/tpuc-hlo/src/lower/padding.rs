@@ -775,6 +775,7 @@ mod tests {
                 .map(|(n, d)| (n.to_string(), d.clone()))
                 .collect::<BTreeMap<_, _>>(),
             sym_ints: BTreeMap::new(),
+            limits: BTreeMap::new(),
         }
     }
 

@@ -9,6 +9,8 @@ one tpuc cannot make exact is compiled per set of sizes instead.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import default_partition
@@ -45,7 +47,7 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None 
             return compared(gm, name, compiled, *opts.compare)
     compiler = GraphCompiler(opts, specs, batch, checked)
     return aot_autograd(
-        partition_fn=_partition,
+        partition_fn=functools.partial(_partition, compiler),
         fw_compiler=compiler.forward,
         bw_compiler=compiler.backward,
         inference_compiler=compiler.inference,
@@ -53,12 +55,15 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None 
     )(gm, example_inputs)
 
 
-def _partition(joint, joint_inputs, **kwargs):
+def _partition(compiler: GraphCompiler, joint, joint_inputs, **kwargs):
     """aot_autograd's default partition of the joint graph into forward and backward (what the
     model's forward computes in the forward, the rest in the backward), after
-    marking what the backward recomputes rather than the forward saves (`recompute_gathered`)."""
+    marking what the backward recomputes rather than the forward saves (`recompute_gathered`).
+    The backward is compiled ahead, once the forward is (`GraphCompiler.compile_ahead`)."""
     recompute_gathered(joint)
-    return default_partition(joint, joint_inputs, **kwargs)
+    forward, backward = default_partition(joint, joint_inputs, **kwargs)
+    compiler.backward_ahead = backward
+    return forward, backward
 
 
 # torch.compile over tensors of the tpuc device: Dynamo runs them eagerly, not the device's code.

@@ -218,6 +218,9 @@ class GraphCompiler:
         # has the name of the forward's node it is).
         self.read_layouts: dict = {}
         self.saved_primals: dict = {}
+        # The backward graph of the training graph being compiled, once partitioned: compiled
+        # ahead after the forward (`compile_ahead`).
+        self.backward_ahead: torch.fx.GraphModule | None = None
 
     def forward(self, gm, example_inputs):
         layouts = self.layouts(gm)
@@ -231,7 +234,12 @@ class GraphCompiler:
         # of the forward gathering each whole.
         if layouts.inputs is not None:
             layouts = layouts._replace(open=True)
-        return self.compile(_without_input_aliases(gm), "forward", self.weight_inputs(), layouts)
+        compiled = self.compile(_without_input_aliases(gm), "forward", self.weight_inputs(), layouts)
+        # The backward (from the partition) compiles while the forward's first call goes on.
+        backward, self.backward_ahead = self.backward_ahead, None
+        if backward is not None:
+            self.compile_ahead(backward, "backward")
+        return compiled
 
     def backward(self, gm, example_inputs):
         # Saved values and tangents arrive as the forward returned them (inputs as they came,
@@ -466,23 +474,8 @@ class GraphCompiler:
         """The prepared graph compiled; one with symbolic sizes for the shapes of `args`, the
         arguments it will run on."""
         p = prepared
-        given = None if args is None else list(args) + p.constants
-        input_dims = None if given is None else [list(given[i].shape) for i in p.inputs]
         devices = self.device_outputs(p, name)
-        # Graphs over the tpuc device's tensors are compiled for each set of sizes (buffers are
-        # not padded to buckets).
-        bucketed = input_dims is not None and devices is None
-        # Inputs updated in place give their memory to their new value where the plugin's device
-        # memory is the host's (elsewhere that needs tensors that live on the device); not for
-        # inputs padded to a bucket (a copy), nor over a mesh, nor the device's buffers (their
-        # tensors' views share them).
-        in_place = (self.session.host_memory and self.session.mesh is None and self.process_groups is None
-                    and devices is None)
-        donate = p.donate if in_place and input_dims is None else None
-        compiled = self.session.compile(p.program, name, self.opts.compile, stable=p.stable, specs=p.laid_out,
-                                        process_groups=self.process_groups, result_specs=p.laid_out_results,
-                                        input_dims=input_dims, bucketed=bucketed, donate=donate,
-                                        open_results=p.open_results)
+        compiled = self.session.compile(p.program, name, self.opts.compile, **self.request(p, args, devices))
         if p.open_results:
             self.read_layouts.update(zip(p.output_names, compiled.result_specs))
         if compiled.not_padded is not None:
@@ -496,6 +489,40 @@ class GraphCompiler:
         if self.opts.dump_dir:
             dump_graph(self.opts.dump_dir, name, p.gm, compiled)
         return CompiledGraph(compiled, self.session, p.inputs, p.outputs, p.single, constants, devices, p.checks)
+
+    def request(self, p: "PreparedGraph", args: list | None, devices: list | None) -> dict:
+        """What compiling the prepared graph `p` asks of the runtime beyond the options
+        (`_tpuc.Runtime.compile`'s keyword arguments), for `args` and `devices` as
+        `compile_prepared` has them."""
+        given = None if args is None else list(args) + p.constants
+        input_dims = None if given is None else [list(given[i].shape) for i in p.inputs]
+        # Inputs updated in place give their memory to their new value where the plugin's device
+        # memory is the host's (elsewhere that needs tensors that live on the device); not for
+        # inputs padded to a bucket (a copy), nor over a mesh, nor the device's buffers (their
+        # tensors' views share them).
+        in_place = (self.session.host_memory and self.session.mesh is None and self.process_groups is None
+                    and devices is None)
+        return dict(stable=p.stable, specs=p.laid_out, process_groups=self.process_groups,
+                    result_specs=p.laid_out_results, input_dims=input_dims,
+                    # Graphs over the tpuc device's tensors are compiled for each set of sizes
+                    # (buffers are not padded to buckets).
+                    bucketed=input_dims is not None and devices is None,
+                    donate=p.donate if in_place and input_dims is None else None, open_results=p.open_results)
+
+    def compile_ahead(self, gm: torch.fx.GraphModule, kind: str) -> None:
+        """Starts compiling `gm`, a graph aot_autograd will hand over later (a training graph's
+        backward, once the partition made it), in the background: the compile of the forward and
+        the forward's run go on meanwhile, and the backward's own compile finds it done or waits
+        for it. Only where nothing about it depends on the forward's compile (one device, static
+        sizes, every op lowered, no checking wrapper); otherwise it is compiled when handed over."""
+        if (self.session.mesh is not None or self.process_groups is not None or self.checked is not None
+                or on_device(gm) or _has_symbolic_sizes(gm) or unsupported_ops(gm, self.supported)):
+            return
+        try:
+            p = self.prepare(gm, kind)
+        except _tpuc.TpucError:
+            return  # said when the graph is handed over
+        self.session.compile(p.program, kind, self.opts.compile, background=True, **self.request(p, None, None))
 
     def device_outputs(self, p: "PreparedGraph", name: str) -> list | None:
         """For a graph over the tpuc device's tensors (traced on their inner meta tensors, or

@@ -20,9 +20,10 @@ from . import _tpuc
 # the cache of compiled executables instead, host-to-device uploads, reused device buffers and
 # computations of weight-derived values, for tests and diagnostics.
 # Compilations served by an executable compiled for the same bucket of sizes count as bucket hits.
-# Inputs a graph updated in place, in their own memory, count as in_place.
+# Inputs a graph updated in place, in their own memory, count as in_place; compilations done
+# ahead, in the background, before the graph was asked for, as compiled_ahead.
 STATS = {"compiles": 0, "cache_hits": 0, "uploads": 0, "reused": 0, "prepared": 0, "bucket_hits": 0,
-         "in_place": 0}
+         "in_place": 0, "compiled_ahead": 0}
 
 class DeviceHooks(NamedTuple):
     """What the layers below the eager device need of it, given by the device when it is
@@ -82,7 +83,7 @@ class Session:
         # A cache that cannot store is said once per session.
         self.cache_warned = False
 
-    def compile(self, program: bytes, name: str, options: _tpuc.CompileOptions, **graph) -> _tpuc.CompiledGraph:
+    def compile(self, program: bytes, name: str, options: _tpuc.CompileOptions, **graph) -> _tpuc.CompiledGraph | None:
         """The executable of `program` (its serialized form holds the ops, the input and output
         types, and the source locations), compiled with `options` once per distinct graph and
         options in this process. `graph` says what is particular to this graph, as
@@ -92,13 +93,18 @@ class Session:
         what comes back); `process_groups` makes it one rank's program run on every device;
         `input_dims` fixes the sizes of a program with symbolic ones, compiled for the options'
         buckets when `bucketed`; `donate` pairs inputs the graph updates in place with their new
-        values."""
+        values; `background` compiles it on the runtime's threads and returns None (a later
+        `compile` of it finds it done or waits for it)."""
         compiled = self.runtime.compile(program, name, options, **graph)
+        if compiled is None:  # compiling in the background (`background=True`)
+            return None
         if compiled.reused:
             if compiled.bucket is not None:
                 STATS["bucket_hits"] += 1
             return compiled
         STATS["compiles"] += 1
+        if compiled.ahead:
+            STATS["compiled_ahead"] += 1
         if compiled.cache == "hit":
             STATS["cache_hits"] += 1
         elif compiled.cache.startswith("not stored") and not self.cache_warned:
