@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use crate::runner::Runner;
 use libtest_mimic::{Failed, Trial};
 use tpuc_cli::npy::read_npz;
-use tpuc_driver::{EmitFormat, LowerOptions};
 use tpuc_driver::RunOptions;
+use tpuc_driver::{EmitFormat, LowerOptions};
 
 use crate::execution::{compare_all, expect_err, tpuc};
 use crate::lowering_dir;
