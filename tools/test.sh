@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: set up, then formatting, the Python lint (ruff.toml) and clippy (warnings
-# are errors), unit tests (the IR, the lowering families, the passes), the PJRT binding layout
-# tests, the runtime's tests on
-# the XLA CPU plugin, golden lowering tests, the compile pipeline's end-to-end tests, every golden
-# case executed against torch's outputs, and the Python package's tests.
+# are errors), unit tests (the IR, the lowering families, the passes), the file tests (FX graphs
+# in text with CHECK lines) and golden modules, the PJRT binding layout tests, the runtime's tests
+# on the XLA CPU plugin, the driver's tests (every golden case executed against torch's outputs),
+# the `tpuc` command's, and the Python package's tests. `cargo test --tests` builds test binaries
+# only for targets that have tests (`--lib` would link MLIR into empty ones).
 #
 # Each stage's wall time is printed when it ends, and all of them at the end (also when a stage
 # fails), with pytest's 20 slowest tests, so that the next slow test is seen the day it arrives.
@@ -36,7 +37,7 @@ export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"   # XLA's own logging
 stage fmt cargo fmt --all -- --check
 stage ruff .venv/bin/ruff check --quiet .
 stage clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
-stage cargo cargo test --workspace --lib --bins --tests
+stage cargo cargo test --workspace --tests
 # The torch.compile backend, the model zoo (torch.compile and export -> tpuc compile -> tpuc run,
 # using the tpuc binary the step above built) and training against eager torch: on two worker
 # processes (pytest-xdist; tests sharing an expensive fixture are one group, run by one worker).

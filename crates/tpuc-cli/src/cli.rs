@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use std::time::Instant;
 
-use crate::{compare, npy, plugins};
+use crate::{npy, plugins};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use tpuc_driver::{
@@ -564,7 +564,8 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
         if let Some(expected) = &expected {
             match expected.get(i) {
                 Some(reference) => {
-                    let diff = compare::compare(output, reference, request.rtol, request.atol)?;
+                    let diff =
+                        npy::compare::compare(output, reference, request.rtol, request.atol)?;
                     failed += usize::from(!diff.ok());
                     line += &format!("  {}: {diff}", if diff.ok() { "ok" } else { "MISMATCH" });
                 }

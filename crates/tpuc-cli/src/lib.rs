@@ -1,5 +1,6 @@
 //! What the `tpuc` command does beyond parsing its arguments: compiling files and running models
-//! (both through `tpuc_driver`'s one pipeline), `.npy` files, comparisons with references.
+//! (both through `tpuc_driver`'s one pipeline), `.npy` files (`tpuc-npy`, which also compares
+//! outputs with references).
 
 /// `println!` that returns an error instead of panicking when standard output is closed
 /// (`tpuc ops | head`); `cli::main` treats a broken pipe as a normal end.
@@ -11,7 +12,6 @@ macro_rules! say {
 }
 
 pub mod cli;
-pub mod compare;
 /// `.npy` / `.npz` files (`tpuc-npy`).
 pub use tpuc_npy as npy;
 mod plugins;

@@ -7,14 +7,6 @@ use tpuc_pjrt::HostTensor;
 
 /// Runs `loaded` on `inputs` (its user inputs, in order); its user outputs.
 pub fn run(loaded: &Loaded, inputs: Vec<HostTensor>) -> Result<Vec<HostTensor>> {
-    let specs = &loaded.compiled().inputs;
-    let inputs = inputs
-        .into_iter()
-        .enumerate()
-        .map(|(i, tensor)| match specs.get(i) {
-            Some(spec) => Ok(crate::npy::adapt_to(&tensor, spec.dtype)?.unwrap_or(tensor)),
-            None => Ok(tensor),
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(loaded.run_on_host(inputs)?)
+    let dtypes: Vec<_> = loaded.compiled().inputs.iter().map(|s| s.dtype).collect();
+    Ok(loaded.run_on_host(crate::npy::adapt_all(inputs, &dtypes)?)?)
 }

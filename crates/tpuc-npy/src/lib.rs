@@ -1,4 +1,5 @@
-//! Tensors in numpy's `.npy` and `.npz` files.
+//! Tensors in numpy's `.npy` and `.npz` files, and comparisons with reference tensors read
+//! from them ([`compare`]).
 //!
 //! numpy has no bfloat16: bfloat16 tensors are written widened to float32, and a float32 array
 //! is accepted for a bfloat16 input (rounded to nearest even).
@@ -8,6 +9,8 @@ use std::io::{Read, Seek};
 use std::path::Path;
 use tpuc_dtype::{DType, Kind};
 use tpuc_pjrt::HostTensor;
+
+pub mod compare;
 
 /// Reads one array from a `.npy` file.
 pub fn read_npy(path: &Path) -> Result<HostTensor> {
@@ -208,6 +211,19 @@ pub fn adapt_to(tensor: &HostTensor, element_type: DType) -> Result<Option<HostT
     Ok(None)
 }
 
+/// `tensors` given for inputs of `element_types` (in order), each converted where numpy could
+/// not express its type ([`adapt_to`]); tensors beyond the types are left as they are.
+pub fn adapt_all(tensors: Vec<HostTensor>, element_types: &[DType]) -> Result<Vec<HostTensor>> {
+    tensors
+        .into_iter()
+        .enumerate()
+        .map(|(i, tensor)| match element_types.get(i) {
+            Some(&dtype) => Ok(adapt_to(&tensor, dtype)?.unwrap_or(tensor)),
+            None => Ok(tensor),
+        })
+        .collect()
+}
+
 /// Writes `tensor` as a `.npy` file (bfloat16 and 8-bit floats widened to float32).
 pub fn write_npy(path: &Path, tensor: &HostTensor) -> Result<()> {
     let file =
@@ -336,4 +352,56 @@ fn eight_bit_floats(tensor: &HostTensor) -> Result<std::vec::IntoIter<f64>> {
         .map(|&b| tpuc_dtype::f8_value(elem, b))
         .collect();
     Ok(values.into_iter())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every element type survives a .npy round trip; bfloat16 comes back widened to float32;
+    /// a corrupt file is an error naming it.
+    #[test]
+    fn every_element_type_survives_a_round_trip() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("t.npy");
+        let cases = [
+            HostTensor::from_slice(DType::F32, &[2, 2], &[1.5f32, -0.0, f32::NAN, 3e38])?,
+            HostTensor::from_slice(DType::F64, &[3], &[1.0f64, -2.5, 1e-300])?,
+            HostTensor::from_slice(DType::I64, &[2], &[i64::MIN, 7])?,
+            HostTensor::from_slice(DType::I32, &[1, 2], &[-1i32, 2])?,
+            HostTensor::from_slice(DType::I8, &[2], &[-128i8, 127])?,
+            HostTensor::from_slice(DType::U8, &[2], &[0u8, 255])?,
+            HostTensor::from_slice(DType::Bool, &[3], &[true, false, true])?,
+            HostTensor::from_bytes(DType::F16, &[2], &[0x00, 0x3c, 0x00, 0xc0])?,
+            HostTensor::zeros(DType::F32, &[0, 3])?,
+            HostTensor::from_slice(DType::F32, &[], &[2.5f32])?,
+        ];
+        for tensor in &cases {
+            write_npy(&path, tensor)?;
+            let back = read_npy(&path)?;
+            assert_eq!(back.element_type(), tensor.element_type());
+            assert_eq!(back.dims(), tensor.dims());
+            assert_eq!(back.bytes(), tensor.bytes(), "{tensor:?}");
+        }
+        let bf16 = HostTensor::from_bytes(DType::BF16, &[2], &[0x80, 0x3f, 0x00, 0xc0])?;
+        write_npy(&path, &bf16)?;
+        assert_eq!(read_npy(&path)?.to_vec::<f32>()?, vec![1.0, -2.0]);
+        std::fs::write(&path, b"\x93NUMPY garbage")?;
+        let error = read_npy(&path).expect_err("a corrupt file");
+        assert!(format!("{error:#}").contains("t.npy"), "{error:#}");
+        Ok(())
+    }
+
+    #[test]
+    fn float32_given_for_bfloat16_inputs_is_converted() -> Result<()> {
+        let given = vec![
+            HostTensor::from_slice(DType::F32, &[2], &[1.0f32, -2.0])?,
+            HostTensor::from_slice(DType::F32, &[1], &[3.0f32])?,
+        ];
+        let adapted = adapt_all(given, &[DType::BF16, DType::F32])?;
+        assert_eq!(adapted[0].element_type(), DType::BF16);
+        assert_eq!(adapted[0].bytes(), &[0x80, 0x3f, 0x00, 0xc0]);
+        assert_eq!(adapted[1].element_type(), DType::F32);
+        Ok(())
+    }
 }

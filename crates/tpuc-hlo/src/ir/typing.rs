@@ -818,3 +818,164 @@ fn fft(kind: FftKind, length: &[i64], ty: &TensorType) -> Rule {
     }
     one(TensorType::new(out_shape, out_elem))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::attrs::Precision;
+    use crate::ir::ops::{CompareDir, CompareType};
+
+    fn t(shape: &[i64], elem: DType) -> TensorType {
+        TensorType::new(shape.to_vec(), elem)
+    }
+
+    fn refused(kind: OpKind, operands: &[&TensorType], needle: &str) {
+        match infer(&kind, operands) {
+            Ok(types) => panic!("{kind:?} on {operands:?} typed as {types:?}"),
+            Err(why) => assert!(why.contains(needle), "{kind:?}: {why}"),
+        }
+    }
+
+    #[test]
+    fn a_matmul_keeps_batch_then_free_dimensions() {
+        let dims = DotDims {
+            lhs_batch: vec![0],
+            rhs_batch: vec![0],
+            lhs_contracting: vec![2],
+            rhs_contracting: vec![1],
+        };
+        let kind = OpKind::DotGeneral {
+            dims,
+            precision: Precision::Highest,
+        };
+        let (a, b) = (t(&[8, 3, 5], DType::F32), t(&[8, 5, 7], DType::F32));
+        assert_eq!(infer(&kind, &[&a, &b]), Ok(vec![t(&[8, 3, 7], DType::F32)]));
+        refused(
+            kind.clone(),
+            &[&a, &t(&[8, 4, 7], DType::F32)],
+            "does not match",
+        );
+        refused(
+            kind,
+            &[&a, &t(&[8, 5, 7], DType::BF16)],
+            "element types differ",
+        );
+    }
+
+    #[test]
+    fn unary_rules_follow_the_element_kind() {
+        let c = t(&[2], DType::C64);
+        assert_eq!(
+            infer(&OpKind::Unary(UnaryOp::Abs), &[&c]),
+            Ok(vec![t(&[2], DType::F32)]),
+            "the magnitude of a complex number is real"
+        );
+        refused(
+            OpKind::Unary(UnaryOp::Neg),
+            &[&t(&[2], DType::Bool)],
+            "booleans",
+        );
+        refused(
+            OpKind::Unary(UnaryOp::Not),
+            &[&t(&[2], DType::F32)],
+            "integer or boolean",
+        );
+        refused(OpKind::Unary(UnaryOp::Abs), &[], "takes 1 operand, got 0");
+    }
+
+    #[test]
+    fn binary_operands_agree_and_fit_the_op() {
+        let (i, f) = (t(&[3], DType::I32), t(&[3], DType::F32));
+        assert_eq!(
+            infer(&OpKind::Binary(BinaryOp::ShiftLeft), &[&i, &i]),
+            Ok(vec![i.clone()])
+        );
+        refused(
+            OpKind::Binary(BinaryOp::ShiftLeft),
+            &[&f, &f],
+            "integer operands",
+        );
+        refused(
+            OpKind::Binary(BinaryOp::And),
+            &[&f, &f],
+            "integer or boolean",
+        );
+        refused(OpKind::Binary(BinaryOp::Atan2), &[&i, &i], "floating-point");
+        refused(
+            OpKind::Binary(BinaryOp::And),
+            &[&i, &t(&[4], DType::I32)],
+            "",
+        );
+    }
+
+    #[test]
+    fn comparisons_give_booleans_of_a_fitting_comparison_type() {
+        let f = t(&[2, 2], DType::F32);
+        let float = OpKind::Compare {
+            dir: CompareDir::Lt,
+            compare: CompareType::Float,
+        };
+        assert_eq!(infer(&float, &[&f, &f]), Ok(vec![t(&[2, 2], DType::Bool)]));
+        let signed = OpKind::Compare {
+            dir: CompareDir::Lt,
+            compare: CompareType::Signed,
+        };
+        refused(signed, &[&f, &f], "does not compare float32");
+    }
+
+    #[test]
+    fn shape_ops_check_their_attributes() {
+        let x = t(&[2, 3], DType::F32);
+        let reshape = |shape: &[i64]| OpKind::Reshape {
+            shape: shape.to_vec(),
+        };
+        assert_eq!(
+            infer(&reshape(&[3, 2]), &[&x]),
+            Ok(vec![t(&[3, 2], DType::F32)])
+        );
+        refused(reshape(&[4, 2]), &[&x], "cannot reshape");
+        let broadcast = |dims: &[i64], shape: &[i64]| OpKind::BroadcastInDim {
+            dims: dims.to_vec(),
+            shape: shape.to_vec(),
+        };
+        assert_eq!(
+            infer(&broadcast(&[1, 2], &[4, 2, 3]), &[&x]),
+            Ok(vec![t(&[4, 2, 3], DType::F32)])
+        );
+        refused(broadcast(&[2, 1], &[4, 3, 2]), &[&x], "cannot broadcast");
+        refused(
+            OpKind::Transpose { perm: vec![0, 0] },
+            &[&x],
+            "not a permutation",
+        );
+        refused(
+            OpKind::Convert { to: DType::F32 },
+            &[&t(&[2], DType::C64)],
+            "imaginary part",
+        );
+    }
+
+    #[test]
+    fn bit_casts_split_or_join_the_last_dimension() {
+        let wide = t(&[4], DType::F32);
+        let kind = OpKind::BitcastConvert { to: DType::U8 };
+        assert_eq!(infer(&kind, &[&wide]), Ok(vec![t(&[4, 4], DType::U8)]));
+        let back = OpKind::BitcastConvert { to: DType::F32 };
+        assert_eq!(infer(&back, &[&t(&[4, 4], DType::U8)]), Ok(vec![wide]));
+        refused(back, &[&t(&[4, 3], DType::U8)], "last dimension of 4");
+    }
+
+    #[test]
+    fn linear_algebra_needs_square_matrices_that_fit() {
+        let a = t(&[2, 3, 3], DType::F32);
+        assert_eq!(
+            infer(&OpKind::Cholesky { lower: true }, &[&a]),
+            Ok(vec![a.clone()])
+        );
+        refused(
+            OpKind::Cholesky { lower: true },
+            &[&t(&[3, 4], DType::F32)],
+            "square float matrices",
+        );
+    }
+}

@@ -1,7 +1,9 @@
-//! Golden lowering tests (testdata/lowering/<case>.pt2 -> <case>.mlir, byte for byte),
-//! end-to-end checks of the compile pipeline (determinism, the .fx round trip, bytecode, bad
-//! input), and execution on the XLA CPU plugin (`execution`). Set TPUC_BLESS=1 to rewrite the
-//! expected .mlir files.
+//! The driver's tests: bad programs refused by name, execution on the XLA CPU plugin
+//! (`execution`: every golden case against torch's outputs, bad inputs), the runtime layer
+//! (`runner`: a model opened and run as `tpuc run` runs it), dynamic sizes and buckets, the
+//! pipeline's options and programs over device meshes. The golden modules themselves
+//! (testdata/lowering/<case>.pt2 -> <case>.mlir) are crates/tpuc-filetests'; the `tpuc` command
+//! is crates/tpuc-cli/tests/cli's.
 
 mod dynamic;
 mod execution;
@@ -10,124 +12,31 @@ mod runner;
 mod sharded;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use tpuc_driver::{EmitFormat, LowerOptions};
+use tpuc_driver::{EmitFormat, Emitted, LowerOptions, Options};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use tpuc_filetests::testdata::lowering_dir;
 
-fn lowering_dir() -> PathBuf {
-    root().join("testdata/lowering")
-}
-
-fn compile_text(path: &Path) -> Result<String, Failed> {
-    let c = tpuc_cli::compile_file(path, &LowerOptions::default(), EmitFormat::Text)
-        .map_err(|e| format!("{e:#}"))?;
-    Ok(String::from_utf8(c.module).map_err(|e| e.to_string())?)
-}
-
-fn golden(case: PathBuf) -> Result<(), Failed> {
-    let actual = compile_text(&case)?;
-    compare_golden(&case.with_extension("mlir"), &actual)
-}
-
-/// `actual` is the module at `expected_path`, byte for byte (with TPUC_BLESS set, it becomes it).
-pub fn compare_golden(expected_path: &Path, actual: &str) -> Result<(), Failed> {
-    if std::env::var_os("TPUC_BLESS").is_some() {
-        std::fs::write(expected_path, actual)?;
-        return Ok(());
-    }
-    let expected = std::fs::read_to_string(expected_path).map_err(|e| {
-        format!(
-            "{}: {e} (run with TPUC_BLESS=1 to create it)",
-            expected_path.display()
-        )
-    })?;
-    if actual != expected {
-        let diff = similar::TextDiff::from_lines(expected.as_str(), actual)
-            .unified_diff()
-            .header("expected", "actual")
-            .to_string();
-        return Err(format!(
-            "{} differs from the lowering:\n{diff}\n(TPUC_BLESS=1 re-blesses)",
-            expected_path.display()
-        )
-        .into());
-    }
-    Ok(())
-}
-
-fn determinism() -> Result<(), Failed> {
-    let case = lowering_dir().join("llama_block_core.pt2");
-    let a = compile_text(&case)?;
-    let b = compile_text(&case)?;
-    if a != b {
-        return Err("two compiles of the same archive differ".into());
-    }
-    Ok(())
-}
-
-fn fx_round_trip() -> Result<(), Failed> {
-    let dir = tempfile::tempdir()?;
-    for case in ["resnet_cnn_core", "llama_block", "dtype_mix"] {
-        let pt2 = lowering_dir().join(format!("{case}.pt2"));
-        let original = tpuc_fx::read_program(&pt2)?;
-        for storage in [
-            tpuc_fx::fxfile::WeightStorage::Inline,
-            tpuc_fx::fxfile::WeightStorage::SideFile,
-        ] {
-            let fx = dir.path().join(format!("{case}-{storage:?}.fx"));
-            tpuc_fx::fxfile::write_fx(&original, &fx, storage)?;
-            let back = tpuc_fx::read_program(&fx)?;
-            if back != original {
-                return Err(format!(
-                    "{case}: the .fx file ({storage:?}) does not read back as the same program"
-                )
-                .into());
-            }
-            if compile_text(&fx)? != compile_text(&pt2)? {
-                return Err(format!("{case}: .fx and .pt2 compile differently").into());
-            }
-        }
-    }
-    Ok(())
-}
-
-fn bytecode() -> Result<(), Failed> {
-    let case = lowering_dir().join("mlp_core.pt2");
-    let c = tpuc_cli::compile_file(&case, &LowerOptions::default(), EmitFormat::Bytecode)?;
-    if !c.module.starts_with(b"ML\xefR") {
-        return Err("bytecode output lacks the MLIR bytecode magic".into());
-    }
-    Ok(())
-}
-
-fn inline_weights() -> Result<(), Failed> {
-    let case = lowering_dir().join("mlp.pt2");
-    let opts = LowerOptions {
-        weights: tpuc_hlo::WeightsMode::Inline,
-        ..Default::default()
+/// Compiles a `.pt2` or `.fx` file as `tpuc compile` does, its symbolic sizes (if any) fixed
+/// to `sizes` first.
+pub fn emit_file(
+    path: &Path,
+    sizes: Option<&BTreeMap<String, i64>>,
+    lower: &LowerOptions,
+    format: EmitFormat,
+) -> anyhow::Result<Emitted> {
+    let options = Options {
+        lower: lower.clone(),
+        sizes: sizes.cloned(),
+        ..Options::default()
     };
-    let c = tpuc_cli::compile_file(&case, &opts, EmitFormat::Text)?;
-    let text = String::from_utf8(c.module)?;
-    let header = text
-        .lines()
-        .find(|l| l.contains("func.func @main"))
-        .unwrap_or_default();
-    if header.matches("%arg").count() != 1 || !text.contains("dense<\"0x") {
-        return Err(format!(
-            "inline weights should leave one argument and hex constants:\n{header}"
-        )
-        .into());
-    }
-    Ok(())
+    Ok(tpuc_driver::emit_file(path, &options, format)?)
 }
 
 fn expect_error(path: &Path, needles: &[&str]) -> Result<(), Failed> {
-    match tpuc_cli::compile_file(path, &LowerOptions::default(), EmitFormat::Text) {
+    match emit_file(path, None, &LowerOptions::default(), EmitFormat::Text) {
         Ok(_) => Err(format!("{} compiled but should have failed", path.display()).into()),
         Err(e) => {
             let msg = format!("{e:#}");
@@ -187,7 +96,7 @@ fn sizes_tensor_values_decide_refused() -> Result<(), Failed> {
     ];
     expect_error(&model, &needles)?;
     for sizes in [BTreeMap::new(), BTreeMap::from([("u0".to_string(), 2)])] {
-        let compiled = tpuc_cli::compile_file_with_sizes(
+        let compiled = emit_file(
             &model,
             Some(&sizes),
             &LowerOptions::default(),
@@ -328,32 +237,9 @@ fn invalid_graphs() -> Result<(), Failed> {
 
 fn main() {
     let args = Arguments::from_args();
-    // The tests' own cache of compiled executables, not the user's (set before any thread
-    // starts; the directory goes when the tests end).
-    let cache = tempfile::tempdir().expect("a temporary directory");
-    if std::env::var_os("TPUC_CACHE_DIR").is_none() {
-        // SAFETY: no other thread exists yet.
-        unsafe { std::env::set_var("TPUC_CACHE_DIR", cache.path()) };
-    }
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(lowering_dir())
-        .expect("testdata/lowering exists")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "pt2"))
-        .collect();
-    cases.sort();
-    let mut trials: Vec<Trial> = cases
-        .iter()
-        .cloned()
-        .map(|case| {
-            let name = format!("golden::{}", case.file_stem().unwrap().to_string_lossy());
-            Trial::test(name, move || golden(case))
-        })
-        .collect();
-    trials.extend([
-        Trial::test("determinism", determinism),
-        Trial::test("fx_round_trip", fx_round_trip),
-        Trial::test("bytecode", bytecode),
-        Trial::test("inline_weights", inline_weights),
+    let cache = tpuc_filetests::testdata::private_cache();
+    let cases = tpuc_filetests::testdata::golden_archives();
+    let mut trials = vec![
         Trial::test(
             "errors::unsupported_ops_listed_together",
             unsupported_ops_listed_together,
@@ -372,7 +258,7 @@ fn main() {
             "errors::sizes_tensor_values_decide_refused",
             sizes_tensor_values_decide_refused,
         ),
-    ]);
+    ];
     trials.extend(execution::trials(&cases));
     trials.extend(dynamic::trials());
     trials.extend(pipeline::trials());

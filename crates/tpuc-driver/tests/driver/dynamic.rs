@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 
 use crate::runner::Runner;
 use libtest_mimic::{Failed, Trial};
-use tpuc_cli::npy::read_npz;
 use tpuc_driver::RunOptions;
 use tpuc_driver::{EmitFormat, LowerOptions};
+use tpuc_npy::read_npz;
 
-use crate::execution::{compare_all, expect_err, tpuc};
+use crate::execution::{compare_all, expect_err};
 use crate::lowering_dir;
 
 fn dir() -> PathBuf {
@@ -25,12 +25,7 @@ fn model() -> PathBuf {
 const SIZES: [&str; 3] = ["b3_s5", "b8_s9", "b64_s2"];
 
 fn compile_signature(sizes: Option<&BTreeMap<String, i64>>) -> anyhow::Result<String> {
-    let compiled = tpuc_cli::compile_file_with_sizes(
-        &model(),
-        sizes,
-        &LowerOptions::default(),
-        EmitFormat::Text,
-    )?;
+    let compiled = crate::emit_file(&model(), sizes, &LowerOptions::default(), EmitFormat::Text)?;
     let text = String::from_utf8(compiled.module)?;
     Ok(text
         .lines()
@@ -170,20 +165,6 @@ fn bad_sizes_refused() -> Result<(), Failed> {
         Runner::new(&lowering_dir().join("mlp.pt2"), None, &options),
         &["no symbolic size s0", "all static"],
     )?;
-    for (setting, said) in [
-        ("s0", "expected SYMBOL=SIZE"),
-        ("=3", "expected SYMBOL=SIZE"),
-        ("s0=x", "expected SYMBOL=SIZE"),
-    ] {
-        expect_err(
-            tpuc_cli::parse_sizes(&[setting.to_string()]),
-            &[said, setting],
-        )?;
-    }
-    expect_err(
-        tpuc_cli::parse_sizes(&["s0=2".into(), "s0=3".into()]),
-        &["size s0 is given twice"],
-    )?;
     Ok(())
 }
 
@@ -202,49 +183,6 @@ fn fx_keeps_ranges() -> Result<(), Failed> {
     tpuc_fx::fxfile::write_fx(&original, &fx, tpuc_fx::fxfile::WeightStorage::Inline)?;
     if tpuc_fx::read_program(&fx)? != original {
         return Err("the .fx file does not read back as the same program".into());
-    }
-    Ok(())
-}
-
-/// `tpuc compile` refuses without --specialize and takes --size; `tpuc run` takes the sizes
-/// from its inputs.
-fn cli() -> Result<(), Failed> {
-    let refused = tpuc().arg("compile").arg(model()).output()?;
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    if refused.status.success() || !stderr.contains("symbolic sizes") {
-        return Err(format!("compile without --specialize:\n{stderr}").into());
-    }
-    let sized = tpuc()
-        .arg("compile")
-        .arg(model())
-        .args(["--size", "s17=8,s27=9"])
-        .output()?;
-    if !sized.status.success()
-        || !String::from_utf8_lossy(&sized.stdout).contains("tensor<8x9x16xf32>")
-    {
-        return Err(format!(
-            "compile --size:\n{}",
-            String::from_utf8_lossy(&sized.stderr)
-        )
-        .into());
-    }
-    let tmp = tempfile::tempdir()?;
-    let run = tpuc()
-        .arg("run")
-        .arg(model())
-        .arg("--input")
-        .arg(dir().join("b8_s9.inputs.npz"))
-        .arg("--expect")
-        .arg(dir().join("b8_s9.expected.npz"))
-        .arg("--out")
-        .arg(tmp.path())
-        .output()?;
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    if !run.status.success()
-        || !stdout.contains("all 2 outputs match")
-        || !stdout.contains("[8, 36]")
-    {
-        return Err(format!("run:\n{stdout}\n{}", String::from_utf8_lossy(&run.stderr)).into());
     }
     Ok(())
 }
@@ -381,6 +319,5 @@ pub fn trials() -> Vec<Trial> {
         ),
         Trial::test("dynamic::bad_sizes_refused", bad_sizes_refused),
         Trial::test("dynamic::fx_keeps_ranges", fx_keeps_ranges),
-        Trial::test("dynamic::cli", cli),
     ]
 }

@@ -1,4 +1,5 @@
-//! A model opened by `tpuc_driver::model` and run as `tpuc run` runs it, for the tests.
+//! A model opened by `tpuc_driver::model` and run as `tpuc run` runs it (float32 given for
+//! bfloat16 inputs converted first), for the tests.
 use std::path::Path;
 
 use tpuc_driver::model::OpenTimings;
@@ -21,7 +22,10 @@ impl Runner {
     }
 
     pub fn run(&self, inputs: Vec<HostTensor>) -> anyhow::Result<Vec<HostTensor>> {
-        tpuc_cli::run::run(&self.loaded, inputs)
+        let dtypes: Vec<_> = self.inputs().iter().map(|s| s.dtype).collect();
+        Ok(self
+            .loaded
+            .run_on_host(tpuc_npy::adapt_all(inputs, &dtypes)?)?)
     }
 
     pub fn not_padded(&self) -> Option<&str> {

@@ -1,5 +1,5 @@
-//! Comparing outputs with reference values (torch eager results).
-use crate::npy::to_f64;
+//! Comparing outputs with reference values (torch eager results, read from `.npz` files).
+use crate::to_f64;
 use anyhow::Result;
 use std::fmt;
 use tpuc_pjrt::HostTensor;
@@ -83,4 +83,67 @@ pub fn compare(
         }
     }
     Ok(diff)
+}
+
+/// Every one of `outputs` within `atol + rtol * |reference|` of its reference, as many of each;
+/// the error names each output that is not.
+pub fn compare_all(
+    outputs: &[HostTensor],
+    references: &[HostTensor],
+    rtol: f64,
+    atol: f64,
+) -> Result<()> {
+    if outputs.len() != references.len() {
+        anyhow::bail!(
+            "{} outputs, but {} references",
+            outputs.len(),
+            references.len()
+        );
+    }
+    let mut failures = Vec::new();
+    for (i, (actual, reference)) in outputs.iter().zip(references).enumerate() {
+        let diff = compare(actual, reference, rtol, atol)?;
+        if !diff.ok() {
+            failures.push(format!("output {i} ({}): {diff}", actual.element_type()));
+        }
+    }
+    if !failures.is_empty() {
+        anyhow::bail!("{}", failures.join("\n"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tpuc_dtype::DType;
+
+    fn f32s(values: &[f32]) -> HostTensor {
+        HostTensor::from_slice(DType::F32, &[values.len() as i64], values).unwrap()
+    }
+
+    #[test]
+    fn outputs_match_within_tolerance_and_nan_matches_nan() {
+        let diff = compare(
+            &f32s(&[1.0, f32::NAN]),
+            &f32s(&[1.0 + 1e-7, f32::NAN]),
+            1e-5,
+            0.0,
+        );
+        assert!(diff.unwrap().ok());
+        let far = compare(&f32s(&[1.0, 2.0]), &f32s(&[1.0, 2.1]), 1e-5, 1e-5).unwrap();
+        assert_eq!((far.mismatched, far.count), (1, 2));
+        let shape = compare(&f32s(&[1.0]), &f32s(&[1.0, 2.0]), 1e-5, 1e-5).unwrap();
+        assert!(!shape.ok() && shape.to_string().contains("shape [1], reference [2]"));
+    }
+
+    #[test]
+    fn compare_all_names_each_output_that_differs() {
+        let outputs = [f32s(&[1.0]), f32s(&[5.0])];
+        assert!(compare_all(&outputs, &[f32s(&[1.0]), f32s(&[5.0])], 1e-5, 1e-5).is_ok());
+        let e = compare_all(&outputs, &[f32s(&[1.0]), f32s(&[6.0])], 1e-5, 1e-5).unwrap_err();
+        assert!(e.to_string().starts_with("output 1 (float32)"), "{e}");
+        let e = compare_all(&outputs, &[f32s(&[1.0])], 1e-5, 1e-5).unwrap_err();
+        assert!(e.to_string().contains("2 outputs, but 1 references"), "{e}");
+    }
 }

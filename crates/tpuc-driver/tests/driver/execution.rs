@@ -1,14 +1,12 @@
 //! Execution on the XLA CPU plugin: every golden module compiles there, every case matches
 //! torch's eager outputs through `tpuc run`'s code path, and `tpuc run` handles bad input.
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::runner::Runner;
 use libtest_mimic::{Failed, Trial};
-use tpuc_cli::compare::compare;
-use tpuc_cli::npy::{read_npy, read_npz, write_npy};
 use tpuc_driver::RunOptions;
 use tpuc_driver::{EmitFormat, LowerOptions, ShardingDialect};
+use tpuc_npy::read_npz;
 use tpuc_pjrt::{Client, ClientOptions, CompileOptions, DType, HostTensor, Plugin};
 
 use crate::lowering_dir;
@@ -46,24 +44,7 @@ pub fn check_outputs(outputs: &[HostTensor], case: &Path) -> Result<(), Failed> 
 
 /// Every output within the tolerance of torch's.
 pub fn compare_all(outputs: &[HostTensor], expected: &[HostTensor]) -> Result<(), String> {
-    if outputs.len() != expected.len() {
-        return Err(format!(
-            "{} outputs, torch gave {}",
-            outputs.len(),
-            expected.len()
-        ));
-    }
-    let mut failures = Vec::new();
-    for (i, (actual, reference)) in outputs.iter().zip(expected).enumerate() {
-        let diff = compare(actual, reference, RTOL, ATOL).map_err(|e| e.to_string())?;
-        if !diff.ok() {
-            failures.push(format!("output {i} ({}): {diff}", actual.element_type()));
-        }
-    }
-    if !failures.is_empty() {
-        return Err(failures.join("\n"));
-    }
-    Ok(())
+    tpuc_npy::compare::compare_all(outputs, expected, RTOL, ATOL).map_err(|e| format!("{e:#}"))
 }
 
 fn run_case(case: &Path, devices: usize) -> Result<(), Failed> {
@@ -86,7 +67,7 @@ fn compiled_module_with_weights() -> Result<(), Failed> {
     let case = lowering_dir().join("resnet_cnn.pt2");
     let dir = tempfile::tempdir()?;
     for format in [EmitFormat::Text, EmitFormat::Bytecode] {
-        let compiled = tpuc_cli::compile_file(&case, &LowerOptions::default(), format)
+        let compiled = crate::emit_file(&case, None, &LowerOptions::default(), format)
             .map_err(|e| format!("{e:#}"))?;
         let module = dir.path().join("resnet.mlir");
         std::fs::write(&module, &compiled.module)?;
@@ -181,149 +162,6 @@ fn bad_models() -> Result<(), Failed> {
     Ok(())
 }
 
-/// Every element type survives a .npy round trip.
-fn npy_round_trip() -> Result<(), Failed> {
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("t.npy");
-    let cases = [
-        HostTensor::from_slice(DType::F32, &[2, 2], &[1.5f32, -0.0, f32::NAN, 3e38])?,
-        HostTensor::from_slice(DType::F64, &[3], &[1.0f64, -2.5, 1e-300])?,
-        HostTensor::from_slice(DType::I64, &[2], &[i64::MIN, 7])?,
-        HostTensor::from_slice(DType::I32, &[1, 2], &[-1i32, 2])?,
-        HostTensor::from_slice(DType::I8, &[2], &[-128i8, 127])?,
-        HostTensor::from_slice(DType::U8, &[2], &[0u8, 255])?,
-        HostTensor::from_slice(DType::Bool, &[3], &[true, false, true])?,
-        HostTensor::from_bytes(DType::F16, &[2], &[0x00, 0x3c, 0x00, 0xc0])?,
-        HostTensor::zeros(DType::F32, &[0, 3])?,
-        HostTensor::from_slice(DType::F32, &[], &[2.5f32])?,
-    ];
-    for tensor in &cases {
-        write_npy(&path, tensor).map_err(|e| format!("{e:#}"))?;
-        let back = read_npy(&path).map_err(|e| format!("{e:#}"))?;
-        if back.element_type() != tensor.element_type()
-            || back.dims() != tensor.dims()
-            || back.bytes() != tensor.bytes()
-        {
-            return Err(format!("{tensor:?} came back as {back:?}").into());
-        }
-    }
-    // bfloat16 is written widened to float32.
-    let bf16 = HostTensor::from_bytes(DType::BF16, &[2], &[0x80, 0x3f, 0x00, 0xc0])?;
-    write_npy(&path, &bf16).map_err(|e| format!("{e:#}"))?;
-    let back = read_npy(&path).map_err(|e| format!("{e:#}"))?;
-    if back.to_vec::<f32>()? != vec![1.0, -2.0] {
-        return Err(format!("bfloat16 came back as {back:?}").into());
-    }
-    std::fs::write(&path, b"\x93NUMPY garbage")?;
-    expect_err(read_npy(&path), &["t.npy"])?;
-    Ok(())
-}
-
-pub fn tpuc() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tpuc"));
-    command.env("TF_CPP_MIN_LOG_LEVEL", "3");
-    command
-}
-
-/// `tpuc run CASE` on its inputs, writing to `out`, comparing with `expected`.
-fn tpuc_run(case: &Path, out: &Path, expected: &Path) -> Command {
-    let mut command = tpuc();
-    command
-        .arg("run")
-        .arg(case)
-        .arg("--input")
-        .arg(case.with_extension("inputs.npz"))
-        .arg("--out")
-        .arg(out)
-        .arg("--expect")
-        .arg(expected);
-    command
-}
-
-/// `tpuc run` writes one .npy per output and checks them against a reference.
-fn cli_run() -> Result<(), Failed> {
-    let case = lowering_dir().join("multi_out.pt2");
-    let expected = case.with_extension("expected.npz");
-    let dir = tempfile::tempdir()?;
-    let out = dir.path().join("out");
-    let status = tpuc_run(&case, &out, &expected).output()?;
-    if !status.status.success() {
-        return Err(String::from_utf8_lossy(&status.stderr).into_owned().into());
-    }
-    let stdout = String::from_utf8_lossy(&status.stdout);
-    if !stdout.contains("all 4 outputs match") {
-        return Err(format!("unexpected summary:\n{stdout}").into());
-    }
-    let outputs: Vec<HostTensor> = (0..4)
-        .map(|i| read_npy(&out.join(format!("out{i}.npy"))))
-        .collect::<anyhow::Result<_>>()
-        .map_err(|e| format!("{e:#}"))?;
-    check_outputs(&outputs, &case)?;
-
-    // With a cache of compiled executables: compiled and stored, then loaded, same outputs;
-    // `off`: neither.
-    let cache = dir.path().join("cache");
-    for (setting, said) in [
-        (cache.as_os_str(), "compile"),
-        (cache.as_os_str(), "(from the cache)"),
-        ("off".as_ref(), "compile"),
-    ] {
-        let run = tpuc_run(&case, &out, &expected)
-            .arg("--cache-dir")
-            .arg(setting)
-            .output()?;
-        let stderr = String::from_utf8_lossy(&run.stderr);
-        let loaded = stderr.contains("(from the cache)");
-        if !run.status.success() || !stderr.contains(said) || loaded != (said != "compile") {
-            return Err(format!("--cache-dir {setting:?}: expected {said:?}:\n{stderr}").into());
-        }
-    }
-    // `tpuc cache` shows it and empties it.
-    for (args, said) in [
-        (&[][..], "1 compiled executable(s)"),
-        (&["--clear"][..], "removed 1 compiled executable(s)"),
-        (&[][..], "0 compiled executable(s)"),
-    ] {
-        let shown = tpuc()
-            .arg("cache")
-            .arg("--cache-dir")
-            .arg(&cache)
-            .args(args)
-            .output()?;
-        let stdout = String::from_utf8_lossy(&shown.stdout);
-        if !shown.status.success() || !stdout.contains(said) {
-            return Err(format!("tpuc cache {args:?}: expected {said:?}, got:\n{stdout}").into());
-        }
-    }
-
-    // A reference that does not match: exit status 1 and the mismatch named.
-    let wrong = tpuc_run(&case, &out, &lowering_dir().join("mlp.expected.npz")).output()?;
-    let stderr = String::from_utf8_lossy(&wrong.stderr);
-    if wrong.status.code() != Some(1) || !stderr.contains("reference") {
-        return Err(format!("a mismatch must fail: {:?}\n{stderr}", wrong.status).into());
-    }
-    Ok(())
-}
-
-fn cli_plugins() -> Result<(), Failed> {
-    let output = tpuc().arg("plugins").output()?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let wanted = [
-        "cpu: ",
-        "PJRT API:  0.",
-        "stablehlo_current_version",
-        "platform:  cpu",
-        "devices:",
-    ];
-    match wanted.iter().find(|w| !stdout.contains(*w)) {
-        Some(missing) if output.status.success() => {
-            Err(format!("no `{missing}` in:\n{stdout}").into())
-        }
-        None if output.status.success() => Ok(()),
-        _ => Err(String::from_utf8_lossy(&output.stderr).into_owned().into()),
-    }
-}
-
 pub fn trials(cases: &[PathBuf]) -> Vec<Trial> {
     let mut trials = Vec::new();
     for case in cases {
@@ -363,9 +201,6 @@ pub fn trials(cases: &[PathBuf]) -> Vec<Trial> {
         ),
         Trial::test("run::bad_inputs", bad_inputs),
         Trial::test("run::bad_models", bad_models),
-        Trial::test("run::npy_round_trip", npy_round_trip),
-        Trial::test("run::cli_run", cli_run),
-        Trial::test("run::cli_plugins", cli_plugins),
     ]);
     trials
 }

@@ -9,7 +9,7 @@ use libtest_mimic::{Failed, Trial};
 use tpuc_driver::RunOptions;
 use tpuc_driver::{EmitFormat, Mesh, Options, Plan, ShardingDialect};
 
-use crate::execution::{check_outputs, expect_err, inputs_of, tpuc};
+use crate::execution::{check_outputs, expect_err, inputs_of};
 use crate::lowering_dir;
 
 fn sharded_dir() -> PathBuf {
@@ -79,7 +79,10 @@ fn golden(path: PathBuf) -> Result<(), Failed> {
     let emitted = tpuc_driver::emit_file(&case.input, &options, EmitFormat::Text)
         .map_err(|e| format!("{e:#}"))?;
     let actual = String::from_utf8(emitted.module)?;
-    crate::compare_golden(&sharded_dir().join(format!("{}.mlir", case.name)), &actual)
+    Ok(tpuc_filetests::golden::compare(
+        &sharded_dir().join(format!("{}.mlir", case.name)),
+        &actual,
+    )?)
 }
 
 fn run_options(mesh: Mesh, plan: Plan, dialect: ShardingDialect) -> RunOptions {
@@ -177,80 +180,6 @@ fn fsdp_divides_the_weights() -> Result<(), Failed> {
 
 /// The collectives of XLA's optimized program for `plan` over `mesh`, counted by kind, from the
 /// HLO text XLA dumps (`--xla_dump_to`), as `tpuc run` compiles it.
-fn collectives(model: &Path, mesh: &str, plan: &str) -> Result<[usize; 3], Failed> {
-    let dir = tempfile::tempdir()?;
-    let flags = format!(
-        "{} --xla_dump_to={} --xla_dump_hlo_as_text",
-        std::env::var("XLA_FLAGS").unwrap_or_default(),
-        dir.path().display()
-    );
-    let out = tpuc()
-        .args([
-            "run",
-            "--cache-dir",
-            "off",
-            "--no-hoist",
-            "--mesh",
-            mesh,
-            "--plan",
-            plan,
-        ])
-        .arg(model)
-        .arg("--input")
-        .arg(model.with_extension("inputs.npz"))
-        .arg("--out")
-        .arg(dir.path().join("out"))
-        .env("XLA_FLAGS", flags)
-        .output()?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned().into());
-    }
-    let mut counts = [0; 3];
-    for entry in std::fs::read_dir(dir.path())? {
-        let path = entry?.path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.ends_with("after_optimizations.txt") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path)?;
-        for line in text.lines().filter(|l| l.contains(" = ")) {
-            for (i, op) in [" all-reduce(", " all-gather(", " reduce-scatter("]
-                .iter()
-                .enumerate()
-            {
-                counts[i] +=
-                    usize::from(line.contains(op) || line.contains(&op.replace('(', "-start(")));
-            }
-        }
-    }
-    Ok(counts)
-}
-
-/// tp: one all-reduce after the attention's output projection and one after the MLP's down
-/// projection, and nothing gathered; fsdp: each parameter gathered, nothing reduced (a forward
-/// pass).
-fn plans_bring_their_collectives() -> Result<(), Failed> {
-    let llama = lowering_dir().join("llama_block.pt2");
-    let [reduce, gather, scatter] = collectives(&llama, "tp=2", "tp")?;
-    if (reduce, gather, scatter) != (2, 0, 0) {
-        return Err(format!(
-            "tp: {reduce} all-reduce, {gather} all-gather, {scatter} reduce-scatter; expected 2, 0, 0"
-        )
-        .into());
-    }
-    // Each of the block's 11 weights is split and gathered where it is used, once; the
-    // batch-split result is gathered whole.
-    let [reduce, gather, _] = collectives(&llama, "fsdp=2", "fsdp")?;
-    if (reduce, gather) != (0, 12) {
-        return Err(format!(
-            "fsdp: {reduce} all-reduce, {gather} all-gather; expected 0 and 12 (one per weight, \
-             one for the result)"
-        )
-        .into());
-    }
-    Ok(())
-}
-
 fn plans_that_do_not_fit_are_refused() -> Result<(), Failed> {
     let llama = lowering_dir().join("llama_block.pt2");
     let options = |mesh: &str, plan: &str| -> Result<RunOptions, Failed> {
@@ -280,73 +209,6 @@ fn plans_that_do_not_fit_are_refused() -> Result<(), Failed> {
                 .contains("the mesh fsdp=4 has 4 devices, but the target has 2") => {}
         Err(e) => return Err(format!("unexpected error: {e}").into()),
         Ok(_) => return Err("a mesh of 4 devices compiled for 2".into()),
-    }
-    // Plan files: a spec of too many dimensions, an unknown axis, malformed (an uneven split
-    // pads: numerics::uneven_batch).
-    let dir = tempfile::tempdir()?;
-    let mlp = lowering_dir().join("mlp.pt2");
-    for (json, why) in [
-        (
-            r#"{"rules": {"fc1.bias": ["tp", null]}}"#,
-            "the rule fc1.bias for weight fc1.bias: the spec gives 2 dimensions, but the tensor has 1",
-        ),
-        (
-            r#"{"rules": {"fc1.weight": ["pp", null]}}"#,
-            "over \"pp\", which the mesh does not have",
-        ),
-        (
-            r#"{"rules": {"fc1.weight": "tp"}}"#,
-            "a spec is a list with one entry per dimension",
-        ),
-        (r#"{"layers": {}}"#, "unknown or malformed entry \"layers\""),
-        ("[1, 2", "not a JSON plan"),
-    ] {
-        let plan = dir.path().join("plan.json");
-        std::fs::write(&plan, json)?;
-        let out = tpuc()
-            .args(["compile", "--mesh", "tp=3", "--plan"])
-            .arg(&plan)
-            .arg(&mlp)
-            .output()?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if out.status.success() || !stderr.contains(why) {
-            return Err(format!("{json}: expected `{why}`, got: {stderr}").into());
-        }
-    }
-    // The flags themselves.
-    for (args, why) in [
-        (vec!["--mesh", "tp=2"], "--mesh needs --plan"),
-        (vec!["--plan", "tp"], "--plan needs --mesh"),
-        (vec!["--mesh", "tp", "--plan", "tp"], "expected NAME=SIZE"),
-        (
-            vec!["--mesh", "tp=2", "--plan", "zero"],
-            "unknown plan \"zero\"",
-        ),
-    ] {
-        let out = tpuc().arg("compile").args(&args).arg(&mlp).output()?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if out.status.success() || !stderr.contains(why) {
-            return Err(format!("{args:?}: expected `{why}`, got: {stderr}").into());
-        }
-    }
-    let out = tpuc()
-        .args([
-            "run",
-            "--devices",
-            "2",
-            "--mesh",
-            "dp=2",
-            "--plan",
-            "dp",
-            "--out",
-        ])
-        .arg(dir.path())
-        .arg(&mlp)
-        .output()?;
-    if out.status.success()
-        || !String::from_utf8_lossy(&out.stderr).contains("give one or the other")
-    {
-        return Err("--devices with --mesh is refused".into());
     }
     Ok(())
 }
@@ -380,10 +242,6 @@ pub fn trials() -> Vec<Trial> {
         Trial::test(
             "sharded::fsdp_divides_the_weights",
             fsdp_divides_the_weights,
-        ),
-        Trial::test(
-            "sharded::plans_bring_their_collectives",
-            plans_bring_their_collectives,
         ),
         Trial::test(
             "sharded::plans_that_do_not_fit_are_refused",
