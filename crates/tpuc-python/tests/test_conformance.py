@@ -19,17 +19,18 @@ def load_runner():
 
 RUNNER = load_runner()
 
-# The sets of the subset that do not pass, with the status they have and why. Any other set
-# that does not pass fails its test, and so does one of these that changes status (update the
-# list when it starts passing).
+# The sets of the subset that do not pass, with the statuses they may have and why. Any other
+# set that does not pass fails its test, and so does one of these that takes another status
+# (update the list when it starts passing).
 DEVICE_MODES = ("strict", "fused")
 KNOWN = {
-    # One element of 50 is 1.7e-5 off eager's: eager rounds each batch's product, tpuc matches
-    # the float64 computation rounded once.
-    **{(mode, "addbmm", "float32"): "failed" for mode in RUNNER.MODES},
+    # One element of 50 is 1.7e-5 off eager's on some hosts: eager rounds each batch's product,
+    # tpuc matches the float64 computation rounded once. Where eager's CPU matmul kernels round
+    # closer (seen with AVX-512), the set passes: which it does depends on the host, not on tpuc.
+    **{(mode, "addbmm", "float32"): ("failed", "passed") for mode in RUNNER.MODES},
     # On the device, torch.linalg's error check is an op of its own that tpuc does not lower (the
     # compile backend checks those errors on the host after the call).
-    **{(mode, op, "float32"): "not reached" for mode in DEVICE_MODES
+    **{(mode, op, "float32"): ("not reached",) for mode in DEVICE_MODES
        for op in ("linalg.cholesky", "linalg.lu_factor", "linalg.inv", "linalg.solve")},
 }
 
@@ -52,8 +53,9 @@ def test_opinfo_ci_subset_passes(mode, op):
             continue
         if RECORDED[mode].get((op, dtype)) == "passed" and status != "passed":
             unexpected.append(f"{dtype}: {status}, but it passed in the recorded run: {r['reason']}")
-        elif status != KNOWN.get((mode, op, dtype), "passed"):
-            unexpected.append(f"{dtype}: {status} (expected {KNOWN.get((mode, op, dtype), 'passed')}): {r['reason']}")
+        elif status not in KNOWN.get((mode, op, dtype), ("passed",)):
+            expected = " or ".join(KNOWN.get((mode, op, dtype), ("passed",)))
+            unexpected.append(f"{dtype}: {status} (expected {expected}): {r['reason']}")
     assert not unexpected, "\n".join(unexpected)
 
 
