@@ -14,7 +14,8 @@ LAYERS = [
     {"runtime", "tolerance"},
     {"graph", "options", "decompositions", "custom_ops", "sharding"},
     {"compiler"},
-    {"fusion", "device"},
+    {"fusion", "accelerator"},
+    {"device"},
     {"backend", "compare", "ranks", "exported"},
     {"__init__"},
 ]

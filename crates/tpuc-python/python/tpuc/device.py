@@ -25,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import return_and_correct_aliasing
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from . import _tpuc, fusion
+from . import _tpuc, accelerator, fusion
 from .runtime import STATS, DeviceHooks, attach_device, dtype_name, session
 from .tolerance import difference
 
@@ -45,79 +45,12 @@ def _register_device() -> None:
                           "is not available in this process (torch.compile(backend='tpuc') is)", stacklevel=2)
             return
         # The name, `torch.tpuc`, the device guard and hooks PyTorch expects of a backend.
+        accelerator.attach(cache_stats=cache_stats)
         torch.utils.backend_registration._setup_privateuseone_for_python_backend(
-            rename=NAME, backend_module=_DeviceModule())
+            rename=NAME, backend_module=accelerator)
         global _DEVICE
         _DEVICE = torch.device(NAME, 0)
         _register_kernels()
-
-
-class _DeviceModule:
-    """`torch.tpuc`: what PyTorch and its users ask of a device module."""
-
-    @staticmethod
-    def is_available() -> bool:
-        return True
-
-    @staticmethod
-    def device_count() -> int:
-        return 1
-
-    @staticmethod
-    def current_device() -> int:
-        return 0
-
-    @staticmethod
-    def synchronize(device=None) -> None:
-        # Fused mode's recorded ops run, then every execution started (they run asynchronously)
-        # is waited for.
-        fusion.flush()
-        _session().runtime.synchronize()
-
-    @staticmethod
-    def manual_seed(seed: int) -> None:
-        # Random ops on the device draw their seeds from torch's default (CPU) generator.
-        torch.default_generator.manual_seed(seed)
-
-    @staticmethod
-    def manual_seed_all(seed: int) -> None:
-        # torch.manual_seed calls this after seeding the default generator: nothing else to seed.
-        return None
-
-    @staticmethod
-    def get_rng_state(device=None) -> torch.Tensor:
-        # The device's random ops draw from the default generator: its state is theirs
-        # (what torch's freeze_rng_state saves and restores around OpInfo samples).
-        return torch.default_generator.get_state()
-
-    @staticmethod
-    def set_rng_state(state: torch.Tensor, device=None) -> None:
-        torch.default_generator.set_state(state)
-
-    @staticmethod
-    def get_rng_state_all() -> list:
-        return [torch.default_generator.get_state()]
-
-    @staticmethod
-    def set_rng_state_all(states: list) -> None:
-        for state in states:
-            torch.default_generator.set_state(state)
-
-    @staticmethod
-    def is_initialized() -> bool:
-        return True
-
-    @staticmethod
-    def _is_in_bad_fork() -> bool:
-        return False
-
-    @staticmethod
-    def cache_stats() -> dict:
-        return cache_stats()
-
-    @staticmethod
-    def get_amp_supported_dtype() -> list:
-        return [torch.float32, torch.bfloat16, torch.float16]
 
 
 class _Storage:

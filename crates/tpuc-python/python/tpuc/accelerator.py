@@ -1,0 +1,309 @@
+"""`torch.tpuc`, this module (registered as the device's module): what PyTorch's accelerator
+API, its utilities and libraries ask of a device's module, as `torch.cuda` offers it: the devices
+and the current one, streams and events, random states, the device's name and properties.
+
+The tpuc device runs its ops in order, on one queue per device (the runtime's executions,
+asynchronous): a stream is that queue, so every stream of a device is its default stream and
+waits between streams hold already; an event is a point in it, recorded once the work before it
+is done (its time is the host's clock then, which is what `elapsed_time` compares). Random ops
+on the device draw from torch's default generator (docs/random.md): the device's random state is
+that generator's.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, NamedTuple
+
+import torch
+
+from . import fusion
+from .runtime import session
+
+NAME = "tpuc"
+
+
+def _session():
+    return session(None)
+
+
+def device_count() -> int:
+    return 1
+
+
+def _index(device=None) -> int:
+    """The device index `device` names (an index, `"tpuc:N"`, a torch.device; None: the
+    current one), checked against the devices there are."""
+    if device is None:
+        return current_device()
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != NAME:
+            raise ValueError(f"tpuc: {device} is not a tpuc device")
+        index = 0 if device.index is None else device.index
+    elif isinstance(device, int) and not isinstance(device, bool):
+        index = device
+    else:
+        raise TypeError(f"tpuc: a device is an index, 'tpuc:N' or a torch.device, not {device!r}")
+    count = device_count()
+    if not 0 <= index < count:
+        raise RuntimeError(f"tpuc: there is no device {NAME}:{index}: the tpuc device has {count} "
+                           f"device(s), {NAME}:0 to {NAME}:{count - 1}")
+    return index
+
+
+_CURRENT = 0
+
+
+def current_device() -> int:
+    return _CURRENT
+
+
+def set_device(device) -> None:
+    global _CURRENT
+    _CURRENT = _index(device)
+
+
+class device:
+    """Makes `device` the current device inside a `with` block (as `torch.cuda.device`)."""
+
+    def __init__(self, device):
+        self.index = -1 if device is None else _index(device)
+        self.previous = -1
+
+    def __enter__(self):
+        if self.index >= 0:
+            self.previous = current_device()
+            set_device(self.index)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.index >= 0:
+            set_device(self.previous)
+        return False
+
+
+def synchronize(device=None) -> None:
+    """Waits for every op given to the device so far (fused mode's recorded ops run first)."""
+    _index(device)
+    fusion.flush()
+    _session().runtime.synchronize()
+
+
+class Stream:
+    """The device's queue of ops. Every stream of a device is that one queue: ops run in the
+    order they were given, so waiting on another stream or event holds already."""
+
+    def __init__(self, device=None, priority: int = 0):
+        self.device = torch.device(NAME, _index(device))
+        self.priority = priority
+
+    def synchronize(self) -> None:
+        synchronize(self.device)
+
+    def query(self) -> bool:
+        """Whether the work given so far is done (waits for it: the runtime does not say less)."""
+        self.synchronize()
+        return True
+
+    def wait_event(self, event: Event) -> None:
+        return None
+
+    def wait_stream(self, stream: Stream) -> None:
+        return None
+
+    def record_event(self, event: Event | None = None) -> Event:
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Stream) and other.device == self.device
+
+    def __hash__(self) -> int:
+        return hash(self.device)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"<torch.tpuc.Stream device={self.device}>"
+
+
+def current_stream(device=None) -> Stream:
+    return Stream(device)
+
+
+def default_stream(device=None) -> Stream:
+    return Stream(device)
+
+
+def set_stream(stream: Stream) -> None:
+    _index(stream.device)
+
+
+def stream(stream: Stream | None) -> Stream | _NoStream:
+    """A `with` block on `stream`: its device's one queue, so nothing changes inside."""
+    return stream if stream is not None else _NoStream()
+
+
+class _NoStream:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+class Event:
+    """A point in the device's queue: `record` waits for the work before it and notes the
+    time, so two timed events measure the device work between them (in milliseconds)."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        if interprocess:
+            raise NotImplementedError("tpuc: events shared between processes are not supported")
+        self.enable_timing = enable_timing
+        self.blocking = blocking
+        self.time: float | None = None
+
+    def record(self, stream: Stream | None = None) -> None:
+        (stream or current_stream()).synchronize()
+        self.time = time.perf_counter()
+
+    def wait(self, stream: Stream | None = None) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        if self.time is None:
+            return
+        synchronize()
+
+    def elapsed_time(self, end: Event) -> float:
+        if not (self.enable_timing and end.enable_timing):
+            raise RuntimeError("tpuc: both events must be created with enable_timing=True")
+        if self.time is None or end.time is None:
+            raise RuntimeError("tpuc: both events must be recorded before elapsed_time")
+        return (end.time - self.time) * 1e3
+
+
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def manual_seed(seed: int) -> None:
+    # Random ops on the device draw their seeds from torch's default (CPU) generator.
+    torch.default_generator.manual_seed(seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    # torch.manual_seed calls this after seeding the default generator: nothing else to seed.
+    return None
+
+
+def seed() -> None:
+    torch.default_generator.seed()
+
+
+def seed_all() -> None:
+    torch.default_generator.seed()
+
+
+def initial_seed() -> int:
+    return torch.default_generator.initial_seed()
+
+
+def get_rng_state(device=None) -> torch.Tensor:
+    # The device's random ops draw from the default generator: its state is theirs (what torch's
+    # freeze_rng_state and fork_rng save and restore).
+    _index(device)
+    return torch.default_generator.get_state()
+
+
+def set_rng_state(state: torch.Tensor, device=None) -> None:
+    _index(device)
+    torch.default_generator.set_state(state)
+
+
+def get_rng_state_all() -> list:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(states: list) -> None:
+    for index, state in enumerate(states):
+        set_rng_state(state, index)
+
+
+class DeviceProperties(NamedTuple):
+    """What `get_device_properties` tells of a device."""
+
+    name: str
+    platform: str
+    index: int
+    # Bytes the device can hold: the host's memory for the CPU plugin; 0 where the plugin
+    # does not say.
+    total_memory: int
+
+
+def _host_memory() -> tuple[int, int]:
+    """(available, total) bytes of the host's memory, from /proc/meminfo."""
+    fields = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            fields[key] = int(value.split()[0]) * 1024
+    return fields.get("MemAvailable", fields.get("MemFree", 0)), fields.get("MemTotal", 0)
+
+
+def get_device_properties(device=None) -> DeviceProperties:
+    index = _index(device)
+    platform = _session().runtime.platform
+    total = _host_memory()[1] if platform == "cpu" and os.path.exists("/proc/meminfo") else 0
+    return DeviceProperties(name=f"tpuc ({platform} via PJRT)", platform=platform, index=index,
+                            total_memory=total)
+
+
+def get_device_name(device=None) -> str:
+    return get_device_properties(device).name
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    """(free, total) bytes of the device: the host's for the CPU plugin."""
+    if get_device_properties(device).platform != "cpu":
+        raise RuntimeError("tpuc: this plugin does not report its device's memory")
+    return _host_memory()
+
+
+def get_amp_supported_dtype() -> list:
+    return [torch.float32, torch.bfloat16, torch.float16]
+
+
+_CACHE_STATS: list[Callable[[], dict]] = []
+
+
+def attach(cache_stats: Callable[[], dict]) -> None:
+    """Called by the eager device when it registers this module as `torch.tpuc`: what the
+    module reports of the device's own (its cache of programs)."""
+    _CACHE_STATS[:] = [cache_stats]
+
+
+def cache_stats() -> dict:
+    """What the eager device's cache of programs did in this process (see
+    `tpuc.device.cache_stats`)."""
+    if not _CACHE_STATS:
+        raise RuntimeError("tpuc: the tpuc device is not registered in this process")
+    return _CACHE_STATS[0]()

@@ -1,0 +1,89 @@
+"""`torch.tpuc`, the device's module, as PyTorch's accelerator API and libraries use it (as they
+use `torch.cuda`): devices and the current one, streams and events, random states, the device's
+name and properties."""
+import pytest
+import torch
+
+import tpuc  # noqa: F401 (registers the device)
+
+
+def test_the_current_device_is_chosen_by_index_name_or_device():
+    assert torch.tpuc.device_count() == 1 and torch.tpuc.current_device() == 0
+    for given in (0, "tpuc", "tpuc:0", torch.device("tpuc", 0)):
+        torch.tpuc.set_device(given)
+        assert torch.tpuc.current_device() == 0
+    with torch.tpuc.device("tpuc:0") as chosen:
+        assert chosen.index == 0 and torch.tpuc.current_device() == 0
+    with torch.tpuc.device(None):
+        assert torch.tpuc.current_device() == 0
+
+
+@pytest.mark.parametrize("given, error, said", [
+    (1, RuntimeError, "there is no device tpuc:1: the tpuc device has 1 device(s), tpuc:0 to tpuc:0"),
+    ("tpuc:3", RuntimeError, "there is no device tpuc:3"),
+    (-1, RuntimeError, "there is no device tpuc:-1"),
+    ("cuda:0", ValueError, "cuda:0 is not a tpuc device"),
+    (1.5, TypeError, "a device is an index, 'tpuc:N' or a torch.device"),
+])
+def test_a_device_that_is_not_there_is_refused_by_name(given, error, said):
+    with pytest.raises(error) as raised:
+        torch.tpuc.set_device(given)
+    assert said in str(raised.value)
+    with pytest.raises(error):
+        torch.tpuc.get_rng_state(given)
+    assert torch.tpuc.current_device() == 0
+
+
+def test_timed_events_measure_the_work_between_them():
+    x = torch.randn(256, 256, device="tpuc")
+    stream = torch.tpuc.current_stream()
+    assert stream == torch.tpuc.default_stream() and stream.device == torch.device("tpuc", 0)
+    start, end = torch.tpuc.Event(enable_timing=True), torch.tpuc.Event(enable_timing=True)
+    with torch.tpuc.stream(stream):
+        start.record()
+        for _ in range(3):
+            x = x @ x / 256
+        end.record()
+    end.synchronize()
+    assert start.query() and end.query() and stream.query()
+    assert start.elapsed_time(end) >= 0
+    # Waits between streams hold already: every stream is the device's one queue.
+    other = torch.tpuc.Stream()
+    other.wait_stream(stream)
+    other.wait_event(stream.record_event())
+    torch.tpuc.synchronize()
+    assert torch.isfinite(x).all()
+    with pytest.raises(RuntimeError, match="enable_timing=True"):
+        torch.tpuc.Event().elapsed_time(end)
+    with pytest.raises(RuntimeError, match="recorded"):
+        torch.tpuc.Event(enable_timing=True).elapsed_time(end)
+
+
+def test_random_states_are_saved_and_restored_as_torch_does_it():
+    torch.tpuc.manual_seed(3)
+    assert torch.tpuc.initial_seed() == 3
+    state = torch.tpuc.get_rng_state()
+    first = torch.rand(8, device="tpuc").cpu()
+    torch.tpuc.set_rng_state(state)
+    assert torch.equal(torch.rand(8, device="tpuc").cpu(), first)
+    states = torch.tpuc.get_rng_state_all()
+    with torch.random.fork_rng(device_type="tpuc"):
+        torch.rand(8, device="tpuc")
+    torch.tpuc.set_rng_state_all(states)
+    again = torch.rand(8, device="tpuc").cpu()
+    torch.tpuc.set_rng_state(state)
+    assert torch.equal(torch.rand(8, device="tpuc").cpu(), first)
+    assert not torch.equal(again, first)
+
+
+def test_the_device_names_itself_and_its_memory():
+    name = torch.tpuc.get_device_name()
+    properties = torch.tpuc.get_device_properties("tpuc:0")
+    assert name == properties.name == "tpuc (cpu via PJRT)"
+    assert properties.platform == "cpu" and properties.index == 0
+    free, total = torch.tpuc.mem_get_info()
+    assert 0 < free <= total == properties.total_memory
+    assert torch.tpuc.is_available() and torch.tpuc.is_initialized()
+    assert "requests" in torch.tpuc.cache_stats()
+    assert torch.accelerator.current_accelerator() == torch.device("tpuc")
+    assert torch.get_device_module("tpuc") is torch.tpuc
