@@ -15,6 +15,9 @@ pub struct Buffer {
     client: Arc<ClientInner>,
     /// Host memory the buffer may alias, and the event that fires once the plugin is done with it.
     shared_host: Option<(Arc<dyn HostBytes>, *mut PJRT_Event)>,
+    /// The device (its PJRT handle) and the bytes counted in the client's memory use while the
+    /// buffer lives; None where the plugin did not say.
+    counted: Option<(usize, usize)>,
 }
 
 // SAFETY: PJRT buffers may be used and freed from any thread; the shared host memory is
@@ -28,11 +31,18 @@ impl Buffer {
         client: &Arc<ClientInner>,
         shared_host: Option<(Arc<dyn HostBytes>, *mut PJRT_Event)>,
     ) -> Self {
-        Buffer {
+        let mut buffer = Buffer {
             raw,
             client: client.clone(),
             shared_host,
+            counted: None,
+        };
+        if let (Ok(device), Ok(bytes)) = (buffer.device(), buffer.on_device_size()) {
+            let device = device.raw as usize;
+            client.memory.add(device, bytes);
+            buffer.counted = Some((device, bytes));
         }
+        buffer
     }
 
     /// Hands the host memory this buffer aliases to `to`, a result that took this (donated)
@@ -131,6 +141,9 @@ impl Drop for Buffer {
         let mut args = PJRT_Buffer_Destroy_Args::new();
         args.buffer = self.raw;
         let _ = pjrt_call!(self.client.plugin, PJRT_Buffer_Destroy, &mut args);
+        if let Some((device, bytes)) = self.counted {
+            self.client.memory.remove(device, bytes);
+        }
         if let Some((host, done)) = self.shared_host.take() {
             // The host memory may be freed only once the plugin is done with it.
             let _ = Event::new(&self.client.plugin, done).wait();

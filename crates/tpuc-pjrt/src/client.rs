@@ -39,6 +39,8 @@ pub(crate) struct ClientInner {
     pub(crate) raw: *mut PJRT_Client,
     /// Executions started and not seen done ([`crate::Executable::launch_on_one_device`]).
     pub(crate) launched: Mutex<Launched>,
+    /// The bytes of the buffers alive on each device.
+    pub(crate) memory: crate::memory_use::MemoryCounters,
 }
 
 /// The completion events of the executions a client started without waiting, oldest first,
@@ -189,6 +191,7 @@ impl Client {
                 plugin: plugin.clone(),
                 raw: args.client,
                 launched: Mutex::default(),
+                memory: Default::default(),
             }),
         })
     }

@@ -18,6 +18,17 @@ unsafe impl Send for Device {}
 unsafe impl Sync for Device {}
 
 impl Device {
+    /// The bytes of the buffers alive on this device, and the most there were (see
+    /// [`crate::MemoryUse`]).
+    pub fn memory_use(&self) -> crate::MemoryUse {
+        self.client.memory.get(self.raw as usize)
+    }
+
+    /// Starts the peak of [`Device::memory_use`] again from what is allocated now.
+    pub fn reset_peak_memory(&self) {
+        self.client.memory.reset_peak(self.raw as usize)
+    }
+
     fn description(&self) -> Result<*mut PJRT_DeviceDescription> {
         let mut args = PJRT_Device_GetDescription_Args::new();
         args.device = self.raw;

@@ -98,6 +98,19 @@ impl Runtime {
         self.target.platform().map_err(driver_error)
     }
 
+    /// The bytes of the buffers alive on device `index` and the most there were since the
+    /// last reset: `(allocated, peak)`.
+    fn memory_use(&self, index: usize) -> PyResult<(usize, usize)> {
+        let used = self.device(index)?.memory_use();
+        Ok((used.allocated, used.peak))
+    }
+
+    /// Starts device `index`'s peak of `memory_use` again from what is allocated now.
+    fn reset_peak_memory(&self, index: usize) -> PyResult<()> {
+        self.device(index)?.reset_peak_memory();
+        Ok(())
+    }
+
     #[getter]
     fn plugin_path(&self) -> String {
         self.target.plugin_path().display().to_string()
@@ -272,6 +285,17 @@ impl Runtime {
 }
 
 impl Runtime {
+    /// Device `index` of the runtime's target, or an IndexError naming the ones there are.
+    fn device(&self, index: usize) -> PyResult<&tpuc_pjrt::Device> {
+        let devices = self.target.devices();
+        devices.get(index).ok_or_else(|| {
+            pyo3::exceptions::PyIndexError::new_err(format!(
+                "no device {index}: the runtime has {} device(s)",
+                devices.len()
+            ))
+        })
+    }
+
     /// How a tensor laid out as `spec` (whole when None) spreads over the devices.
     fn layout(&self, spec: Option<Spec>, rank: usize) -> PyResult<ShardLayout> {
         tpuc_driver::shard_layout(self.mesh.as_ref(), spec.as_deref(), rank).map_err(error)

@@ -87,3 +87,29 @@ def test_the_device_names_itself_and_its_memory():
     assert "requests" in torch.tpuc.cache_stats()
     assert torch.accelerator.current_accelerator() == torch.device("tpuc")
     assert torch.get_device_module("tpuc") is torch.tpuc
+
+
+def test_memory_statistics_follow_the_tensors_on_the_device():
+    torch.tpuc.synchronize()
+    before = torch.tpuc.memory_allocated()
+    torch.tpuc.reset_peak_memory_stats()
+    assert torch.tpuc.max_memory_allocated() == before
+    x = torch.zeros(1024, 256, device="tpuc")  # 1 MiB
+    y = x + 1
+    torch.tpuc.synchronize()
+    held = torch.tpuc.memory_allocated()
+    assert held >= before + 2 * 2**20
+    del x, y
+    import gc
+
+    gc.collect()
+    assert torch.tpuc.memory_allocated() <= held - 2 * 2**20
+    assert torch.tpuc.max_memory_allocated() >= held
+    stats = torch.tpuc.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.tpuc.memory_allocated() == torch.tpuc.memory_reserved()
+    assert stats["allocated_bytes.all.peak"] == torch.tpuc.max_memory_allocated()
+    torch.tpuc.reset_peak_memory_stats("tpuc:0")
+    assert torch.tpuc.max_memory_allocated() == torch.tpuc.memory_allocated()
+    torch.tpuc.empty_cache()
+    with pytest.raises(RuntimeError, match="no device tpuc:1"):
+        torch.tpuc.memory_allocated(1)

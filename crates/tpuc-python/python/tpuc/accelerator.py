@@ -288,6 +288,48 @@ def mem_get_info(device=None) -> tuple[int, int]:
     return _host_memory()
 
 
+def memory_allocated(device=None) -> int:
+    """Bytes of the buffers alive on the device: its tensors', and what the compile backend keeps
+    there (weights it uploaded, values derived from them)."""
+    return _session().runtime.memory_use(_index(device))[0]
+
+
+def max_memory_allocated(device=None) -> int:
+    """The most `memory_allocated` has been since the process started or the last
+    `reset_peak_memory_stats`."""
+    return _session().runtime.memory_use(_index(device))[1]
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    _session().runtime.reset_peak_memory(_index(device))
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def memory_reserved(device=None) -> int:
+    """What the device holds for tensors: their buffers themselves (tpuc keeps no cache of freed
+    memory; the plugin allocates and frees each buffer)."""
+    return memory_allocated(device)
+
+
+def max_memory_reserved(device=None) -> int:
+    return max_memory_allocated(device)
+
+
+def memory_stats(device=None) -> dict:
+    """`torch.cuda.memory_stats`'s keys that tpuc counts."""
+    allocated, peak = _session().runtime.memory_use(_index(device))
+    return {"allocated_bytes.all.current": allocated, "allocated_bytes.all.peak": peak,
+            "reserved_bytes.all.current": allocated, "reserved_bytes.all.peak": peak}
+
+
+def empty_cache() -> None:
+    """Nothing to give back: a tensor's device memory goes when the tensor does."""
+    return None
+
+
 def get_amp_supported_dtype() -> list:
     return [torch.float32, torch.bfloat16, torch.float16]
 
