@@ -1,6 +1,8 @@
 """`torch.tpuc`, the device's module, as PyTorch's accelerator API and libraries use it (as they
 use `torch.cuda`): devices and the current one, streams and events, random states, the device's
 name and properties."""
+import copy
+
 import pytest
 import torch
 
@@ -113,3 +115,46 @@ def test_memory_statistics_follow_the_tensors_on_the_device():
     torch.tpuc.empty_cache()
     with pytest.raises(RuntimeError, match="no device tpuc:1"):
         torch.tpuc.memory_allocated(1)
+
+
+def test_autocast_runs_matmuls_low_and_reductions_in_float32_as_cuda_does():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
+    x, target = torch.randn(8, 16), torch.randint(0, 5, (8,))
+
+    def step(model, x, target, autocast):
+        with autocast:
+            logits = model(x)
+            log_probs = torch.log_softmax(logits, -1)
+            loss = torch.nn.functional.nll_loss(log_probs, target)
+        loss.backward()
+        return logits, log_probs, loss, [p.grad for p in model.parameters()]
+
+    on_device = copy.deepcopy(model).to("tpuc")
+    logits, log_probs, loss, grads = step(on_device, x.to("tpuc"), target.to("tpuc"),
+                                          torch.autocast("tpuc", dtype=torch.bfloat16))
+    assert (logits.dtype, log_probs.dtype, loss.dtype) == (torch.bfloat16, torch.float32, torch.float32)
+    assert all(g.dtype == torch.float32 for g in grads)
+
+    # The same policy spelled out on the CPU: the linear layers in bfloat16, the rest as given.
+    class Low(torch.nn.Module):
+        def __init__(self, linear):
+            super().__init__()
+            self.linear = linear
+
+        def forward(self, x):
+            return torch.nn.functional.linear(x.bfloat16(), self.linear.weight.bfloat16(),
+                                              self.linear.bias.bfloat16())
+
+    reference = copy.deepcopy(model)
+    spelled = torch.nn.Sequential(Low(reference[0]), torch.nn.ReLU(), Low(reference[2]))
+    ref_logits = spelled(x)
+    ref_log_probs = torch.log_softmax(ref_logits.float(), -1)
+    ref_loss = torch.nn.functional.nll_loss(ref_log_probs, target)
+    ref_loss.backward()
+    torch.testing.assert_close(logits.cpu(), ref_logits, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(loss.cpu(), ref_loss, rtol=1e-3, atol=1e-3)
+    for grad, ref in zip(grads, [p.grad for p in reference.parameters()]):
+        torch.testing.assert_close(grad.cpu(), ref, rtol=2e-2, atol=2e-3)
+    # Outside the region, as given.
+    assert (on_device[0](x.to("tpuc"))).dtype == torch.float32

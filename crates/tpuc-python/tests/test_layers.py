@@ -14,7 +14,7 @@ LAYERS = [
     {"runtime", "tolerance"},
     {"graph", "options", "decompositions", "custom_ops", "sharding"},
     {"compiler"},
-    {"fusion", "accelerator"},
+    {"fusion", "accelerator", "autocast"},
     {"device"},
     {"backend", "compare", "ranks", "exported"},
     {"__init__"},

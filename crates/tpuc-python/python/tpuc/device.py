@@ -25,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import return_and_correct_aliasing
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from . import _tpuc, accelerator, fusion
+from . import _tpuc, accelerator, autocast, fusion
 from .runtime import STATS, DeviceHooks, attach_device, dtype_name, session
 from .tolerance import difference
 
@@ -51,6 +51,7 @@ def _register_device() -> None:
         global _DEVICE
         _DEVICE = torch.device(NAME, 0)
         _register_kernels()
+        autocast.register()
 
 
 class _Storage:
