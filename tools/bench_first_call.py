@@ -45,7 +45,9 @@ def training() -> float:
     return time.perf_counter() - start
 
 
-def decode(tokens: int) -> float:
+def decode_step():
+    """The decode step (attention over a key/value cache, then a projection) compiled with
+    tpuc, and its first query, keys and values (a cache of 8)."""
     import torch
 
     torch.manual_seed(0)
@@ -60,15 +62,28 @@ def decode(tokens: int) -> float:
     compiled = torch.compile(step, backend="tpuc")
     keys, values = torch.randn(heads, 8, dim), torch.randn(heads, 8, dim)
     q = torch.randn(heads, dim)
+    return compiled, q, keys, values
+
+
+def grow(compiled, q, keys, values):
+    """One decode step: the cache grows by the step's output (its length marked dynamic, as
+    automatic dynamic shapes would find after a step)."""
+    import torch
+
+    torch._dynamo.mark_dynamic(keys, 1)
+    torch._dynamo.mark_dynamic(values, 1)
+    q = compiled(q, keys, values)
+    return q, torch.cat([keys, q[:, None]], dim=1), torch.cat([values, q[:, None]], dim=1)
+
+
+def decode(tokens: int) -> float:
+    import torch
+
+    compiled, q, keys, values = decode_step()
     start = time.perf_counter()
     with torch.no_grad():
         while keys.shape[1] < tokens:
-            # The cache's length varies (as automatic dynamic shapes would find after a step).
-            torch._dynamo.mark_dynamic(keys, 1)
-            torch._dynamo.mark_dynamic(values, 1)
-            q = compiled(q, keys, values)
-            keys = torch.cat([keys, q[:, None]], dim=1)
-            values = torch.cat([values, q[:, None]], dim=1)
+            q, keys, values = grow(compiled, q, keys, values)
     return time.perf_counter() - start
 
 

@@ -49,10 +49,9 @@ def per_call(fn, calls: int, blocks: int = 7) -> float:
 
 def tiny(backend: str) -> float:
     import torch
+    from bench_backend import build
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
-    x = torch.randn(1, 8)
+    model, (x,) = build("tiny")
     compiled = torch.compile(model, backend=backend)
     with torch.no_grad():
         compiled(x)
@@ -61,13 +60,9 @@ def tiny(backend: str) -> float:
 
 def llama_block() -> float:
     import torch
+    from bench_backend import build
 
-    sys.path.insert(0, os.path.join(ROOT, "crates", "tpuc-python", "tests"))
-    from models import DecoderBlock
-
-    torch.manual_seed(0)
-    block = DecoderBlock(256, heads=8, kv_heads=4, hidden=688).eval()
-    x = torch.randn(1, 128, 256)
+    block, (x,) = build("llama_block")
     compiled = torch.compile(block, backend="tpuc")
     with torch.no_grad():
         compiled(x)
@@ -76,27 +71,13 @@ def llama_block() -> float:
 
 def decode() -> float:
     import torch
+    from bench_first_call import decode_step, grow
 
-    torch.manual_seed(0)
-    heads, dim = 4, 32
-    proj = torch.nn.Linear(heads * dim, heads * dim)
-
-    def step(q, keys, values):
-        scores = torch.einsum("hd,hsd->hs", q, keys) / dim ** 0.5
-        out = torch.einsum("hs,hsd->hd", scores.softmax(-1), values)
-        return proj(out.reshape(1, heads * dim)).reshape(heads, dim)
-
-    compiled = torch.compile(step, backend="tpuc")
-    q = torch.randn(heads, dim)
-    keys, values = torch.randn(heads, 8, dim), torch.randn(heads, 8, dim)
-    torch._dynamo.mark_dynamic(keys, 1)
-    torch._dynamo.mark_dynamic(values, 1)
+    compiled, q, keys, values = decode_step()
     with torch.no_grad():
         # Grow through the first buckets (compiling them), then time steps within one.
         for _ in range(100):
-            out = compiled(q, keys, values)
-            keys = torch.cat([keys, out[:, None]], 1)
-            values = torch.cat([values, out[:, None]], 1)
+            q, keys, values = grow(compiled, q, keys, values)
         return per_call(lambda: compiled(q, keys, values), 300)
 
 

@@ -32,32 +32,32 @@ pub fn run_case(case: &Case, emit: Emitter) -> Result<(), String> {
 
 /// The text the case's checks read.
 fn output(case: &Case, emit: Emitter) -> Result<String, String> {
+    let lower = || -> Result<Module, String> {
+        tpuc_hlo::lower(&case.program, &LowerOptions::default())
+            .map(|lowered| lowered.module)
+            .map_err(|e| e.to_string())
+    };
     let through_pipeline = || -> Result<Module, String> {
-        let lowered =
-            tpuc_hlo::lower(&case.program, &LowerOptions::default()).map_err(|e| e.to_string())?;
         let options = PipelineOptions {
             verify: true,
             ..PipelineOptions::default()
         };
-        Ok(pipeline(lowered.module, &options)
+        Ok(pipeline(lower()?, &options)
             .map_err(|e| e.to_string())?
             .main)
     };
-    let lowered = || -> Result<Module, String> {
-        let module = tpuc_hlo::lower(&case.program, &LowerOptions::default())
-            .map_err(|e| format!("lowering failed: {e}"))?
-            .module;
+    let verified = || -> Result<Module, String> {
+        let module = lower()?;
         verify(&module).map_err(|e| e.after("lowering").to_string())?;
         Ok(module)
     };
+    let failed = |e: String| format!("lowering failed: {e}");
     match &case.test {
-        TestKind::Lower => Ok(print(
-            &through_pipeline().map_err(|e| format!("lowering failed: {e}"))?,
-        )),
-        TestKind::Emit => emit(&through_pipeline().map_err(|e| format!("lowering failed: {e}"))?),
-        TestKind::LowerOnly => Ok(print(&lowered()?)),
+        TestKind::Lower => Ok(print(&through_pipeline().map_err(failed)?)),
+        TestKind::Emit => emit(&through_pipeline().map_err(failed)?),
+        TestKind::LowerOnly => Ok(print(&verified().map_err(failed)?)),
         TestKind::Passes(passes) => {
-            let mut module = lowered()?;
+            let mut module = verified().map_err(failed)?;
             for &pass in passes {
                 module = run_pass(pass, module);
                 verify(&module).map_err(|e| e.after(pass.name()).to_string())?;

@@ -37,8 +37,8 @@ impl Buffer {
             shared_host,
             counted: None,
         };
-        if let (Ok(device), Ok(bytes)) = (buffer.device(), buffer.on_device_size()) {
-            let device = device.raw as usize;
+        if let (Ok(device), Ok(bytes)) = (buffer.device_handle(), buffer.on_device_size()) {
+            let device = device as usize;
             client.memory.add(device, bytes);
             buffer.counted = Some((device, bytes));
         }
@@ -93,13 +93,18 @@ impl Buffer {
     }
 
     pub fn device(&self) -> Result<Device> {
+        Ok(Device {
+            raw: self.device_handle()?,
+            client: self.client.clone(),
+        })
+    }
+
+    /// The PJRT handle of the buffer's device.
+    fn device_handle(&self) -> Result<*mut PJRT_Device> {
         let mut args = PJRT_Buffer_Device_Args::new();
         args.buffer = self.raw;
         pjrt_call!(self.client.plugin, PJRT_Buffer_Device, &mut args)?;
-        Ok(Device {
-            raw: args.device,
-            client: self.client.clone(),
-        })
+        Ok(args.device)
     }
 
     /// The address of the buffer's data in device memory (on the CPU plugin, a host address).

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import torch
 
-NAME = "tpuc"
+from .accelerator import NAME
+
 KEY = "AutocastPrivateUse1"
+# What an autocast kernel calls the op below.
+_BELOW_AUTOCAST = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
 
 # CUDA's autocast lists (aten/src/ATen/autocast_mode.cpp), by the ATen name each kernel is
 # registered for (every overload of the name).
@@ -75,7 +78,7 @@ def _kernel(op, policy: str):
             dtype = _widest(args, kwargs)
         if dtype is not None:
             args, kwargs = _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()}
-        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)):
+        with torch._C._ExcludeDispatchKeyGuard(_BELOW_AUTOCAST):
             return op(*args, **kwargs)
 
     return run

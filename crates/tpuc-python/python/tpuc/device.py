@@ -29,7 +29,7 @@ from . import _tpuc, accelerator, autocast, fusion
 from .runtime import STATS, DeviceHooks, attach_device, dtype_name, session
 from .tolerance import difference
 
-NAME = "tpuc"
+NAME = accelerator.NAME
 _RENAME_LOCK = threading.Lock()
 
 
