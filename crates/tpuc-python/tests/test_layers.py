@@ -10,12 +10,12 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "python" / "tpuc"
 # it hooks); graph preparation knows FX graphs; the compiler turns them into runtime calls; the
 # eager device and the compile backend sit on it side by side.
 LAYERS = [
-    {"_tpuc"},
+    {"_tpuc", "_tpuc_native"},
     {"runtime", "tolerance"},
     {"graph", "options", "decompositions", "custom_ops", "sharding"},
     {"compiler"},
-    {"fusion", "accelerator", "autocast"},
-    {"device"},
+    {"fusion", "accelerator", "autocast", "op_tracing"},
+    {"device", "planner"},
     {"backend", "compare", "ranks", "exported"},
     {"__init__"},
 ]
@@ -50,6 +50,7 @@ def graph() -> dict:
     for path in sorted(PACKAGE.glob("*.py")):
         found[path.stem] = imports(path)
     found["_tpuc"] = (set(), [])
+    found["_tpuc_native"] = (set(), [])
     return found
 
 

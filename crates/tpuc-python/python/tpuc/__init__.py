@@ -17,6 +17,7 @@ Ahead of time, ``tpuc.compile_exported(exported_program)`` compiles a ``torch.ex
 for a plugin and returns a callable (``.stablehlo()``, ``.save(path)``, ``tpuc.load(path)``).
 """
 import importlib
+import os
 
 
 def _autoload() -> None:
@@ -24,9 +25,14 @@ def _autoload() -> None:
     it): importing this package makes the device available."""
 
 
-from . import device as _device  # noqa: E402  (after _autoload, which torch may call first)
+if os.environ.get("TPUC_NATIVE") == "1":
+    from . import planner as _planner  # noqa: E402  (after _autoload, which torch may call first)
 
-_device.enable()
+    _planner.register()
+else:
+    from . import device as _device  # noqa: E402
+
+    _device.enable()
 
 # The package's names, each imported from its module when first used: `import tpuc` (for the
 # device) stays cheap, and the compile backend (Dynamo, aot_autograd) is imported when a program

@@ -12,7 +12,9 @@ that generator's.
 from __future__ import annotations
 
 import os
+import threading
 import time
+import warnings
 from typing import Callable, NamedTuple
 
 import torch
@@ -21,6 +23,22 @@ from . import fusion
 from .runtime import session
 
 NAME = "tpuc"
+_CLAIM_LOCK = threading.Lock()
+
+
+def claim_device(register: Callable[[], None]) -> None:
+    """Makes PyTorch's PrivateUse1 device the `tpuc` device, once per process: `register` names it
+    and gives it its kernels, guard, hooks and this module. Leaves it to another backend that took
+    it first (TorchTPU's `tpu`), with a warning."""
+    with _CLAIM_LOCK:
+        taken = torch._C._get_privateuse1_backend_name()
+        if taken == NAME:
+            return
+        if taken != "privateuseone":
+            warnings.warn(f"tpuc: PyTorch's PrivateUse1 device is {taken!r}, another backend's: the tpuc device "
+                          "is not available in this process (torch.compile(backend='tpuc') is)", stacklevel=3)
+            return
+        register()
 
 
 def _session():

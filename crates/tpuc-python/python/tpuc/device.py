@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 import time
 import warnings
 import weakref
@@ -25,33 +24,23 @@ import torch
 from torch.utils._python_dispatch import return_and_correct_aliasing
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from . import _tpuc, accelerator, autocast, fusion
+from . import _tpuc, accelerator, autocast, fusion, op_tracing
 from .runtime import STATS, DeviceHooks, attach_device, dtype_name, session
 from .tolerance import difference
 
 NAME = accelerator.NAME
-_RENAME_LOCK = threading.Lock()
 
 
 def _register_device() -> None:
-    """Names PyTorch's PrivateUse1 device `tpuc` (once per process) and registers its kernels;
-    leaves it to another backend that took it first (TorchTPU's `tpu`), with a warning."""
-    with _RENAME_LOCK:
-        taken = torch._C._get_privateuse1_backend_name()
-        if taken == NAME:
-            return
-        if taken != "privateuseone":
-            warnings.warn(f"tpuc: PyTorch's PrivateUse1 device is {taken!r}, another backend's: the tpuc device "
-                          "is not available in this process (torch.compile(backend='tpuc') is)", stacklevel=2)
-            return
-        # The name, `torch.tpuc`, the device guard and hooks PyTorch expects of a backend.
-        accelerator.attach(cache_stats=cache_stats)
-        torch.utils.backend_registration._setup_privateuseone_for_python_backend(
-            rename=NAME, backend_module=accelerator)
-        global _DEVICE
-        _DEVICE = torch.device(NAME, 0)
-        _register_kernels()
-        autocast.register()
+    """The device as a backend registered from Python (`accelerator.claim_device`): its name,
+    `torch.tpuc`, the device guard and hooks PyTorch expects of a backend, and its kernels."""
+    accelerator.attach(cache_stats=cache_stats)
+    torch.utils.backend_registration._setup_privateuseone_for_python_backend(
+        rename=NAME, backend_module=accelerator)
+    global _DEVICE
+    _DEVICE = torch.device(NAME, 0)
+    _register_kernels()
+    autocast.register()
 
 
 class _Storage:
@@ -373,13 +362,10 @@ class _OpProgram:
         return [results[what] if kind == "tensor" else pool[what] for kind, what in self.outputs]
 
 
-_TENSOR = object()  # a result that is a tensor, in an op's returns (`_OpTrace.returns`)
-
-
 class _OpTrace:
     """One op traced for its arguments' types (`_op_trace`): its graph, whose placeholders are
     the op's tensors in argument order and then the Python floats it takes as inputs
-    (`_lifted`), what each output of the graph is, and its program once strict mode compiled it."""
+    (`op_tracing.lifted`), what each output of the graph is, and its program once strict mode compiled it."""
 
     __slots__ = ("func", "gm", "types", "scalar_dtype", "mutated", "outputs", "returns", "lowered", "program")
 
@@ -407,7 +393,7 @@ class _OpTrace:
         from .graph import unsupported_ops
         # Whether it can be compiled: ops tpuc lowers, sizes known before it runs.
         sized = all(type(size) is int for output in self.outputs if output[0] == "new" for size in output[2])
-        self.lowered = sized and not unsupported_ops(gm, _compiler().supported)
+        self.lowered = sized and not unsupported_ops(gm, op_tracing.compiler().supported)
         self.program = None
 
 
@@ -415,7 +401,6 @@ class _OpTrace:
 # floats are inputs by the op and its arguments' types: one trace serves every value.
 _TRACES: dict = {}
 _LIFTED: dict = {}
-_COMPILER = None
 
 # What the op programs' cache did: requests, hits, misses by reason, and the time misses cost.
 _CACHE = {"requests": 0, "hits": 0, "misses": 0, "loaded_from_disk": 0, "compile_seconds": 0.0,
@@ -452,15 +437,6 @@ def _miss_reason(func, types) -> str:
     return reason
 
 
-def _compiler():
-    global _COMPILER
-    if _COMPILER is None:
-        from .compiler import GraphCompiler
-        from .options import Options
-        _COMPILER = GraphCompiler(Options.parse({"strict": True, "hoist_weights": False}))
-    return _COMPILER
-
-
 def _key_of(value):
     """What of an argument an op's program depends on: a tensor's dtype and shape, any other
     value itself."""
@@ -475,35 +451,17 @@ def _key_of(value):
     return (type(value).__name__, value)
 
 
-class _Schema:
-    """What the device needs of an op's schema, read once per op."""
-
-    __slots__ = ("names", "written", "outs", "returns_list", "returns_one", "kind", "special")
+class _Schema(op_tracing.Schema):
+    """An op's schema with how the device runs it (`kind`): an op handled apart (`special`,
+    from `_SPECIAL`), a view, an op changing its argument's sizes and strides in place
+    (squeeze_, t_, ...), an op that may take CPU index tensors, or any other op."""
 
     def __init__(self, func):
-        # How the device runs it: an op handled apart (`_SPECIAL`), a view, an op changing its
-        # argument's sizes and strides in place (squeeze_, t_, ...), an op that may take CPU
-        # index tensors, or any other op.
+        super().__init__(func)
         self.special = _SPECIAL.get(func)
         self.kind = ("special" if self.special is not None else "view" if func.is_view
                      else "inplace_view" if torch.Tag.inplace_view in func.tags
                      else "indices" if func in _TAKES_CPU_INDICES else "op")
-        arguments = func._schema.arguments
-        self.names = [a.name for a in arguments]
-        # The arguments it writes (in-place ops, `out=`), and of them the keyword-only `out=`s.
-        self.written = [a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write]
-        self.outs = [a.name for a in arguments if a.kwarg_only and a.name in self.written]
-        returns = func._schema.returns
-        self.returns_list = bool(returns) and isinstance(returns[0].type, torch.ListType)
-        self.returns_one = len(returns) == 1 and not self.returns_list
-
-    def bind(self, args, kwargs) -> dict:
-        return dict(zip(self.names, args)) | kwargs
-
-    def written_tensors(self, args, kwargs) -> list:
-        """The tensors the op writes, of these arguments, in the schema's order."""
-        bound = self.bind(args, kwargs)
-        return [bound[name] for name in self.written if isinstance(bound.get(name), torch.Tensor)]
 
 
 def _schema(func) -> _Schema:
@@ -526,11 +484,6 @@ def _leaves(args, kwargs) -> list:
     return out
 
 
-# Two values no op computes from: an op traced with each of them, whose programs differ only
-# where the values stand, takes its floats as plain operands.
-_SENTINELS = (0.1234567890123457, 0.8765432109876543)
-
-
 def _floats_as_types(value):
     return ("float",) if type(value) is float else _key_of(value)
 
@@ -551,7 +504,7 @@ def _op_trace(func, args, kwargs) -> tuple[_OpTrace, list]:
     try:
         flat, spec = tree_flatten((args, kwargs))
         mutated = bool(_schema(func).written)
-        lifted = _lifted(func, flat, spec)
+        lifted = op_tracing.lifted(func, flat, spec, _trace)
         if lifted is not None:
             found = _LIFTED[types] = _OpTrace(func, lifted[0], types, lifted[1], mutated)
             return found, [v for v in flat if type(v) is float]
@@ -579,67 +532,6 @@ def _compiled(trace: _OpTrace) -> _OpProgram:
     return trace.program
 
 
-def _lifted(func, flat, spec) -> tuple[torch.fx.GraphModule, torch.dtype] | None:
-    """`func` traced with its Python floats as 0-dimensional inputs (and their dtype), when its
-    traces with two sentinel values differ only where the values stand, each an operand an op
-    takes as a tensor; None when not (a value that shapes the program, or one an op takes as a
-    number)."""
-    floats = [i for i, v in enumerate(flat) if type(v) is float]
-    tensors = [v for v in flat if isinstance(v, torch.Tensor)]
-    if not floats or not tensors or not all(t.dtype.is_floating_point for t in tensors):
-        return None
-    # Each float its own stand-in, in each of the two traces.
-    stand_ins = [[sentinel + k * 1e-9 for k in range(len(floats))] for sentinel in _SENTINELS]
-    traces, codes = [], []
-    for values_of_floats in stand_ins:
-        values = list(flat)
-        for i, value in zip(floats, values_of_floats):
-            values[i] = value
-        try:
-            gm = _trace(func, values, spec)
-        except Exception:  # noqa: BLE001 - a value the op refuses: it is not an operand
-            return None
-        code = gm.code
-        for k, value in enumerate(values_of_floats):
-            code = code.replace(repr(value), f"_lifted_{k}")
-        traces.append(gm)
-        codes.append(code)
-    if codes[0] != codes[1]:
-        return None
-    gm = traces[0]
-    dtype = max((t.dtype for t in tensors), key=lambda d: torch.finfo(d).bits)
-    marks = {value: k for k, value in enumerate(stand_ins[0])}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    with gm.graph.inserting_after(placeholders[-1]):
-        inputs = []
-        for k in range(len(floats)):
-            node = gm.graph.placeholder(f"lifted_{k}")
-            node.meta["val"] = torch.empty((), dtype=dtype)
-            inputs.append(node)
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-            continue
-        arguments = node.target._schema.arguments
-        new_args = list(node.args)
-        for j, value in enumerate(node.args):
-            if type(value) is float and value in marks:
-                if j >= len(arguments) or not isinstance(arguments[j].type, torch.TensorType):
-                    return None
-                new_args[j] = inputs[marks[value]]
-        new_kwargs = dict(node.kwargs)
-        for name, value in node.kwargs.items():
-            if type(value) is float and value in marks:
-                schema_arg = next((a for a in arguments if a.name == name), None)
-                if schema_arg is None or not isinstance(schema_arg.type, torch.TensorType):
-                    return None
-                new_kwargs[name] = inputs[marks[value]]
-        node.args, node.kwargs = tuple(new_args), new_kwargs
-    gm.recompile()
-    if any(repr(v) in gm.code for v in marks):
-        return None
-    return gm, dtype
-
-
 def _trace(func, flat, spec) -> torch.fx.GraphModule:
     """`func` on arguments like `flat` (tensors as placeholders, in order), traced alone."""
     positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
@@ -662,7 +554,7 @@ def _trace(func, flat, spec) -> torch.fx.GraphModule:
         # beside its running ones).
         fresh = [r for r in tree_flatten(result)[0]
                  if not (isinstance(r, torch.Tensor) and any(r is w for w in new))]
-        returns[:] = [_TENSOR if isinstance(r, torch.Tensor) else r for r in fresh]
+        returns[:] = [op_tracing.TENSOR if isinstance(r, torch.Tensor) else r for r in fresh]
         return (*new, *(r for r in fresh if isinstance(r, torch.Tensor)))
 
     returns: list = []
@@ -670,18 +562,18 @@ def _trace(func, flat, spec) -> torch.fx.GraphModule:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from .compiler import decompositions
-    gm = make_fx(functional, decomposition_table=decompositions(_compiler().opts), tracing_mode="fake")(*examples)
+    gm = make_fx(functional, decomposition_table=decompositions(op_tracing.compiler().opts), tracing_mode="fake")(*examples)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     # What the op returns, in order: a tensor (the graph's next output) or the value itself.
-    gm.meta["tpuc_returns"] = None if all(kind is _TENSOR for kind in returns) else returns
+    gm.meta["tpuc_returns"] = None if all(kind is op_tracing.TENSOR for kind in returns) else returns
     return gm
 
 
 def _compile(name: str, gm: torch.fx.GraphModule) -> _OpProgram:
     """A traced graph compiled through the backend's compiler and the driver."""
     started = time.perf_counter()
-    compiler = _compiler()
+    compiler = op_tracing.compiler()
     prepared = compiler.prepare(gm, name)
     compiled = _session().compile(prepared.program, name, compiler.opts.compile)
     if compiled.cache == "hit":
@@ -716,7 +608,7 @@ def _execute(name, program: _OpProgram, buffers: list) -> list:
     except _tpuc.TpucError as error:
         if not _DEBUG["on"]:
             raise
-        raise _tpuc.TpucError(f"{name} failed at {_user_line()}: {error}") from error
+        raise _tpuc.TpucError(f"{name} failed at {op_tracing.user_line()}: {error}") from error
 
 
 # Ops tpuc cannot lower, run on the CPU instead (each said once).
@@ -794,11 +686,11 @@ def _run(func, args, kwargs):
             fusion.flush()
         trace, lifted = _program(func, args, kwargs)
     except Exception as error:  # noqa: BLE001 - only what `_cannot_run` recognises is handled
-        reason = _cannot_run(error)
+        reason = op_tracing.cannot_run(error)
         if reason is None:
             raise
         if _reads_device_tensors(func, args, kwargs):
-            _falls_back(func, reason, error)
+            op_tracing.falls_back(func, reason, error)
         _ON_CPU.add(func)
         return _on_cpu(func, args, kwargs)
     program = trace.program
@@ -818,28 +710,6 @@ def _run(func, args, kwargs):
     return _returned(func, args, kwargs, values, trace)
 
 
-def _cannot_run(error: Exception) -> str | None:
-    """Why an op whose trace or compile failed so cannot run on the device (and runs on the
-    CPU); None for any other failure."""
-    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
-
-    if isinstance(error, (DataDependentOutputException, DynamicOutputShapeException)):
-        return "what it returns depends on its tensors' values"
-    if isinstance(error, _tpuc.UnsupportedOpsError):
-        return "tpuc does not lower it"
-    if isinstance(error, _tpuc.DynamicSizeError):
-        return "its result's size depends on its tensors' values"
-    return None
-
-
-def _falls_back(func, reason: str, error: Exception) -> None:
-    """Says once that `func` runs on the CPU instead; an error under TPUC_STRICT=1."""
-    if os.environ.get("TPUC_STRICT") == "1":
-        raise _tpuc.TpucError(f"{func} cannot run on the tpuc device: {reason} (TPUC_STRICT=1): {error}") from error
-    _warn(f"tpuc: {func} cannot run on the tpuc device ({reason}); it runs on the CPU (its tensors copied "
-          "there and back)")
-
-
 def _returned(func, args, kwargs, values: list, trace: _OpTrace):
     """What `func` returns, given its traced graph's outputs `values` (the new values of what it
     writes, which are written, when it writes)."""
@@ -855,7 +725,7 @@ def _returned(func, args, kwargs, values: list, trace: _OpTrace):
     if trace.returns is not None:
         # Results that are no tensors (None, numbers) where it returns them.
         given = iter(values)
-        values = [next(given) if kind is _TENSOR else kind for kind in trace.returns]
+        values = [next(given) if kind is op_tracing.TENSOR else kind for kind in trace.returns]
     if schema.returns_one:
         return values[0] if values else None
     return values if schema.returns_list else tuple(values)
@@ -869,10 +739,10 @@ def _run_trace(trace: _OpTrace, buffers: list) -> list:
         try:
             program = _compiled(trace)
         except _tpuc.TpucError as error:
-            reason = _cannot_run(error)
+            reason = op_tracing.cannot_run(error)
             if reason is None:
                 raise
-            _falls_back(func, reason, error)
+            op_tracing.falls_back(func, reason, error)
             _ON_CPU.add(func)
         else:
             returned = program.output_buffers(_execute(func, program, buffers), buffers)
@@ -910,40 +780,6 @@ def fused(on: bool = True, *, max_ops: int = 1000) -> None:
     fusion.enable(on, max_ops=max_ops)
 
 
-def _user_frame():
-    """The innermost frame of the caller's code (outside torch and tpuc) running now, if any."""
-    import sys
-    frame = sys._getframe(1)
-    while frame is not None:
-        path = frame.f_code.co_filename.replace("\\", "/")
-        if "/torch/" not in path and "/tpuc/" not in path and not path.startswith("<"):
-            return frame
-        frame = frame.f_back
-    return None
-
-
-def _user_line() -> str:
-    """The innermost line of the caller's code (outside torch and tpuc) running now."""
-    import linecache
-    frame = _user_frame()
-    if frame is None:
-        return "(no line outside torch)"
-    path, line = frame.f_code.co_filename, frame.f_lineno
-    return f"{path}:{line}: {linecache.getline(path, line).strip()}"
-
-
-def _warn(message: str) -> None:
-    """A warning attributed to the caller's line (outside torch and tpuc)."""
-    frame = _user_frame()
-    if frame is None:
-        warnings.warn(message, stacklevel=2)
-        return
-    warnings.warn_explicit(message, UserWarning, frame.f_code.co_filename, frame.f_lineno,
-                           module=frame.f_globals.get("__name__"),
-                           registry=frame.f_globals.setdefault("__warningregistry__", {}),
-                           module_globals=frame.f_globals)
-
-
 def _check(func, args, kwargs, values, mutated: bool) -> None:
     """Debug mode's checks of `func`'s results `values` (the new values of what it writes when
     `mutated`)."""
@@ -954,7 +790,7 @@ def _check(func, args, kwargs, values, mutated: bool) -> None:
                             if isinstance(t, torch.Tensor) and t.is_floating_point())
         for r in results:
             if inputs_finite and r.is_floating_point() and not torch.isfinite(r).all():
-                raise _tpuc.TpucError(f"{func} made a NaN or an infinity from finite inputs, at {_user_line()}")
+                raise _tpuc.TpucError(f"{func} made a NaN or an infinity from finite inputs, at {op_tracing.user_line()}")
     if _DEBUG["compare"]:
         result = func(*cpu_args, **cpu_kwargs)
         if mutated:
@@ -964,7 +800,7 @@ def _check(func, args, kwargs, values, mutated: bool) -> None:
         for got, want in zip(results, expected):
             found = difference(got, want, _DEBUG["rtol"], _DEBUG["atol"])
             if found is not None:
-                raise _tpuc.TpucError(f"{func} differs from the CPU's result by {found}, at {_user_line()}")
+                raise _tpuc.TpucError(f"{func} differs from the CPU's result by {found}, at {op_tracing.user_line()}")
 
 
 # Lifted floats on the device, by value and dtype: the same ones recur (an epsilon, a decay).
@@ -972,7 +808,7 @@ _SCALARS: dict = {}
 
 
 def _scalar_buffer(value: float, dtype: torch.dtype) -> _tpuc.DeviceBuffer:
-    """A lifted float (`_lifted`) on the device, as a program's 0-dimensional input."""
+    """A lifted float (`op_tracing.lifted`) on the device, as a program's 0-dimensional input."""
     key = (value.hex(), dtype)  # -0.0 is not 0.0 here
     found = _SCALARS.get(key)
     if found is None:
@@ -1265,7 +1101,7 @@ def enable() -> None:
     """Makes `torch.device("tpuc")` available (done when tpuc is imported)."""
     fusion.attach_device(fusion.DeviceFunctions(
         value=_value, scalar_buffer=_scalar_buffer, new=_new, compile=_compile, execute=_execute,
-        run_trace=_run_trace, cannot_run=_cannot_run, count=_count))
+        run_trace=_run_trace, cannot_run=op_tracing.cannot_run, count=_count))
     attach_device(DeviceHooks(session=_session, argument=graph_argument, result=graph_result,
                               eager=lambda module: EagerOnDevice(module).run, hide_from_dynamo=hide_from_dynamo))
-    _register_device()
+    accelerator.claim_device(_register_device)

@@ -1,0 +1,239 @@
+// The Python module `tpuc._tpuc_native`: connects the device to the runtime (`init`), and is the
+// bridge to the planner, which traces and compiles an op on its first call of a key (Python
+// runs only then, and for ops that run on the host).
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/extension.h>
+
+#include "ops.h"
+#include "storage.h"
+
+namespace py = pybind11;
+
+namespace tpuc {
+void register_hooks();
+
+namespace {
+
+py::object g_planner;  // the Python planner: `plan(...)` and `run_on_host(...)`
+
+constexpr const char* kValueCapsule = "tpuc._tpuc.DeviceValue";
+constexpr const char* kProgramCapsule = "tpuc._tpuc.Loaded";
+constexpr const char* kTargetCapsule = "tpuc._tpuc.Target";
+constexpr const char* kApiCapsule = "tpuc._tpuc.NativeApi";
+
+void* capsule_pointer(const py::handle& capsule, const char* name) {
+  void* pointer = PyCapsule_GetPointer(capsule.ptr(), name);
+  if (pointer == nullptr) throw py::error_already_set();
+  return pointer;
+}
+
+ValuePtr value_of_capsule(const py::handle& capsule) {
+  return share(static_cast<const Value*>(capsule_pointer(capsule, kValueCapsule)));
+}
+
+py::capsule value_capsule(const ValuePtr& value) {
+  Value* handle = api().clone_value(value.get());
+  return py::capsule(handle, kValueCapsule, [](PyObject* capsule) {
+    auto* pointer = PyCapsule_GetPointer(capsule, kValueCapsule);
+    if (pointer != nullptr && ready()) api().release_value(static_cast<Value*>(pointer));
+  });
+}
+
+c10::ScalarType dtype_of(const py::handle& object) {
+  TORCH_CHECK(THPDtype_Check(object.ptr()), "tpuc: the planner gave a dtype that is not one");
+  return reinterpret_cast<THPDtype*>(object.ptr())->scalar_type;
+}
+
+std::vector<int64_t> ints(const py::handle& object) { return object.cast<std::vector<int64_t>>(); }
+
+Return parse_return(const py::handle& item, const c10::TypePtr& type) {
+  auto spec = item.cast<py::tuple>();
+  auto kind = spec[0].cast<std::string>();
+  Return r;
+  if (kind == "new") {
+    r.kind = Return::kNew;
+    r.index = spec[1].cast<int>();
+    r.dtype = dtype_of(spec[2]);
+    r.sizes = ints(spec[3]);
+    r.counted = spec.size() > 4 && spec[4].cast<bool>();
+  } else if (kind == "arg") {
+    r.kind = Return::kArgument;
+    r.index = spec[1].cast<int>();
+  } else if (kind == "view") {
+    r.kind = Return::kView;
+    r.index = spec[1].cast<int>();
+    r.sizes = ints(spec[2]);
+    r.strides = ints(spec[3]);
+    r.offset = spec[4].cast<int64_t>();
+  } else if (kind == "list") {
+    r.kind = Return::kList;
+    for (const auto& sub : spec[1]) r.items.push_back(parse_return(sub, nullptr));
+  } else if (kind == "value") {
+    TORCH_CHECK(type != nullptr, "tpuc: the planner returned a value inside a list");
+    r.kind = Return::kValue;
+    r.value = torch::jit::toIValue(spec[1], type);
+  } else {
+    TORCH_CHECK(false, "tpuc: the planner returned an unknown kind of result: ", kind);
+  }
+  return r;
+}
+
+std::shared_ptr<Entry> parse_plan(const c10::OperatorHandle& op, const py::tuple& plan) {
+  auto entry = std::make_shared<Entry>();
+  auto kind = plan[0].cast<std::string>();
+  const auto& returns = op.schema().returns();
+  auto parse_returns = [&](const py::handle& items) {
+    size_t i = 0;
+    for (const auto& item : items) {
+      entry->returns.push_back(parse_return(item, i < returns.size() ? returns[i].type() : nullptr));
+      ++i;
+    }
+  };
+  if (kind == "host") {
+    entry->kind = Entry::kHost;
+    return entry;
+  }
+  if (kind == "view") {
+    entry->kind = Entry::kView;
+    parse_returns(plan[1]);
+    return entry;
+  }
+  TORCH_CHECK(kind == "program", "tpuc: the planner returned an unknown plan: ", kind);
+  entry->program = share(static_cast<const Program*>(capsule_pointer(plan[1], kProgramCapsule)));
+  for (const auto& constant : plan[2]) entry->constants.push_back(value_of_capsule(constant));
+  for (const auto& item : plan[3]) {
+    auto spec = item.cast<py::tuple>();
+    auto input_kind = spec[0].cast<std::string>();
+    Input input{Input::kTensor, spec[1].cast<int>()};
+    if (input_kind == "host") input.kind = Input::kHost;
+    else if (input_kind == "constant") input.kind = Input::kConstant;
+    else if (input_kind == "float") {
+      input.kind = Input::kFloat;
+      input.dtype = dtype_of(spec[2]);
+    } else TORCH_CHECK(input_kind == "tensor", "tpuc: unknown input kind ", input_kind);
+    entry->inputs.push_back(input);
+  }
+  for (const auto& item : plan[4]) {
+    auto spec = item.cast<py::tuple>();
+    auto output_kind = spec[0].cast<std::string>();
+    entry->outputs.push_back({output_kind == "input" ? Output::kInput : Output::kResult,
+                              spec[1].cast<int>()});
+  }
+  entry->results = plan[5].cast<size_t>();
+  for (const auto& item : plan[6]) {
+    auto spec = item.cast<py::tuple>();
+    Write write{spec[0].cast<int>(), spec[1].cast<int>(), ints(spec[2]), dtype_of(spec[3]),
+                std::nullopt};
+    if (!spec[4].is_none()) write.resize = ints(spec[4]);
+    entry->writes.push_back(std::move(write));
+  }
+  parse_returns(plan[7]);
+  entry->random = plan[8].cast<bool>();
+  entry->lifted = plan[9].cast<bool>();
+  if (!plan[10].is_none()) entry->count_output = plan[10].cast<int>();
+  return entry;
+}
+
+py::list python_arguments(c10::ArrayRef<c10::IValue> arguments) {
+  py::list out;
+  for (const auto& value : arguments) out.append(torch::jit::toPyObject(value));
+  return out;
+}
+
+std::shared_ptr<Entry> plan(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> arguments) {
+  py::gil_scoped_acquire gil;
+  const auto& schema = op.schema();
+  py::object plan = g_planner.attr("plan")(schema.name(), schema.overload_name(),
+                                           python_arguments(arguments));
+  return parse_plan(op, plan.cast<py::tuple>());
+}
+
+void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  size_t count = schema.arguments().size();
+  std::vector<c10::IValue> results;
+  {
+    py::gil_scoped_acquire gil;
+    py::object result = g_planner.attr("run_on_host")(
+        schema.name(), schema.overload_name(), python_arguments(torch::jit::last(*stack, count)));
+    const auto& returns = schema.returns();
+    if (returns.size() == 1) {
+      results.push_back(torch::jit::toIValue(result, returns[0].type()));
+    } else if (returns.size() > 1) {
+      auto items = result.cast<py::tuple>();
+      for (size_t i = 0; i < returns.size(); ++i) {
+        results.push_back(torch::jit::toIValue(items[i], returns[i].type()));
+      }
+    }
+  }
+  torch::jit::drop(*stack, count);
+  for (auto& value : results) stack->push_back(std::move(value));
+}
+
+void init(const py::capsule& api_capsule, const py::capsule& target_capsule, int devices,
+          std::vector<int> element_codes, py::object planner) {
+  auto* table = static_cast<const Api*>(capsule_pointer(api_capsule, kApiCapsule));
+  auto* target = static_cast<const Target*>(capsule_pointer(target_capsule, kTargetCapsule));
+  set_runtime(table, target, devices, std::move(element_codes));
+  g_planner = std::move(planner);
+  set_planner(plan, run_on_host);
+  register_hooks();
+}
+
+py::list scalar_types() {
+  py::list out;
+  for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
+    auto type = static_cast<c10::ScalarType>(i);
+    PyObject* dtype = nullptr;
+    try {
+      dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(type));
+    } catch (const c10::Error&) {
+      // a ScalarType torch has no Python dtype for
+    }
+    out.append(dtype == nullptr ? py::none() : py::reinterpret_borrow<py::object>(dtype));
+  }
+  return out;
+}
+
+py::tuple storage_layout(const at::Tensor& tensor) {
+  const Slot& slot = slot_of(tensor);
+  py::object dtype = py::none(), dims = py::none();
+  if (slot.value != nullptr) {
+    dims = py::cast(slot.dims);
+    dtype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(slot.dtype)));
+  }
+  return py::make_tuple(dims, dtype, slot.nbytes);
+}
+
+}  // namespace
+}  // namespace tpuc
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace tpuc;
+  m.doc() = "The tpuc device's native layer (PrivateUse1 kernels over tpuc's runtime).";
+  m.def("init", &init, "Connects the device to the runtime and the planner.");
+  m.def("scalar_types", &scalar_types, "torch's dtypes by their ScalarType number.");
+  m.def("storage_layout", &storage_layout,
+        "(dims, dtype, nbytes) of a device tensor's storage value; dims None when unwritten.");
+  m.def("value_of", [](const at::Tensor& tensor) {
+        return value_capsule(value_or_zeros(tensor));
+      }, "A handle to the value of a device tensor's storage.");
+  m.def("wrap", [](const py::capsule& value, py::object dtype, std::vector<int64_t> sizes, int device) {
+        return wrap(value_of_capsule(value), dtype_of(dtype), sizes, static_cast<c10::DeviceIndex>(device));
+      }, "A new tensor of the device holding a value of the runtime.");
+  m.def("cache_stats", []() {
+        auto stats = cache_stats();
+        py::dict out;
+        out["hits"] = stats.hits;
+        out["misses"] = stats.misses;
+        out["host_runs"] = stats.host_runs;
+        out["entries"] = stats.entries;
+        return out;
+      });
+  m.def("clear_cache", &clear_cache);
+  m.def("shutdown", &shutdown,
+        "Stops releasing values into the runtime (at interpreter exit, when the plugin may be "
+        "gone before the last tensors).");
+  m.def("synchronize", &synchronize);
+}

@@ -1,0 +1,503 @@
+"""The native device's planner: what an op does on the device, decided on the first call of its
+key (its arguments' dtypes, layouts and non-tensor values) and kept by the native layer, which
+runs every later call without Python (native/ops.cpp).
+
+An op's program works on storages, not views: each storage a tensor argument lies in is one input
+(its whole value), the op reads its tensors out of them (a view of the storage's elements), and
+every storage it writes is an output (its new whole value, the written elements scattered in).
+So views, in-place ops and `out=` arguments behave as on any device with memory, and the program
+is compiled once for those layouts.
+
+A plan is a tuple the native layer reads (module.cpp `parse_plan`):
+- `("program", program, constants, inputs, outputs, results, writes, returns, random, lifted)`;
+- `("view", returns)`: a view op with no kernel of its own, its layouts from torch's meta kernels;
+- `("host",)`: an op tpuc cannot run on the device, run by torch on the host (`run_on_host`).
+"""
+from __future__ import annotations
+
+import functools
+import time
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from . import _tpuc, op_tracing
+from .runtime import dtype_name, session
+
+NAME = "tpuc"
+_NATIVE = None  # the native module, once `enable` loaded it
+
+# What the planner did (`torch.tpuc.cache_stats` adds the native layer's hits).
+STATS = {"plans": 0, "host_ops": 0, "plan_seconds": 0.0}
+
+
+def native():
+    return _NATIVE
+
+
+def _op(name: str, overload: str):
+    namespace, _, op_name = name.partition("::")
+    packet = getattr(getattr(torch.ops, namespace), op_name)
+    return getattr(packet, overload or "default")
+
+
+def _bind(func, arguments: list) -> tuple[list, dict]:
+    """The boxed arguments (every one, in the schema's order) as a call's positional and
+    keyword arguments."""
+    positional, keywords = [], {}
+    for schema_argument, value in zip(func._schema.arguments, arguments):
+        if schema_argument.kwarg_only:
+            keywords[schema_argument.name] = value
+        else:
+            positional.append(value)
+    return positional, keywords
+
+
+def _on_device(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == NAME
+
+
+class _Layout:
+    """A device tensor as its op's program sees it: the storage it lies in (the program's input
+    `input`), that storage's value (`dims`, `dtype`) and the tensor's place in it."""
+
+    __slots__ = ("input", "dims", "dtype", "plain")
+
+    def __init__(self, tensor: torch.Tensor, input_index: int):
+        dims, dtype, nbytes = _NATIVE.storage_layout(tensor)
+        if dims is None:  # never written: zeros of the tensor's dtype (ops.cpp `value_or_zeros`)
+            dims, dtype = [nbytes // tensor.element_size()], tensor.dtype
+        self.input, self.dims, self.dtype = input_index, list(dims), dtype
+        self.plain = (tensor.storage_offset() == 0 and list(tensor.shape) == self.dims
+                      and dtype == tensor.dtype and tensor.is_contiguous())
+
+
+def _read(storage: torch.Tensor, tensor: torch.Tensor, layout: _Layout) -> torch.Tensor:
+    """The tensor's elements out of its storage's value."""
+    if layout.plain:
+        return storage
+    flat = storage.reshape(-1)
+    if layout.dtype != tensor.dtype:
+        flat = flat.view(tensor.dtype)
+    offset = tensor.storage_offset()
+    if tensor.is_contiguous():
+        return flat[offset:offset + tensor.numel()].view(tensor.shape)
+    return flat.as_strided(tensor.shape, tensor.stride(), offset)
+
+
+def _written(storage: torch.Tensor, value: torch.Tensor, tensor: torch.Tensor, layout: _Layout) -> torch.Tensor:
+    """The storage's new value with `value` written where `tensor` lies in it."""
+    if layout.plain:
+        return value.expand(tensor.shape).to(tensor.dtype).clone()
+    flat = storage.reshape(-1)
+    if layout.dtype != tensor.dtype:
+        flat = flat.view(tensor.dtype)
+    value = value.expand(tensor.shape).to(tensor.dtype)
+    offset = tensor.storage_offset()
+    if tensor.is_contiguous():
+        new = torch.slice_scatter(flat, value.reshape(-1), 0, offset, offset + tensor.numel())
+    else:
+        new = torch.as_strided_scatter(flat, value, tensor.shape, tensor.stride(), offset)
+    if layout.dtype != tensor.dtype:
+        new = new.view(layout.dtype)
+    return new.reshape(layout.dims)
+
+
+class _Signature:
+    """An op's tensor arguments as its program takes them: one input per storage of the device
+    (by the first tensor lying in it) and one per host tensor, in argument order."""
+
+    def __init__(self, flat: list):
+        self.positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
+        self.layouts: dict[int, _Layout] = {}  # by flat position, for device tensors
+        self.inputs: list[tuple[str, int]] = []  # ("tensor", device ordinal) | ("host", host ordinal)
+        self.examples: list[torch.Tensor] = []
+        self.ordinal: dict[int, int] = {}  # flat position -> device ordinal
+        storages: dict[int, _Layout] = {}
+        devices = hosts = 0
+        for i in self.positions:
+            tensor = flat[i]
+            if _on_device(tensor):
+                self.ordinal[i] = devices
+                address = tensor.untyped_storage().data_ptr() or id(tensor)
+                found = storages.get(address)
+                if found is None:
+                    found = _Layout(tensor, len(self.inputs))
+                    storages[address] = found
+                    self.inputs.append(("tensor", devices))
+                    self.examples.append(torch.empty(found.dims, dtype=found.dtype))
+                else:
+                    layout = _Layout(tensor, found.input)
+                    layout.dims, layout.dtype = found.dims, found.dtype
+                    found = layout
+                self.layouts[i] = found
+                devices += 1
+            else:
+                self.inputs.append(("host", hosts))
+                self.examples.append(torch.empty(tensor.shape, dtype=tensor.dtype))
+                hosts += 1
+
+
+def _trace_storages(func, flat: list, spec, signature: _Signature, out: dict, call=None):
+    """`func` (computed by `call` when given: a stand-in of the same arguments) on arguments like
+    `flat`, traced over the storages of `signature`: the graph's outputs are the new values of
+    the storages it writes, then what it returns of its own. `out` receives what the planner
+    needs to know of them."""
+    schema = op_tracing.schema(func)
+    written_ids = {id(t) for t in schema.written_tensors(*tree_unflatten(flat, spec))}
+
+    def functional(*inputs):
+        values = list(flat)
+        for i in signature.positions:
+            tensor = flat[i]
+            layout = signature.layouts.get(i)
+            source = inputs[layout.input] if layout is not None else inputs[_host_input(signature, i)]
+            value = _read(source, tensor, layout) if layout is not None else source
+            # What the op writes, it writes into copies: the program computes their new values.
+            values[i] = value.clone() if id(tensor) in written_ids else value
+        call_args, call_kwargs = tree_unflatten(values, spec)
+        result = (call or func)(*call_args, **call_kwargs)
+        new_values = schema.written_tensors(call_args, call_kwargs)
+        originals = schema.written_tensors(*tree_unflatten(flat, spec))
+        # Storages written, in order, each taking its writes one after the other.
+        storages: dict[int, torch.Tensor] = {}
+        writes = []  # (flat position, storage input, resized sizes or None)
+        for original, value in zip(originals, new_values):
+            position = next(i for i in signature.positions if flat[i] is original)
+            layout = signature.layouts[position]
+            if list(value.shape) != list(original.shape):  # an out= of another size: resized
+                storages[layout.input] = value.contiguous()
+                writes.append((position, layout.input, list(value.shape)))
+                continue
+            current = storages.get(layout.input, inputs[layout.input])
+            storages[layout.input] = _written(current, value, original, layout)
+            if all(w[1] != layout.input for w in writes):
+                writes.append((position, layout.input, None))
+        fresh = [r for r in tree_flatten(result)[0]
+                 if not (isinstance(r, torch.Tensor) and any(r is w for w in new_values))]
+        out["writes"] = writes
+        out["fresh"] = [op_tracing.TENSOR if isinstance(r, torch.Tensor) else r for r in fresh]
+        return (*(storages[w[1]] for w in writes), *(r for r in fresh if isinstance(r, torch.Tensor)))
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from .compiler import decompositions
+    compiler = op_tracing.compiler()
+    # Functionalized: the device's ops arrive below autograd as in-place and out= variants
+    # (structured kernels), which the graph takes as their functional forms.
+    gm = make_fx(torch.func.functionalize(functional, remove="mutations_and_views"),
+                 decomposition_table={**decompositions(compiler.opts), **_scalar_operands()},
+                 tracing_mode="fake")(*signature.examples)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
+
+
+@functools.cache
+def _stand_ins() -> dict:
+    """Ops traced as another of the same arguments and results: convolutions reach a device
+    other than the CPU's and CUDA's as `convolution_overrideable`, which only such a device
+    implements."""
+    aten = torch.ops.aten
+
+    def convolution_backward(grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
+                             groups, output_mask):
+        channels = weight.shape[1] * groups if transposed else weight.shape[0]
+        return aten.convolution_backward.default(grad_output, input, weight, [channels], stride, padding, dilation,
+                                                 transposed, output_padding, groups, output_mask)
+
+    return {aten.convolution_overrideable.default: aten.convolution.default,
+            aten.convolution_backward_overrideable.default: convolution_backward}
+
+
+def _padded(func, args, kwargs):
+    """For an op whose result's size depends on its values (nonzero, masked_select, indexing by
+    a boolean mask), a function of its arguments computing that result padded to its largest
+    size and the count it is cut to; None for any other op."""
+    aten = torch.ops.aten
+    if func is aten.nonzero.default:
+        def nonzero(x):
+            return torch.nonzero_static(x, size=x.numel()), (x != 0).sum()
+        return nonzero
+    if func is aten.masked_select.default:
+        def masked_select(x, mask):
+            x, mask = torch.broadcast_tensors(x, mask)
+            flat = mask.reshape(-1)
+            where = torch.nonzero_static(flat, size=flat.numel())[:, 0]
+            return x.reshape(-1)[where], flat.sum()
+        return masked_select
+    if func is aten.index.Tensor:
+        indices = args[1]
+        mask = indices[0] if indices else None
+        if (isinstance(mask, torch.Tensor) and mask.dtype in (torch.bool, torch.uint8)
+                and all(i is None for i in indices[1:])):
+            def index_by_mask(x, indices):
+                mask = indices[0].bool()
+                found = torch.nonzero_static(mask, size=mask.numel())
+                return x[tuple(found[:, d] for d in range(mask.dim()))], mask.sum()
+            return index_by_mask
+    return None
+
+
+@functools.cache
+def _scalar_operands() -> dict:
+    """Decompositions of ops whose Scalar argument changes from call to call (an optimizer's
+    step size in `addcdiv`): decomposed, the number is an operand of a multiplication, which
+    `_lifted` makes an input, so one program serves every value."""
+    aten = torch.ops.aten
+    return torch._decomp.get_decompositions([aten.addcdiv, aten.addcmul, aten.lerp])
+
+
+def _host_input(signature: _Signature, position: int) -> int:
+    """The program input of the host tensor at flat `position`."""
+    host = sum(1 for i in signature.positions if i < position and i not in signature.layouts)
+    return [k for k, (kind, index) in enumerate(signature.inputs) if kind == "host" and index == host][0]
+
+
+def plan(name: str, overload: str, arguments: list):
+    """The plan of op `name.overload` for arguments like these (the boxed arguments, every one
+    in the schema's order)."""
+    func = _op(name, overload)
+    started = time.perf_counter()
+    try:
+        return _plan(func, *_bind(func, arguments))
+    finally:
+        STATS["plans"] += 1
+        STATS["plan_seconds"] += time.perf_counter() - started
+
+
+def _plan(func, args: list, kwargs: dict):
+    if func.is_view:
+        return _view_plan(func, args, kwargs)
+    flat, spec = tree_flatten((args, kwargs))
+    signature = _Signature(flat)
+    try:
+        padded = _padded(func, args, kwargs)
+        if padded is not None:
+            return _program_plan(func, flat, spec, signature, call=padded, sized=True)
+        return _program_plan(func, flat, spec, signature, call=_stand_ins().get(func))
+    except Exception as error:  # noqa: BLE001 - only what `_cannot_run` recognises is handled
+        reason = op_tracing.cannot_run(error)
+        if reason is None:
+            raise
+        if signature.layouts and any(not _written_only(func, flat, spec, i) for i in signature.layouts):
+            op_tracing.falls_back(func, reason, error)
+        return ("host",)
+
+
+def _written_only(func, flat, spec, position: int) -> bool:
+    """Whether the device tensor at flat `position` is only written by the op (a factory's out=)."""
+    schema = op_tracing.schema(func)
+    bound = schema.bind(*tree_unflatten(flat, spec))
+    return any(bound.get(name) is flat[position] for name in schema.outs)
+
+
+def _program_plan(func, flat, spec, signature: _Signature, call=None, sized: bool = False):
+    """The plan of a program computing `func` (by `call` when given); `sized`: `call` returns
+    the result padded to its largest size and the count of its first dimension."""
+    out: dict = {}
+
+    def trace(f, values, value_spec):
+        return _trace_storages(f, values, value_spec, signature, out, call=call)
+
+    lifted = op_tracing.lifted(func, flat, spec, trace=trace)
+    floats = [v for v in flat if type(v) is float]
+    if lifted is not None:
+        gm, float_dtype = lifted
+    else:
+        gm, float_dtype = trace(func, flat, spec), None
+    from .graph import unsupported_ops
+    compiler = op_tracing.compiler()
+    missing = unsupported_ops(gm, compiler.supported)
+    if missing:
+        raise _tpuc.UnsupportedOpsError(f"tpuc does not lower {', '.join(sorted(missing))}")
+    prepared = compiler.prepare(gm, f"eager_{func.__name__.replace('.', '_')}")
+    compiled = session(None).compile(prepared.program, f"eager_{func.__name__.replace('.', '_')}",
+                                     compiler.opts.compile)
+    runtime = session(None).runtime
+    constants = []
+    for constant in prepared.constants:
+        host = constant.detach().contiguous()
+        buffer = runtime.buffer(host.data_ptr(), host.numel() * host.element_size(), dtype_name(host.dtype),
+                                list(host.shape), host.untyped_storage())
+        constants.append(buffer.native_value())
+    inputs = [(kind, index, None) for kind, index in signature.inputs]
+    if lifted is not None:
+        inputs += [("float", k, float_dtype) for k in range(len(floats))]
+    inputs += [("constant", k, None) for k in range(len(constants))]
+    outputs = [("result", what) if kind == "tensor" else ("input", what) for kind, what in prepared.outputs]
+    types = [(getattr(torch, dtype_text), shape) for dtype_text, shape in compiled.output_specs]
+
+    def output_type(k: int):
+        kind, what = prepared.outputs[k]
+        if kind == "tensor":
+            return types[what]
+        example = (signature.examples + list(prepared.constants))[what]
+        return example.dtype, list(example.shape)
+
+    writes = []
+    for k, (position, _input, resized) in enumerate(out["writes"]):
+        dtype, dims = output_type(k)
+        writes.append((signature.ordinal[position], k, list(dims), dtype, resized))
+    if any(kind not in ("tensor", "arg") for kind, _ in prepared.outputs):
+        raise _tpuc.TpucError(f"{func}: a graph output of kind {prepared.outputs}")
+    count_output = None
+    if sized:
+        dtype, sizes = output_type(len(writes))
+        returns = [("new", len(writes), dtype, list(sizes), True)]
+        count_output = len(writes) + 1
+    else:
+        returns = _returns(func, flat, spec, signature, out, len(writes), output_type)
+    return ("program", compiled.native_program(), constants, inputs, outputs, len(compiled.output_specs),
+            writes, returns, compiled.random, lifted is not None, count_output)
+
+
+def _returns(func, flat, spec, signature: _Signature, out: dict, first_fresh: int, output_type) -> list:
+    """What the op returns, in its schema's order: a written argument itself (in-place ops,
+    `out=`), a new tensor of the graph's next output, a list of them, or a value."""
+    schema = func._schema
+    arguments = op_tracing.schema(func).bind(*tree_unflatten(flat, spec))
+    fresh = iter(out["fresh"])
+    next_output = [first_fresh]
+
+    def new():
+        dtype, sizes = output_type(next_output[0])
+        spec_ = ("new", next_output[0], dtype, list(sizes))
+        next_output[0] += 1
+        return spec_
+
+    def ordinal_of(tensor) -> int:
+        return next(signature.ordinal[i] for i in signature.positions if flat[i] is tensor)
+
+    returns = []
+    for schema_return in schema.returns:
+        alias = schema_return.alias_info
+        written = None
+        if alias is not None and alias.is_write:
+            written = next((arguments[a.name] for a in schema.arguments
+                            if a.alias_info is not None and a.alias_info.before_set == alias.before_set), None)
+        if isinstance(written, torch.Tensor):
+            returns.append(("arg", ordinal_of(written)))
+        elif isinstance(written, (list, tuple)):
+            returns.append(("list", [("arg", ordinal_of(t)) for t in written]))
+        elif isinstance(schema_return.type, torch.ListType):
+            count = 0
+            items = []
+            while True:
+                try:
+                    value = next(fresh)
+                except StopIteration:
+                    break
+                if value is not op_tracing.TENSOR:
+                    raise _tpuc.TpucError(f"{func}: a list result holding a {type(value).__name__}")
+                items.append(new())
+                count += 1
+            returns.append(("list", items))
+        else:
+            value = next(fresh)
+            returns.append(new() if value is op_tracing.TENSOR else ("value", value))
+    return returns
+
+
+def _view_plan(func, args, kwargs):
+    """A view op without a kernel of its own on the device: the views its meta kernel makes, of
+    the storage of its (first) device tensor."""
+    flat, spec = tree_flatten((args, kwargs))
+    source = next(v for v in flat if _on_device(v))
+    ordinal = sum(1 for v in flat[:flat.index(source)] if _on_device(v))
+    meta_storage = torch.empty(source.untyped_storage().nbytes() // source.element_size(), dtype=source.dtype,
+                               device="meta")
+
+    def meta(value):
+        if _on_device(value):
+            if value.untyped_storage().data_ptr() != source.untyped_storage().data_ptr():
+                raise _tpuc.TpucError(f"{func}: a view of two tensors of the device")
+            return meta_storage.as_strided(value.shape, value.stride(), value.storage_offset())
+        return value
+
+    result = func(*tree_map(meta, args), **tree_map(meta, kwargs))
+
+    def layout(view):
+        if view.dtype != source.dtype:
+            raise _tpuc.TpucError(f"{func}: a view in another dtype ({view.dtype}) is not supported on the tpuc "
+                                  "device yet")
+        return ("view", ordinal, list(view.shape), list(view.stride()), view.storage_offset())
+
+    if isinstance(result, torch.Tensor):
+        return ("view", [layout(result)])
+    return ("view", [("list", [layout(v) for v in result])])
+
+
+def run_on_host(name: str, overload: str, arguments: list):
+    """Op `name.overload` run by torch on the host: the device's tensors copied there, what it
+    writes and returns copied back."""
+    func = _op(name, overload)
+    STATS["host_ops"] += 1
+    args, kwargs = _bind(func, arguments)
+
+    def to_host(value):
+        return value.cpu() if _on_device(value) else value
+
+    cpu_args, cpu_kwargs = tree_map(to_host, (args, kwargs))
+    result = func(*cpu_args, **cpu_kwargs)
+    schema = op_tracing.schema(func)
+    targets = schema.written_tensors(args, kwargs)
+    for target, value in zip(targets, schema.written_tensors(cpu_args, cpu_kwargs)):
+        if target.shape != value.shape:
+            target.resize_(value.shape)
+        target.copy_(value)
+    if targets and not func._schema.returns:
+        return None
+    device = next((v.device for v in tree_flatten((args, kwargs))[0] if _on_device(v)), torch.device(NAME))
+
+    def back(value):
+        for target, cpu_value in zip(targets, schema.written_tensors(cpu_args, cpu_kwargs)):
+            if value is cpu_value:
+                return target
+        return value.to(device) if isinstance(value, torch.Tensor) else value
+
+    return tree_map(back, result)
+
+
+def enable() -> None:
+    """Loads the native layer (its kernels register for the PrivateUse1 key as it loads) and
+    connects it to the runtime and this planner."""
+    global _NATIVE
+    from . import _tpuc_native
+    runtime = session(None).runtime
+    names = _tpuc.element_types()
+    codes = []
+    for dtype in _tpuc_native.scalar_types():
+        try:
+            codes.append(names.index(dtype_name(dtype)) if dtype is not None else -1)
+        except (ValueError, KeyError, _tpuc.TpucError):
+            codes.append(-1)
+    import atexit
+    import sys
+    _tpuc_native.init(_tpuc.native_api(), runtime.native_target(), runtime.devices, codes, sys.modules[__name__])
+    # Tensors freed while the interpreter exits, after the plugin, are not released into it.
+    atexit.register(_tpuc_native.shutdown)
+    _NATIVE = _tpuc_native
+
+
+def cache_stats() -> dict:
+    """What the device's cache of op plans did: the native layer's hits and misses (a miss
+    plans), the ops run on the host, and the seconds planning took."""
+    native_stats = _NATIVE.cache_stats() if _NATIVE is not None else {}
+    return {**native_stats, **STATS}
+
+
+def register() -> None:
+    """Makes PyTorch's PrivateUse1 device the native `tpuc` device (`accelerator.claim_device`):
+    its name, the native layer's kernels, guard and hooks, `torch.tpuc` and autocast."""
+    from . import accelerator, autocast
+
+    def native_backend() -> None:
+        accelerator.attach(cache_stats=cache_stats)
+        torch.utils.rename_privateuse1_backend(NAME)
+        torch.utils.generate_methods_for_privateuse1_backend()
+        torch._register_device_module(NAME, accelerator)
+        enable()
+        autocast.register()
+
+    accelerator.claim_device(native_backend)

@@ -1,0 +1,178 @@
+"""The native device (crates/tpuc-python/native): device tensors are plain torch.Tensors of the
+PrivateUse1 device whose storage holds a runtime value; every op runs a program compiled once per
+key, planned by Python on the first call only."""
+import copy
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+from tpuc import planner
+
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def _same(got, expected, **tol):
+    assert got.device.type == "tpuc", got.device
+    torch.testing.assert_close(got.cpu(), expected, **(tol or TOL))
+
+
+def test_device_tensors_are_plain_tensors_with_their_own_storage():
+    x = torch.arange(6.0).reshape(2, 3)
+    d = x.to("tpuc")
+    assert type(d) is torch.Tensor and d.device == torch.device("tpuc", 0) and d.is_tpuc
+    assert d.untyped_storage().nbytes() == 24 and d.untyped_storage().device.type == "tpuc"
+    t = d.t()
+    assert t.stride() == (1, 3) and not t.is_contiguous()
+    assert t.untyped_storage().data_ptr() == d.untyped_storage().data_ptr() and t._base is d
+    _same(t, x.t())
+    # The storage's bytes read back through the device.
+    assert bytes(d.untyped_storage().tolist()) == x.numpy().tobytes()
+
+
+def test_views_and_in_place_ops_write_the_storage_they_share():
+    x = torch.arange(12.0).reshape(3, 4)
+    d = x.to("tpuc")
+    for t in (x, d):
+        t[0].add_(10)
+        t.t()[1].mul_(2)               # a strided view of the same storage
+        t.view(-1)[::5].zero_()
+        t[1:, 2:] += torch.ones(2, 2, device=t.device)
+    _same(d, x)
+    # A view made before the writes sees them.
+    v = d[2]
+    d.fill_(3.0)
+    _same(v, torch.full((4,), 3.0))
+
+
+def test_out_arguments_of_another_size_are_resized_and_resize_keeps_the_elements():
+    a, b = torch.randn(5), torch.randn(5)
+    out = torch.empty(0, device="tpuc")
+    torch.add(a.to("tpuc"), b.to("tpuc"), out=out)
+    assert out.shape == (5,)
+    _same(out, a + b)
+    t = torch.arange(4.0).to("tpuc")
+    t.resize_(6)
+    assert t.shape == (6,)
+    _same(t[:4], torch.arange(4.0))
+
+
+def test_copies_between_the_host_and_the_device():
+    x = torch.randn(4, 6)
+    _same(x.t().to("tpuc"), x.t())                     # a strided host tensor
+    d = torch.zeros(6, 4, device="tpuc")
+    d[1:3].copy_(x.t()[1:3])                            # into a view, from the host
+    expected = torch.zeros(6, 4)
+    expected[1:3] = x.t()[1:3]
+    _same(d, expected)
+    assert torch.equal(d[:, ::2].cpu(), expected[:, ::2])     # a view back to the host
+    _same(torch.tensor([[1, 2], [3, 4]], device="tpuc"), torch.tensor([[1, 2], [3, 4]]))
+    _same(x.to("tpuc").to(torch.float64), x.double())
+    _same(x.to("tpuc").half().float(), x.half().float())
+    # A conjugate is a lazy flag in PyTorch: copying resolves it.
+    c = torch.randn(3, dtype=torch.complex64)
+    _same(c.to("tpuc").conj(), c.conj())
+    _same(torch.fft.ifft(x.to("tpuc")), torch.fft.ifft(x))
+
+
+def test_ops_whose_size_depends_on_values_run_on_the_device_without_a_word():
+    x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -3.0]])
+    d = x.to("tpuc")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        before = planner.STATS["host_ops"]
+        _same(torch.nonzero(d), torch.nonzero(x))
+        _same(d[d > 0], x[x > 0])
+        _same(torch.masked_select(d, d != 0), torch.masked_select(x, x != 0))
+        assert "device='tpuc:0'" in repr(d)             # printing reads values on the device
+        assert planner.STATS["host_ops"] == before
+
+
+def _train(model, batches, steps=3):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for x, y in batches[:steps]:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+class _ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        # No bias before a batch norm: its gradient would be rounding noise, which Adam turns
+        # into whole steps.
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1, bias=False)
+        self.norm = torch.nn.BatchNorm2d(4)
+        self.head = torch.nn.Linear(4 * 8 * 8, 2)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.norm(self.conv(x))).flatten(1))
+
+
+def test_training_equals_the_cpu_and_later_steps_never_plan():
+    cpu = _ConvNet()
+    dev = copy.deepcopy(cpu).to("tpuc")
+    batches = [(torch.randn(2, 3, 8, 8), torch.randn(2, 2)) for _ in range(4)]
+    expected = _train(cpu, batches)
+    got = _train(dev, [(x.to("tpuc"), y.to("tpuc")) for x, y in batches])
+    assert got == pytest.approx(expected, rel=1e-4)
+    for p, q in zip(dev.parameters(), cpu.parameters()):
+        _same(p, q, rtol=1e-4, atol=1e-5)
+    # Every op of a step has its program now: another step runs without the planner (the
+    # optimizer's step size, a number that changes every step, is an input of its programs).
+    hits = planner.cache_stats()["hits"]
+    original = planner.plan
+
+    def refuse(*args):
+        raise AssertionError(f"planned again: {args[:2]}")
+
+    planner.plan = refuse
+    try:
+        _train(dev, [(x.to("tpuc"), y.to("tpuc")) for x, y in batches[3:]], steps=1)
+    finally:
+        planner.plan = original
+    assert planner.cache_stats()["hits"] > hits
+
+
+@pytest.mark.parametrize("name", ["llama", "resnet18", "mingpt"])
+def test_the_zoo_runs_on_the_device_as_on_the_cpu(name):
+    from models import zoo
+    model, inputs = next((m, i) for n, m, i in zoo() if n == name)
+    with torch.no_grad():
+        expected = model(*inputs)
+        got = copy.deepcopy(model).to("tpuc")(*[i.to("tpuc") for i in inputs])
+    _same(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_an_op_tpuc_cannot_lower_runs_on_the_host_with_a_warning():
+    x = torch.randn(4, 4)
+    d = x.to("tpuc")
+    with pytest.warns(UserWarning, match=r"aten\._linalg_eigvals.*cannot run on the tpuc device.*runs on the CPU"):
+        values = torch.linalg.eigvals(d)
+    assert values.device.type == "tpuc"
+    torch.testing.assert_close(values.cpu(), torch.linalg.eigvals(x))
+
+
+def test_strict_refuses_what_would_run_on_the_host(tmp_path):
+    script = ("import torch, tpuc\nx = torch.randn(4, 4, device='tpuc')\n"
+              "try:\n    torch.linalg.eigvals(x)\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=dict(os.environ, TPUC_NATIVE="1", TPUC_STRICT="1"))
+    assert "cannot run on the tpuc device" in run.stdout and "TPUC_STRICT=1" in run.stdout, run.stdout + run.stderr
+
+
+def test_bad_uses_are_clear_errors():
+    x = torch.randn(3).to("tpuc")
+    with pytest.raises(RuntimeError, match="same device"):
+        x + torch.randn(3)
+    with pytest.raises(RuntimeError, match=r"no device 3: the tpuc device has 1"):
+        torch.ones(2, device="tpuc:3")
+    with pytest.raises(RuntimeError, match="does not handle tensors of dtype"):
+        torch.zeros(2).to(torch.float8_e4m3fnuz).to("tpuc")
