@@ -53,6 +53,17 @@ void encode_tensor(Key& key, const at::Tensor& tensor) {
       put(key.types, slot.nbytes);
     }
     put(key.types, tensor.device().index());
+    // Which earlier argument's storage it shares, if any: the program takes one input per
+    // storage, so `x.add_(x)` and `x.add_(y)` are two programs.
+    int32_t shares = -1;
+    const auto* storage = tensor.storage().unsafeGetStorageImpl();
+    for (size_t i = 0; i < key.device.size(); ++i) {
+      if (key.device[i].storage().unsafeGetStorageImpl() == storage) {
+        shares = static_cast<int32_t>(i);
+        break;
+      }
+    }
+    put(key.types, shares);
     key.device.push_back(tensor);
   } else if (tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
     // A number the dispatcher wrapped (`mul_(tensor, 0.5)` reaching `mul.out`): Python sees it

@@ -176,3 +176,18 @@ def test_bad_uses_are_clear_errors():
         torch.ones(2, device="tpuc:3")
     with pytest.raises(RuntimeError, match="does not handle tensors of dtype"):
         torch.zeros(2).to(torch.float8_e4m3fnuz).to("tpuc")
+
+
+def test_arguments_sharing_a_storage_are_another_program_than_distinct_ones():
+    x, y = torch.randn(4), torch.randn(4)
+    dx, dy = x.to("tpuc"), y.to("tpuc")
+    dx.add_(dx)           # one storage, read and written
+    dx.add_(dy)           # the same layouts, two storages
+    x.add_(x)
+    x.add_(y)
+    _same(dx, x)
+    a = torch.arange(8.0)
+    d = a.to("tpuc")
+    d[:4].add_(d[4:])     # two views of one storage
+    a[:4].add_(a[4:])
+    _same(d, a)
