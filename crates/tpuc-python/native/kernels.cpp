@@ -54,13 +54,6 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
   return at::native::_reshape_alias(self, size, stride);
 }
 
-// A tensor of the device with `tensor`'s elements that is its storage's whole value (itself
-// when it is one already).
-at::Tensor dense(const at::Tensor& tensor) {
-  if (is_plain(tensor)) return tensor;
-  return call("aten::clone", "", {tensor, c10::MemoryFormat::Contiguous})[0].toTensor();
-}
-
 // Whether `tensor` covers its whole storage, contiguously.
 bool covers_storage(const at::Tensor& tensor) {
   return tensor.storage_offset() == 0 && tensor.is_contiguous() &&
@@ -214,6 +207,11 @@ at::Tensor& set_empty(at::Tensor& self) {
 }
 
 }  // namespace
+
+at::Tensor dense(const at::Tensor& tensor) {
+  if (is_plain(tensor)) return tensor;
+  return call("aten::clone", "", {tensor, c10::MemoryFormat::Contiguous})[0].toTensor();
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty_memory_format);

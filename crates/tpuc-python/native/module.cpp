@@ -216,9 +216,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scalar_types", &scalar_types, "torch's dtypes by their ScalarType number.");
   m.def("storage_layout", &storage_layout,
         "(dims, dtype, nbytes) of a device tensor's storage value; dims None when unwritten.");
-  m.def("value_of", [](const at::Tensor& tensor) {
-        return value_capsule(value_or_zeros(tensor));
-      }, "A handle to the value of a device tensor's storage.");
+  m.def("dense_value", [](const at::Tensor& tensor) {
+        return value_capsule(value_or_zeros(dense(tensor)));
+      }, "A handle to a device tensor's elements as a value of its shape (its storage's own when "
+         "it is the whole of it).");
   m.def("wrap", [](const py::capsule& value, py::object dtype, std::vector<int64_t> sizes, int device) {
         return wrap(value_of_capsule(value), dtype_of(dtype), sizes, static_cast<c10::DeviceIndex>(device));
       }, "A new tensor of the device holding a value of the runtime.");

@@ -38,6 +38,10 @@ const ValuePtr& value_or_zeros(const at::TensorBase& tensor);
 at::Tensor wrap(ValuePtr value, c10::ScalarType dtype, c10::IntArrayRef sizes,
                 c10::DeviceIndex device);
 
+// A tensor of the device with `tensor`'s elements that is its storage's whole value (itself
+// when it is one already; else a contiguous copy).
+at::Tensor dense(const at::Tensor& tensor);
+
 // Sets a storage's contents.
 void set_value(Slot& slot, ValuePtr value, std::vector<int64_t> dims, c10::ScalarType dtype);
 

@@ -26,9 +26,9 @@ def _autoload() -> None:
 
 
 if os.environ.get("TPUC_NATIVE") == "1":
-    from . import planner as _planner  # noqa: E402  (after _autoload, which torch may call first)
+    from . import native_device as _native_device  # noqa: E402  (after _autoload, which torch may call first)
 
-    _planner.register()
+    _native_device.register()
 else:
     from . import device as _device  # noqa: E402
 

@@ -19,20 +19,15 @@ import functools
 import time
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from . import _tpuc, op_tracing
+from . import _tpuc, _tpuc_native, op_tracing
 from .runtime import dtype_name, session
 
 NAME = "tpuc"
-_NATIVE = None  # the native module, once `enable` loaded it
-
-# What the planner did (`torch.tpuc.cache_stats` adds the native layer's hits).
+# What the planner did (`native_device.cache_stats` adds the native layer's hits).
 STATS = {"plans": 0, "host_ops": 0, "plan_seconds": 0.0}
-
-
-def native():
-    return _NATIVE
 
 
 def _op(name: str, overload: str):
@@ -41,16 +36,22 @@ def _op(name: str, overload: str):
     return getattr(packet, overload or "default")
 
 
-def _bind(func, arguments: list) -> tuple[list, dict]:
+def _bind(func, arguments: list) -> tuple[list, dict, set]:
     """The boxed arguments (every one, in the schema's order) as a call's positional and
-    keyword arguments."""
-    positional, keywords = [], {}
+    keyword arguments, and the ids of the numbers among them made tensors again: a number the
+    dispatcher wrapped for a Tensor argument (`special_hermite_polynomial_h(x, 3)` reaching its
+    `out=` form) comes to Python as the number, which only some ops take for a tensor. Floats
+    stay numbers (those ops take them, and a float is lifted to an input: `op_tracing.lifted`)."""
+    positional, keywords, numbers = [], {}, set()
     for schema_argument, value in zip(func._schema.arguments, arguments):
+        if (type(value) in (int, bool, complex) and isinstance(schema_argument.type, torch.TensorType)):
+            value = torch.tensor(value)
+            numbers.add(id(value))
         if schema_argument.kwarg_only:
             keywords[schema_argument.name] = value
         else:
             positional.append(value)
-    return positional, keywords
+    return positional, keywords, numbers
 
 
 def _on_device(value) -> bool:
@@ -64,7 +65,7 @@ class _Layout:
     __slots__ = ("input", "dims", "dtype", "plain")
 
     def __init__(self, tensor: torch.Tensor, input_index: int):
-        dims, dtype, nbytes = _NATIVE.storage_layout(tensor)
+        dims, dtype, nbytes = _tpuc_native.storage_layout(tensor)
         if dims is None:  # never written: zeros of the tensor's dtype (ops.cpp `value_or_zeros`)
             dims, dtype = [nbytes // tensor.element_size()], tensor.dtype
         self.input, self.dims, self.dtype = input_index, list(dims), dtype
@@ -107,8 +108,9 @@ class _Signature:
     """An op's tensor arguments as its program takes them: one input per storage of the device
     (by the first tensor lying in it) and one per host tensor, in argument order."""
 
-    def __init__(self, flat: list):
-        self.positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
+    def __init__(self, flat: list, numbers: set):
+        # Numbers made tensors (`_bind`) are constants of the program, not inputs.
+        self.positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor) and id(v) not in numbers]
         self.layouts: dict[int, _Layout] = {}  # by flat position, for device tensors
         self.inputs: list[tuple[str, int]] = []  # ("tensor", device ordinal) | ("host", host ordinal)
         self.examples: list[torch.Tensor] = []
@@ -183,11 +185,11 @@ def _trace_storages(func, flat: list, spec, signature: _Signature, out: dict, ca
 
     from .compiler import decompositions
     compiler = op_tracing.compiler()
-    # Functionalized: the device's ops arrive below autograd as in-place and out= variants
-    # (structured kernels), which the graph takes as their functional forms.
-    gm = make_fx(torch.func.functionalize(functional, remove="mutations_and_views"),
-                 decomposition_table={**decompositions(compiler.opts), **_scalar_operands()},
-                 tracing_mode="fake")(*signature.examples)
+    # Functionalized when it writes: the device's ops arrive below autograd as in-place and out=
+    # variants (structured kernels), which the graph takes as their functional forms.
+    traced = torch.func.functionalize(functional, remove="mutations_and_views") if written_ids else functional
+    gm = make_fx(traced, decomposition_table={**decompositions(compiler.opts), **_scalar_operands()},
+                 tracing_mode="fake", _allow_non_fake_inputs=True)(*signature.examples)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return gm
@@ -260,17 +262,20 @@ def plan(name: str, overload: str, arguments: list):
     func = _op(name, overload)
     started = time.perf_counter()
     try:
-        return _plan(func, *_bind(func, arguments))
+        # The planner's tracing is its own: dispatch modes active where the op was called (an
+        # aot_autograd runtime check, say) are not its business.
+        with _disable_current_modes():
+            return _plan(func, *_bind(func, arguments))
     finally:
         STATS["plans"] += 1
         STATS["plan_seconds"] += time.perf_counter() - started
 
 
-def _plan(func, args: list, kwargs: dict):
+def _plan(func, args: list, kwargs: dict, numbers: set):
     if func.is_view:
         return _view_plan(func, args, kwargs)
     flat, spec = tree_flatten((args, kwargs))
-    signature = _Signature(flat)
+    signature = _Signature(flat, numbers)
     try:
         padded = _padded(func, args, kwargs)
         if padded is not None:
@@ -433,13 +438,14 @@ def run_on_host(name: str, overload: str, arguments: list):
     writes and returns copied back."""
     func = _op(name, overload)
     STATS["host_ops"] += 1
-    args, kwargs = _bind(func, arguments)
+    args, kwargs, _ = _bind(func, arguments)
 
     def to_host(value):
         return value.cpu() if _on_device(value) else value
 
-    cpu_args, cpu_kwargs = tree_map(to_host, (args, kwargs))
-    result = func(*cpu_args, **cpu_kwargs)
+    with _disable_current_modes():
+        cpu_args, cpu_kwargs = tree_map(to_host, (args, kwargs))
+        result = func(*cpu_args, **cpu_kwargs)
     schema = op_tracing.schema(func)
     targets = schema.written_tensors(args, kwargs)
     for target, value in zip(targets, schema.written_tensors(cpu_args, cpu_kwargs)):
@@ -457,47 +463,3 @@ def run_on_host(name: str, overload: str, arguments: list):
         return value.to(device) if isinstance(value, torch.Tensor) else value
 
     return tree_map(back, result)
-
-
-def enable() -> None:
-    """Loads the native layer (its kernels register for the PrivateUse1 key as it loads) and
-    connects it to the runtime and this planner."""
-    global _NATIVE
-    from . import _tpuc_native
-    runtime = session(None).runtime
-    names = _tpuc.element_types()
-    codes = []
-    for dtype in _tpuc_native.scalar_types():
-        try:
-            codes.append(names.index(dtype_name(dtype)) if dtype is not None else -1)
-        except (ValueError, KeyError, _tpuc.TpucError):
-            codes.append(-1)
-    import atexit
-    import sys
-    _tpuc_native.init(_tpuc.native_api(), runtime.native_target(), runtime.devices, codes, sys.modules[__name__])
-    # Tensors freed while the interpreter exits, after the plugin, are not released into it.
-    atexit.register(_tpuc_native.shutdown)
-    _NATIVE = _tpuc_native
-
-
-def cache_stats() -> dict:
-    """What the device's cache of op plans did: the native layer's hits and misses (a miss
-    plans), the ops run on the host, and the seconds planning took."""
-    native_stats = _NATIVE.cache_stats() if _NATIVE is not None else {}
-    return {**native_stats, **STATS}
-
-
-def register() -> None:
-    """Makes PyTorch's PrivateUse1 device the native `tpuc` device (`accelerator.claim_device`):
-    its name, the native layer's kernels, guard and hooks, `torch.tpuc` and autocast."""
-    from . import accelerator, autocast
-
-    def native_backend() -> None:
-        accelerator.attach(cache_stats=cache_stats)
-        torch.utils.rename_privateuse1_backend(NAME)
-        torch.utils.generate_methods_for_privateuse1_backend()
-        torch._register_device_module(NAME, accelerator)
-        enable()
-        autocast.register()
-
-    accelerator.claim_device(native_backend)

@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from tpuc import planner
+from tpuc import native_device, planner
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -127,7 +127,7 @@ def test_training_equals_the_cpu_and_later_steps_never_plan():
         _same(p, q, rtol=1e-4, atol=1e-5)
     # Every op of a step has its program now: another step runs without the planner (the
     # optimizer's step size, a number that changes every step, is an input of its programs).
-    hits = planner.cache_stats()["hits"]
+    hits = native_device.cache_stats()["hits"]
     original = planner.plan
 
     def refuse(*args):
@@ -138,7 +138,7 @@ def test_training_equals_the_cpu_and_later_steps_never_plan():
         _train(dev, [(x.to("tpuc"), y.to("tpuc")) for x, y in batches[3:]], steps=1)
     finally:
         planner.plan = original
-    assert planner.cache_stats()["hits"] > hits
+    assert native_device.cache_stats()["hits"] > hits
 
 
 @pytest.mark.parametrize("name", ["llama", "resnet18", "mingpt"])
@@ -191,3 +191,52 @@ def test_arguments_sharing_a_storage_are_another_program_than_distinct_ones():
     d[:4].add_(d[4:])     # two views of one storage
     a[:4].add_(a[4:])
     _same(d, a)
+
+
+def test_torch_compile_takes_device_tensors_as_they_are():
+    from tpuc.runtime import STATS
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x = torch.randn(3, 8)
+    expected = model(x)
+    on_device = copy.deepcopy(model).to("tpuc")
+    compiled = torch.compile(on_device, backend="tpuc")
+    x_on_device = x.to("tpuc")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compiled(x_on_device)
+        uploads, plans = STATS["uploads"], planner.STATS["plans"]
+        got = compiled(x_on_device)
+        # The compiled graph ran on the tensors' own values: nothing uploaded, no op planned.
+        assert (STATS["uploads"], planner.STATS["plans"]) == (uploads, plans)
+        got.sum().backward()
+    assert type(got) is torch.Tensor
+    _same(got, expected)
+    expected.sum().backward()
+    _same(on_device[0].weight.grad, model[0].weight.grad)
+
+
+def test_a_graph_break_runs_its_eager_part_on_the_device():
+    def fn(x, y):
+        z = x.sin() * 2
+        if z.sum() > 0:          # a value read: Dynamo breaks the graph here
+            return z + y
+        return z - y
+
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    got = torch.compile(fn, backend="tpuc")(x.to("tpuc"), y.to("tpuc"))
+    _same(got, fn(x, y))
+
+
+def test_a_model_compiled_on_the_device_trains_as_on_the_cpu():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+    on_device = copy.deepcopy(model).to("tpuc")
+    compiled = torch.compile(on_device, backend="tpuc")
+    x = torch.randn(6, 3)
+    optimizers = torch.optim.AdamW(model.parameters(), 1e-2), torch.optim.AdamW(on_device.parameters(), 1e-2)
+    for _ in range(3):
+        for run, optimizer, inputs in ((model, optimizers[0], x), (compiled, optimizers[1], x.to("tpuc"))):
+            optimizer.zero_grad()
+            run(inputs).square().mean().backward()
+            optimizer.step()
+    for want, got in zip(model.parameters(), on_device.parameters()):
+        _same(got.detach(), want.detach())

@@ -1,0 +1,92 @@
+"""The native `tpuc` device (TPUC_NATIVE=1): PyTorch's PrivateUse1 device given the native
+layer's kernels, guard and hooks (`_tpuc_native`, built from native/), connected to the session's
+runtime and to the planner, and the device as the compile backend sees it (`DeviceHooks`): a
+compiled graph over device tensors runs on their storages' values and returns device tensors."""
+from __future__ import annotations
+
+import atexit
+import functools
+
+import torch
+
+from . import _tpuc, _tpuc_native, accelerator, autocast, op_tracing, planner
+from .runtime import DeviceHooks, attach_device, dtype_name, session
+
+NAME = accelerator.NAME
+
+
+def _session():
+    return session(None)
+
+
+def _connect() -> None:
+    """Connects the native layer to the session's runtime and the planner."""
+    runtime = _session().runtime
+    names = _tpuc.element_types()
+    codes = []
+    for dtype in _tpuc_native.scalar_types():
+        try:
+            codes.append(names.index(dtype_name(dtype)) if dtype is not None else -1)
+        except (ValueError, _tpuc.TpucError):
+            codes.append(-1)
+    _tpuc_native.init(_tpuc.native_api(), runtime.native_target(), runtime.devices, codes, planner)
+    # Tensors freed while the interpreter exits, after the plugin, are not released into it.
+    atexit.register(_tpuc_native.shutdown)
+
+
+def cache_stats() -> dict:
+    """What the device's cache of op plans did: the native layer's hits and misses (a miss
+    plans), the ops run on the host, and the seconds planning took."""
+    return {**_tpuc_native.cache_stats(), **planner.STATS}
+
+
+def graph_argument(value, cache) -> _tpuc.DeviceBuffer:
+    """The buffer a compiled graph over the device's tensors runs on for its argument `value`:
+    a device tensor's dense value (its storage's own when it is the whole of it); a host tensor
+    is put on the device, `cache` keeping it."""
+    if isinstance(value, torch.Tensor) and value.device.type == NAME:
+        return _tpuc.DeviceBuffer.from_native(_tpuc_native.dense_value(value))
+    return cache.buffer(value)
+
+
+def graph_result(buffer: _tpuc.DeviceBuffer, dtype: torch.dtype, shape, device_type: str):
+    """A compiled graph's result as its traced value was: a device tensor holding the buffer, or
+    a host tensor."""
+    if device_type == "cpu":
+        out = torch.empty(shape, dtype=dtype)
+        buffer.copy_to_host(out.data_ptr(), out.numel() * out.element_size())
+        return out
+    return _tpuc_native.wrap(buffer.native_value(), dtype, list(shape), torch.tpuc.current_device())
+
+
+def _eager(module: torch.fx.GraphModule):
+    """A partitioned graph's uncompiled nodes run op by op on the device: its tensors are the
+    device's own, so the graph runs as it is."""
+    return module.forward
+
+
+@functools.cache
+def hide_from_dynamo() -> None:
+    """Keeps Dynamo out of the device's own Python (the planner runs when an op meets a new key)."""
+    from torch._dynamo import trace_rules
+
+    for module in (__name__, planner.__name__, op_tracing.__name__):
+        trace_rules.add(module)
+
+
+def register() -> None:
+    """Makes PyTorch's PrivateUse1 device the native `tpuc` device (`accelerator.claim_device`):
+    its name, the native layer's kernels, guard and hooks, `torch.tpuc` and autocast."""
+    def native_backend() -> None:
+        accelerator.attach(cache_stats=cache_stats)
+        torch.utils.rename_privateuse1_backend(NAME)
+        torch.utils.generate_methods_for_privateuse1_backend()
+        torch._register_device_module(NAME, accelerator)
+        _connect()
+        autocast.register()
+
+    attach_device(DeviceHooks(session=_session, argument=graph_argument, result=graph_result, eager=_eager,
+                              hide_from_dynamo=hide_from_dynamo))
+    accelerator.claim_device(native_backend)
+
+
