@@ -66,6 +66,7 @@ Return parse_return(const py::handle& item, const c10::TypePtr& type) {
     r.sizes = ints(spec[2]);
     r.strides = ints(spec[3]);
     r.offset = spec[4].cast<int64_t>();
+    r.dtype = dtype_of(spec[5]);
   } else if (kind == "list") {
     r.kind = Return::kList;
     for (const auto& sub : spec[1]) r.items.push_back(parse_return(sub, nullptr));

@@ -215,8 +215,16 @@ c10::IValue returned(const Return& r, Key& key, const std::vector<ValuePtr>& out
     }
     case Return::kArgument:
       return key.device[r.index];
-    case Return::kView:
-      return key.device[r.index].as_strided(r.sizes, r.strides, r.offset);
+    case Return::kView: {
+      const at::Tensor& base = key.device[r.index];
+      if (r.dtype == base.scalar_type()) return base.as_strided(r.sizes, r.strides, r.offset);
+      // A view in another dtype (view_as_complex, view_as_real): the same storage, read as it.
+      auto impl = c10::make_intrusive<c10::TensorImpl>(
+          c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(),
+          c10::scalarTypeToTypeMeta(r.dtype));
+      impl->set_sizes_and_strides(r.sizes, r.strides, r.offset);
+      return at::Tensor(std::move(impl));
+    }
     case Return::kList: {
       c10::List<at::Tensor> list;
       for (const auto& item : r.items) {

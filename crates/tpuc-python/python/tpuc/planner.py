@@ -73,13 +73,23 @@ class _Layout:
                       and dtype == tensor.dtype and tensor.is_contiguous())
 
 
+def _reinterpret(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A one-dimensional value's bytes read as `dtype` (complex numbers as pairs of their real
+    type, which is how tpuc lowers their views)."""
+    if flat.dtype == dtype:
+        return flat
+    if dtype.is_complex and not flat.dtype.is_complex and flat.dtype == dtype.to_real():
+        return torch.view_as_complex(flat.reshape(-1, 2))
+    if flat.dtype.is_complex and not dtype.is_complex and dtype == flat.dtype.to_real():
+        return torch.view_as_real(flat).reshape(-1)
+    return flat.view(dtype)
+
+
 def _read(storage: torch.Tensor, tensor: torch.Tensor, layout: _Layout) -> torch.Tensor:
     """The tensor's elements out of its storage's value."""
     if layout.plain:
         return storage
-    flat = storage.reshape(-1)
-    if layout.dtype != tensor.dtype:
-        flat = flat.view(tensor.dtype)
+    flat = _reinterpret(storage.reshape(-1), tensor.dtype)
     offset = tensor.storage_offset()
     if tensor.is_contiguous():
         return flat[offset:offset + tensor.numel()].view(tensor.shape)
@@ -90,18 +100,14 @@ def _written(storage: torch.Tensor, value: torch.Tensor, tensor: torch.Tensor, l
     """The storage's new value with `value` written where `tensor` lies in it."""
     if layout.plain:
         return value.expand(tensor.shape).to(tensor.dtype).clone()
-    flat = storage.reshape(-1)
-    if layout.dtype != tensor.dtype:
-        flat = flat.view(tensor.dtype)
+    flat = _reinterpret(storage.reshape(-1), tensor.dtype)
     value = value.expand(tensor.shape).to(tensor.dtype)
     offset = tensor.storage_offset()
     if tensor.is_contiguous():
         new = torch.slice_scatter(flat, value.reshape(-1), 0, offset, offset + tensor.numel())
     else:
         new = torch.as_strided_scatter(flat, value, tensor.shape, tensor.stride(), offset)
-    if layout.dtype != tensor.dtype:
-        new = new.view(layout.dtype)
-    return new.reshape(layout.dims)
+    return _reinterpret(new, layout.dtype).reshape(layout.dims)
 
 
 class _Signature:
@@ -423,10 +429,7 @@ def _view_plan(func, args, kwargs):
     result = func(*tree_map(meta, args), **tree_map(meta, kwargs))
 
     def layout(view):
-        if view.dtype != source.dtype:
-            raise _tpuc.TpucError(f"{func}: a view in another dtype ({view.dtype}) is not supported on the tpuc "
-                                  "device yet")
-        return ("view", ordinal, list(view.shape), list(view.stride()), view.storage_offset())
+        return ("view", ordinal, list(view.shape), list(view.stride()), view.storage_offset(), view.dtype)
 
     if isinstance(result, torch.Tensor):
         return ("view", [layout(result)])

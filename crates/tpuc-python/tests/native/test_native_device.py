@@ -240,3 +240,25 @@ def test_a_model_compiled_on_the_device_trains_as_on_the_cpu():
             optimizer.step()
     for want, got in zip(model.parameters(), on_device.parameters()):
         _same(got.detach(), want.detach())
+
+
+def test_views_in_another_dtype_share_the_storage():
+    x = torch.randn(2, 4)
+    d = x.to("tpuc")
+    assert torch.equal(d.view(torch.int32).cpu(), x.view(torch.int32))
+    _same(d.view(torch.float16), x.view(torch.float16))
+    for t in (x, d):
+        c = torch.view_as_complex(t.view(2, 2, 2))
+        c.mul_(1j)                                   # written through a complex view
+        torch.view_as_real(c)[0, 0, 0] = 5.0         # and through a real view of that
+        t.view(torch.int32)[1, 3] = 7                # and through an integer view
+    _same(d, x)
+
+
+def test_numbers_where_torch_takes_them():
+    x = torch.rand(3) + 0.5
+    d = x.to("tpuc")
+    _same(torch.pow(d, 0.5), torch.pow(x, 0.5))
+    _same(torch.pow(2.0, d), torch.pow(2.0, x))
+    _same(d.new_empty((2,)).fill_(1.5), torch.full((2,), 1.5))
+    _same(torch.special.hermite_polynomial_h(d, 3), torch.special.hermite_polynomial_h(x, 3))
