@@ -15,7 +15,9 @@ void register_hooks();
 
 namespace {
 
-py::object g_planner;  // the Python planner: `plan(...)` and `run_on_host(...)`
+// The Python planner (`plan(...)`, `run_on_host(...)`); never released: a static's destructor
+// would run after the interpreter is gone.
+py::object* g_planner = nullptr;
 
 constexpr const char* kValueCapsule = "tpuc._tpuc.DeviceValue";
 constexpr const char* kProgramCapsule = "tpuc._tpuc.Loaded";
@@ -145,7 +147,7 @@ py::list python_arguments(c10::ArrayRef<c10::IValue> arguments) {
 std::shared_ptr<Entry> plan(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> arguments) {
   py::gil_scoped_acquire gil;
   const auto& schema = op.schema();
-  py::object plan = g_planner.attr("plan")(schema.name(), schema.overload_name(),
+  py::object plan = g_planner->attr("plan")(schema.name(), schema.overload_name(),
                                            python_arguments(arguments));
   return parse_plan(op, plan.cast<py::tuple>());
 }
@@ -156,7 +158,7 @@ void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<c10::IValue> results;
   {
     py::gil_scoped_acquire gil;
-    py::object result = g_planner.attr("run_on_host")(
+    py::object result = g_planner->attr("run_on_host")(
         schema.name(), schema.overload_name(), python_arguments(torch::jit::last(*stack, count)));
     const auto& returns = schema.returns();
     if (returns.size() == 1) {
@@ -177,7 +179,8 @@ void init(const py::capsule& api_capsule, const py::capsule& target_capsule, int
   auto* table = static_cast<const Api*>(capsule_pointer(api_capsule, kApiCapsule));
   auto* target = static_cast<const Target*>(capsule_pointer(target_capsule, kTargetCapsule));
   set_runtime(table, target, devices, std::move(element_codes));
-  g_planner = std::move(planner);
+  if (g_planner == nullptr) g_planner = new py::object();
+  *g_planner = std::move(planner);
   set_planner(plan, run_on_host);
   register_hooks();
 }

@@ -26,7 +26,11 @@ def _autoload() -> None:
 
 
 if os.environ.get("TPUC_NATIVE") == "1":
-    from . import native_device as _native_device  # noqa: E402  (after _autoload, which torch may call first)
+    try:
+        from . import native_device as _native_device  # noqa: E402  (after _autoload, which torch may call first)
+    except ImportError as error:
+        raise ImportError("tpuc: TPUC_NATIVE=1 asks for the device's native layer, which this install lacks "
+                          "(tools/setup.sh builds it; the wheel does not hold it yet)") from error
 
     _native_device.register()
 else:
