@@ -45,4 +45,4 @@ stage cargo cargo test --workspace --tests
 stage pytest .venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=20 crates/tpuc-python/tests
 # The device's native layer (TPUC_NATIVE=1: PrivateUse1 kernels in C++): its own process, as only
 # one backend can hold PyTorch's PrivateUse1 device in a process.
-stage native env TPUC_NATIVE=1 .venv/bin/python -m pytest -q --durations=5 crates/tpuc-python/tests/native
+stage native env TPUC_NATIVE=1 TPUC_DEVICES=2 .venv/bin/python -m pytest -q --durations=5 crates/tpuc-python/tests/native

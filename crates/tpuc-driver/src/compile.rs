@@ -653,6 +653,8 @@ impl Target {
         )?;
         let start = Instant::now();
         let compile_options = match self.info().devices {
+            // Runs on any of the eager device's devices when it has several.
+            1 if self.each_device().len() > 1 => CompileOptions::portable(),
             1 => CompileOptions::single_device(),
             n => {
                 let mut spmd = CompileOptions::spmd(

@@ -195,6 +195,10 @@ impl Loaded {
     /// (user input, result) of each input the program updates in place: a caller may give it
     /// up ([`Input::Donated`]) to the result holding its new value.
     pub fn donations(&self) -> Vec<(usize, usize)> {
+        if self.target.each_device().len() > 1 {
+            // A portable program runs where it is told, which the plugin's donating call is not.
+            return Vec::new();
+        }
         self.compiled
             .donations
             .iter()
@@ -276,7 +280,12 @@ impl Loaded {
             let args = bound.arguments_on(0, &given_up)?;
             vec![executable.execute_donating(&args, donated)?]
         } else if devices == 1 {
-            vec![executable.execute_on_one_device(&bound.arguments_on(0, &[])?)?]
+            let arguments = bound.arguments_on(0, &[])?;
+            match self.target.each_device() {
+                // A portable program (the target's devices are each their own) runs on the first.
+                [first, _, ..] => vec![executable.execute_on(first, &arguments)?],
+                _ => vec![executable.execute_on_one_device(&arguments)?],
+            }
         } else {
             let args = (0..devices)
                 .map(|d| bound.arguments_on(d, &[]))
@@ -294,6 +303,24 @@ impl Loaded {
     /// ready when the program is done (what reads one waits for it, and an error of the run is
     /// that reader's).
     pub fn launch(&self, call: Call) -> Result<Vec<DeviceValue>> {
+        self.start(None, call)
+    }
+
+    /// Starts the program (for one device) on device `device` of the target's
+    /// [`Target::each_device`], as [`Loaded::launch`] does on its own; its inputs must be there.
+    pub fn launch_on(&self, device: usize, call: Call) -> Result<Vec<DeviceValue>> {
+        let each = self.target.each_device();
+        let on = each.get(device).ok_or_else(|| {
+            Error::Invalid(format!(
+                "no device {device}: the target has {} device(s) of its own",
+                each.len()
+            ))
+        })?;
+        self.start(Some(on), call)
+    }
+
+    /// Starts the program on its device, or on `on` (a portable program), without waiting.
+    fn start(&self, on: Option<&tpuc_pjrt::Device>, call: Call) -> Result<Vec<DeviceValue>> {
         if self.target.devices().len() != 1 || self.compiled.padded.is_some() {
             return Err(Error::Invalid(
                 "a program started without waiting runs on one device, at its own sizes".into(),
@@ -305,10 +332,15 @@ impl Loaded {
                 "a program started without waiting takes no inputs given up".into(),
             ));
         }
-        let results = self
-            .compiled
-            .executable
-            .launch_on_one_device(&bound.arguments_on(0, &[])?)?;
+        let arguments = bound.arguments_on(0, &[])?;
+        let executable = &self.compiled.executable;
+        // A portable program (the target's devices are each its own) has no device of its own.
+        let each = self.target.each_device();
+        let on = on.or_else(|| (each.len() > 1).then(|| &each[0]));
+        let results = match on {
+            Some(device) => executable.launch_on(device, &arguments)?,
+            None => executable.launch_on_one_device(&arguments)?,
+        };
         Ok(results
             .into_iter()
             .map(|b| DeviceValue::new(vec![b]))

@@ -47,6 +47,9 @@ pub struct Target {
     client: Client,
     plugin_path: PathBuf,
     devices: Vec<Device>,
+    /// Every device a one-device program may run on (`Loaded::launch_on`): the eager device's
+    /// devices, each its own (`Target::open_each`); the program devices otherwise.
+    each: Vec<Device>,
     info: TargetInfo,
     pub(crate) executables: ExecutableCache,
     /// Programs found to need compiling per size rather than per bucket (by their identity).
@@ -86,6 +89,37 @@ impl Target {
     /// else cpu) over `devices` devices. A named plugin is looked for in `search_paths` first
     /// (a Python interpreter's `sys.path`), then where `tpuc_pjrt::discover` looks.
     pub fn open(plugin: Option<&str>, devices: usize, search_paths: &[PathBuf]) -> Result<Target> {
+        Target::opened(plugin, devices, search_paths, false)
+    }
+
+    /// A client of `plugin` whose programs run on one device, any of `devices` devices each
+    /// on its own (the eager device's `tpuc:0`, `tpuc:1`, ...): its programs are compiled
+    /// portable when there are several. `None` takes every device the plugin has (for the CPU
+    /// plugin, which has as many as it is asked for, one).
+    pub fn open_each(
+        plugin: Option<&str>,
+        devices: Option<usize>,
+        search_paths: &[PathBuf],
+    ) -> Result<Target> {
+        let path = tpuc_pjrt::discover::resolve_in(plugin, search_paths)?;
+        let count = match devices {
+            Some(count) => count,
+            None if PluginKind::of(&path).takes_device_count() => 1,
+            None => {
+                // Every device the plugin has: asked of a client that is then dropped.
+                let probe = Target::opened(plugin, 1, search_paths, false)?;
+                probe.client.addressable_devices()?.len()
+            }
+        };
+        Target::opened(plugin, count, search_paths, true)
+    }
+
+    fn opened(
+        plugin: Option<&str>,
+        devices: usize,
+        search_paths: &[PathBuf],
+        each: bool,
+    ) -> Result<Target> {
         if devices < 1 {
             return Err(Error::Invalid("a target needs at least one device".into()));
         }
@@ -108,11 +142,14 @@ impl Target {
                 available.len()
             )));
         }
+        let opened: Vec<Device> = available.into_iter().take(devices).collect();
+        let program_devices = if each { 1 } else { devices };
         Ok(Target {
             client,
             plugin_path: path,
-            devices: available.into_iter().take(devices).collect(),
-            info: TargetInfo::new(kind, devices),
+            devices: opened[..program_devices].to_vec(),
+            each: opened,
+            info: TargetInfo::new(kind, program_devices),
             executables: ExecutableCache::default(),
             not_paddable: Mutex::default(),
             prepared: Default::default(),
@@ -137,6 +174,11 @@ impl Target {
 
     pub fn info(&self) -> &TargetInfo {
         &self.info
+    }
+
+    /// Every device a one-device program of the target may run on (`Target::open_each`).
+    pub fn each_device(&self) -> &[Device] {
+        &self.each
     }
 
     /// How many sets of values derived from weights are kept (one per prepared module and set

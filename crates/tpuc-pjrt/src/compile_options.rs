@@ -24,6 +24,9 @@ pub struct CompileOptions {
     /// Let the partitioner choose the shardings of results (SPMD only). When false, results
     /// keep the shardings the module gives them.
     pub propagate_to_outputs: bool,
+    /// A single-device program that runs on any device of the client
+    /// ([`crate::Executable::launch_on`]), not only the one the plugin chose.
+    pub portable: bool,
 }
 
 impl CompileOptions {
@@ -35,6 +38,15 @@ impl CompileOptions {
             partitioner: None,
             device_assignment: None,
             propagate_to_outputs: false,
+            portable: false,
+        }
+    }
+
+    /// A program for one device that runs on any device of the client.
+    pub fn portable() -> Self {
+        CompileOptions {
+            portable: true,
+            ..Self::single_device()
         }
     }
 
@@ -46,6 +58,7 @@ impl CompileOptions {
             partitioner: Some(partitioner),
             device_assignment: None,
             propagate_to_outputs: false,
+            portable: false,
         }
     }
 
@@ -69,6 +82,11 @@ impl CompileOptions {
                 "compile options need at least one replica and one partition, not {} and {}",
                 self.num_replicas, self.num_partitions
             )));
+        }
+        if self.portable && (self.device_count() != 1 || self.device_assignment.is_some()) {
+            return Err(Error::Invalid(
+                "a portable program runs on one device, which no assignment fixes".into(),
+            ));
         }
         let device_assignment = match &self.device_assignment {
             None => None,
@@ -111,6 +129,7 @@ impl CompileOptions {
         };
         Ok(proto::CompileOptionsProto {
             executable_build_options: Some(build),
+            compile_portable_executable: self.portable,
         }
         .encode_to_vec())
     }

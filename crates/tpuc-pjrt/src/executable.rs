@@ -260,24 +260,45 @@ impl Executable {
     /// Runs the executable on every device: `args[device][arg]`, devices in the order of
     /// [`Executable::devices`]. Returns the outputs per device, once all devices are done.
     pub fn execute(&self, args: &[Vec<&Buffer>]) -> Result<Vec<Vec<Buffer>>> {
-        self.start(args, true)
+        self.start(args, true, None)
     }
 
     /// Starts the executable on its single device and returns its outputs at once, before it is
     /// done: each output becomes ready when it is, so what reads one (a copy to the host, the
     /// next execution) waits for it, and an error of the execution is that reader's error.
     pub fn launch_on_one_device(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
-        let mut outputs = self.start(&[args.to_vec()], false)?;
+        let mut outputs = self.start(&[args.to_vec()], false, None)?;
+        Ok(outputs.pop().unwrap_or_default())
+    }
+
+    /// Runs a portable executable ([`crate::CompileOptions::portable`]) on `device` and waits
+    /// for it.
+    pub fn execute_on(&self, device: &Device, args: &[&Buffer]) -> Result<Vec<Buffer>> {
+        let mut outputs = self.start(&[args.to_vec()], true, Some(device))?;
+        Ok(outputs.pop().unwrap_or_default())
+    }
+
+    /// Starts a portable executable ([`crate::CompileOptions::portable`]) on `device`, any
+    /// device of its client, as [`Executable::launch_on_one_device`] does on its own.
+    pub fn launch_on(&self, device: &Device, args: &[&Buffer]) -> Result<Vec<Buffer>> {
+        let mut outputs = self.start(&[args.to_vec()], false, Some(device))?;
         Ok(outputs.pop().unwrap_or_default())
     }
 
     /// Starts the executable with `args` per device; returns the outputs, once every device is
     /// done when `wait`, else at once.
-    fn start(&self, args: &[Vec<&Buffer>], wait: bool) -> Result<Vec<Vec<Buffer>>> {
-        if args.len() != self.devices.len() {
+    /// `on`: the device a portable executable runs on (its one argument list).
+    fn start(
+        &self,
+        args: &[Vec<&Buffer>],
+        wait: bool,
+        on: Option<&Device>,
+    ) -> Result<Vec<Vec<Buffer>>> {
+        // A portable executable has no devices of its own: it runs on the one it is given.
+        let devices = if on.is_some() { 1 } else { self.devices.len() };
+        if args.len() != devices {
             return Err(Error::Invalid(format!(
-                "the executable runs on {} device(s), but arguments were given for {}",
-                self.devices.len(),
+                "the executable runs on {devices} device(s), but arguments were given for {}",
                 args.len()
             )));
         }
@@ -312,6 +333,9 @@ impl Executable {
         call.num_args = num_args;
         call.output_lists = output_ptrs.as_ptr();
         call.device_complete_events = events.as_mut_ptr();
+        if let Some(device) = on {
+            call.execute_device = device.raw;
+        }
         let result = pjrt_call!(self.client.plugin, PJRT_LoadedExecutable_Execute, &mut call);
         // Take ownership of whatever the plugin handed out, even on error, so nothing leaks.
         let outputs: Vec<Vec<Buffer>> = raw_outputs

@@ -889,3 +889,35 @@ fn compiled_memory_counts_each_devices_part() {
     let whole = one.compiled_memory().unwrap();
     assert_eq!((whole.arguments, whole.outputs), (48, 24), "{whole:?}");
 }
+
+#[test]
+fn a_portable_executable_runs_on_any_device_of_its_client() {
+    let client = client(2);
+    let devices = client.addressable_devices().unwrap();
+    let exe = client
+        .compile_mlir(ADD.as_bytes(), &CompileOptions::portable())
+        .unwrap();
+    for device in &devices {
+        let a = client
+            .buffer_from_host(&f32s(&[2, 3], &[1., 2., 3., 4., 5., 6.]), device)
+            .unwrap();
+        let b = client
+            .buffer_from_host(&f32s(&[2, 3], &[0.5; 6]), device)
+            .unwrap();
+        let out = exe.launch_on(device, &[&a, &b]).unwrap();
+        assert_eq!(out[0].device().unwrap().id().unwrap(), device.id().unwrap());
+        assert_eq!(
+            out[0].to_host().unwrap().to_vec::<f32>().unwrap(),
+            [1.5, 2.5, 3.5, 4.5, 5.5, 6.5]
+        );
+    }
+    // A program for two devices is not portable.
+    let two = CompileOptions {
+        num_partitions: 2,
+        ..CompileOptions::portable()
+    };
+    assert!(matches!(
+        client.compile_mlir(ADD.as_bytes(), &two).err().unwrap(),
+        Error::Invalid(_)
+    ));
+}

@@ -276,8 +276,8 @@ void execute(const c10::OperatorHandle& op, const Entry& entry, Key& key, torch:
     for (const auto& value : inputs) raw_inputs.push_back(value.get());
     ValuePtr seed = entry.random ? draw_seed(device) : nullptr;
     std::vector<Value*> results(entry.results, nullptr);
-    char* error = api().run(entry.program.get(), raw_inputs.data(), raw_inputs.size(), seed.get(),
-                            results.data(), results.size());
+    char* error = api().run(entry.program.get(), static_cast<size_t>(device), raw_inputs.data(),
+                            raw_inputs.size(), seed.get(), results.data(), results.size());
     std::vector<ValuePtr> owned;
     owned.reserve(results.size());
     for (auto* value : results) owned.push_back(value == nullptr ? nullptr : own(value));

@@ -23,8 +23,8 @@ struct Api {
   char* (*upload)(const Target*, size_t device, uint32_t dtype, const int64_t* dims, size_t rank,
                   const uint8_t* data, size_t nbytes, Value** out);
   char* (*download)(const Value*, uint8_t* dst, size_t nbytes);
-  char* (*run)(const Program*, const Value* const* inputs, size_t n_inputs, const Value* seed,
-               Value** outputs, size_t n_outputs);
+  char* (*run)(const Program*, size_t device, const Value* const* inputs, size_t n_inputs,
+               const Value* seed, Value** outputs, size_t n_outputs);
   char* (*synchronize)(const Target*);
   Value* (*clone_value)(const Value*);
   void (*release_value)(Value*);
@@ -34,7 +34,7 @@ struct Api {
   void (*release_target)(const Target*);
   void (*free_error)(char*);
 };
-constexpr uint32_t kAbiVersion = 1;
+constexpr uint32_t kAbiVersion = 2;
 
 using ValuePtr = std::shared_ptr<Value>;
 using ProgramPtr = std::shared_ptr<const Program>;

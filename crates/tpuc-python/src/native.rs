@@ -18,7 +18,7 @@ use tpuc_driver::{Call, DeviceValue, Input, Loaded, Target};
 use tpuc_pjrt::DType;
 
 /// The version of `NativeApi`'s layout; the C++ layer refuses a table of another.
-const ABI_VERSION: u32 = 1;
+const ABI_VERSION: u32 = 2;
 const API_CAPSULE: &std::ffi::CStr = c"tpuc._tpuc.NativeApi";
 const VALUE_CAPSULE: &std::ffi::CStr = c"tpuc._tpuc.DeviceValue";
 const PROGRAM_CAPSULE: &std::ffi::CStr = c"tpuc._tpuc.Loaded";
@@ -45,10 +45,12 @@ pub struct NativeApi {
     ) -> Error,
     /// Copies a value (whole on one device) into `nbytes` bytes at `dst`, waiting for it.
     download: unsafe extern "C" fn(value: *const DeviceValue, dst: *mut u8, nbytes: usize) -> Error,
-    /// Runs `program` on `inputs` (and `seed`, null for a program without random ops), starting
-    /// it without waiting: its `n_outputs` results are written to `outputs`.
+    /// Runs `program` on device `device` (0 for a target of one device) on `inputs` (and
+    /// `seed`, null for a program without random ops), starting it without waiting: its
+    /// `n_outputs` results are written to `outputs`.
     run: unsafe extern "C" fn(
         program: *const Loaded,
+        device: usize,
         inputs: *const *const DeviceValue,
         n_inputs: usize,
         seed: *const DeviceValue,
@@ -115,10 +117,10 @@ unsafe extern "C" fn upload(
         let elem = *DType::ALL
             .get(dtype as usize)
             .ok_or_else(|| format!("no element type {dtype}"))?;
-        let on = target.devices().get(device).ok_or_else(|| {
+        let on = target.each_device().get(device).ok_or_else(|| {
             format!(
                 "no device {device}: the runtime has {}",
-                target.devices().len()
+                target.each_device().len()
             )
         })?;
         let buffer = target
@@ -143,6 +145,7 @@ unsafe extern "C" fn download(value: *const DeviceValue, dst: *mut u8, nbytes: u
 
 unsafe extern "C" fn run(
     program: *const Loaded,
+    device: usize,
     inputs: *const *const DeviceValue,
     n_inputs: usize,
     seed: *const DeviceValue,
@@ -161,7 +164,7 @@ unsafe extern "C" fn run(
                 .collect(),
             seed: (!seed.is_null()).then(|| unsafe { &*seed }.clone()),
         };
-        let results = program.launch(call).map_err(|e| e.to_string())?;
+        let results = program.launch_on(device, call).map_err(|e| e.to_string())?;
         if results.len() != n_outputs {
             return Err(format!(
                 "the program has {} results, {n_outputs} expected",

@@ -80,10 +80,37 @@ impl Runtime {
         })
     }
 
+    /// A client of `plugin` for the eager device: programs for one device, which run on any of
+    /// `devices` devices each on its own (`tpuc:0`, `tpuc:1`, ...; None: every device the plugin
+    /// has, one for the CPU plugin, which has as many as it is asked for).
+    #[staticmethod]
+    #[pyo3(signature = (plugin=None, search_paths=Vec::new(), devices=None))]
+    fn each(
+        py: Python<'_>,
+        plugin: Option<String>,
+        search_paths: Vec<String>,
+        devices: Option<usize>,
+    ) -> PyResult<Self> {
+        let search_paths: Vec<PathBuf> = search_paths.into_iter().map(Into::into).collect();
+        let target = py.detach(|| {
+            Target::open_each(plugin.as_deref(), devices, &search_paths).map_err(driver_error)
+        })?;
+        Ok(Runtime {
+            target: Arc::new(target),
+            mesh: None,
+        })
+    }
+
     /// How many devices graphs run on.
     #[getter]
     fn devices(&self) -> usize {
         self.target.devices().len()
+    }
+
+    /// How many devices a program for one device may run on, each on its own (`Runtime.each`).
+    #[getter]
+    fn each_devices(&self) -> usize {
+        self.target.each_device().len()
     }
 
     /// Waits until every graph started on the devices (`CompiledGraph.launch`) is done; raises
@@ -255,9 +282,10 @@ impl Runtime {
     }
 
     /// A tensor's data on the devices: `address`/`nbytes` of a contiguous CPU tensor kept alive
-    /// by `owner`, each device holding its part as `spec` lays it out (whole when None). The CPU
-    /// plugin aliases 64-byte aligned memory instead of copying.
-    #[pyo3(signature = (address, nbytes, dtype_name, shape, owner, spec=None))]
+    /// by `owner`, each device holding its part as `spec` lays it out (whole when None), or
+    /// whole on the eager device's device `device` (`Runtime.each`). The CPU plugin aliases
+    /// 64-byte aligned memory instead of copying.
+    #[pyo3(signature = (address, nbytes, dtype_name, shape, owner, spec=None, device=None))]
     #[allow(clippy::too_many_arguments)]
     fn buffer(
         &self,
@@ -268,19 +296,20 @@ impl Runtime {
         shape: Vec<i64>,
         owner: Py<PyAny>,
         spec: Option<Spec>,
+        device: Option<usize>,
     ) -> PyResult<DeviceBuffer> {
         let element_type = dtype(dtype_name)?;
         let memory = PythonMemory::shared(address, nbytes, owner);
         let layout = self.layout(spec, shape.len())?;
+        let on = match device {
+            Some(index) => std::slice::from_ref(self.device(index)?),
+            None => self.target.devices(),
+        };
         let parts = py
             .detach(|| {
-                self.target.client().upload_sharded(
-                    element_type,
-                    &shape,
-                    memory,
-                    &layout,
-                    self.target.devices(),
-                )
+                self.target
+                    .client()
+                    .upload_sharded(element_type, &shape, memory, &layout, on)
             })
             .map_err(error)?;
         Ok(DeviceBuffer {
@@ -292,7 +321,7 @@ impl Runtime {
 impl Runtime {
     /// Device `index` of the runtime's target, or an IndexError naming the ones there are.
     fn device(&self, index: usize) -> PyResult<&tpuc_pjrt::Device> {
-        let devices = self.target.devices();
+        let devices = self.target.each_device();
         devices.get(index).ok_or_else(|| {
             pyo3::exceptions::PyIndexError::new_err(format!(
                 "no device {index}: the runtime has {} device(s)",

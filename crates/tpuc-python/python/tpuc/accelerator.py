@@ -46,7 +46,9 @@ def _session():
 
 
 def device_count() -> int:
-    return 1
+    """The devices of the tpuc device: every device of the plugin (TPUC_DEVICES chooses how
+    many the CPU plugin has; one by default)."""
+    return _session().runtime.each_devices
 
 
 def _index(device=None) -> int:
@@ -71,16 +73,24 @@ def _index(device=None) -> int:
     return index
 
 
-_CURRENT = 0
+# The current device's index (a device whose guard keeps it per thread reads and sets that
+# instead: `attach(guard=True)`, the native device's).
+_CURRENT = [0]
+_GUARD = [False]
 
 
 def current_device() -> int:
-    return _CURRENT
+    if _GUARD[0]:
+        return torch._C._accelerator_getDeviceIndex()
+    return _CURRENT[0]
 
 
 def set_device(device) -> None:
-    global _CURRENT
-    _CURRENT = _index(device)
+    index = _index(device)
+    if _GUARD[0]:
+        torch._C._accelerator_setDeviceIndex(index)
+    else:
+        _CURRENT[0] = index
 
 
 class device:
@@ -354,10 +364,12 @@ def get_amp_supported_dtype() -> list:
 _CACHE_STATS: list[Callable[[], dict]] = []
 
 
-def attach(cache_stats: Callable[[], dict]) -> None:
+def attach(cache_stats: Callable[[], dict], guard: bool = False) -> None:
     """Called by the eager device when it registers this module as `torch.tpuc`: what the
-    module reports of the device's own (its cache of programs)."""
+    module reports of the device's own (its cache of programs), and whether the device's guard
+    keeps the current device (per thread, as CUDA's)."""
     _CACHE_STATS[:] = [cache_stats]
+    _GUARD[0] = guard
 
 
 def cache_stats() -> dict:

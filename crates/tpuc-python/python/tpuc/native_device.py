@@ -29,7 +29,7 @@ def _connect() -> None:
             codes.append(names.index(dtype_name(dtype)) if dtype is not None else -1)
         except (ValueError, _tpuc.TpucError):
             codes.append(-1)
-    _tpuc_native.init(_tpuc.native_api(), runtime.native_target(), runtime.devices, codes, planner)
+    _tpuc_native.init(_tpuc.native_api(), runtime.native_target(), runtime.each_devices, codes, planner)
     # Tensors freed while the interpreter exits, after the plugin, are not released into it.
     atexit.register(_tpuc_native.shutdown)
 
@@ -78,7 +78,7 @@ def register() -> None:
     """Makes PyTorch's PrivateUse1 device the native `tpuc` device (`accelerator.claim_device`):
     its name, the native layer's kernels, guard and hooks, `torch.tpuc` and autocast."""
     def native_backend() -> None:
-        accelerator.attach(cache_stats=cache_stats)
+        accelerator.attach(cache_stats=cache_stats, guard=True)
         torch.utils.rename_privateuse1_backend(NAME)
         torch.utils.generate_methods_for_privateuse1_backend()
         torch._register_device_module(NAME, accelerator)

@@ -326,11 +326,13 @@ def _program_plan(func, flat, spec, signature: _Signature, call=None, sized: boo
     compiled = session(None).compile(prepared.program, f"eager_{func.__name__.replace('.', '_')}",
                                      compiler.opts.compile)
     runtime = session(None).runtime
+    # The entry is the call's device's (its key holds the device): its constants live there.
+    device = next((flat[i].device.index or 0 for i in signature.layouts), torch.tpuc.current_device())
     constants = []
     for constant in prepared.constants:
         host = constant.detach().contiguous()
         buffer = runtime.buffer(host.data_ptr(), host.numel() * host.element_size(), dtype_name(host.dtype),
-                                list(host.shape), host.untyped_storage())
+                                list(host.shape), host.untyped_storage(), device=device)
         constants.append(buffer.native_value())
     inputs = [(kind, index, None) for kind, index in signature.inputs]
     if lifted is not None:

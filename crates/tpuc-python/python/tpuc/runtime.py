@@ -75,7 +75,12 @@ class Session:
 
     def __init__(self, plugin: str, mesh: _tpuc.Mesh | None = None):
         # The interpreter's own sys.path says where its packages (the plugins among them) are.
-        self.runtime = _tpuc.Runtime(plugin, [p for p in sys.path if p], mesh)
+        paths = [p for p in sys.path if p]
+        if mesh is None:
+            # The eager device's devices (`tpuc:0`, `tpuc:1`, ...), each running its own programs.
+            self.runtime = _tpuc.Runtime.each(plugin, paths, eager_devices())
+        else:
+            self.runtime = _tpuc.Runtime(plugin, paths, mesh)
         self.mesh = mesh
         self.buffers = BufferCache(self.runtime)
         # The CPU plugin's device memory is host memory: outputs become tensors without a copy.
@@ -113,6 +118,21 @@ class Session:
                           "option cache_dir or TPUC_CACHE_DIR chooses another directory, 'off' none",
                           stacklevel=2)
         return compiled
+
+
+def eager_devices() -> int | None:
+    """How many devices the eager device has, as TPUC_DEVICES says (None: every device of the
+    plugin; for the CPU plugin, which has as many as it is asked for, one)."""
+    text = os.environ.get("TPUC_DEVICES")
+    if text is None or text == "":
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise _tpuc.TpucError(f"TPUC_DEVICES={text!r}: the number of devices of the tpuc device, 1 or more")
+    return count
 
 
 def session(plugin: str | None, mesh: _tpuc.Mesh | None = None) -> Session:

@@ -1,5 +1,6 @@
 """The native device's tests: they run in a process whose device is the native layer
-(TPUC_NATIVE=1, set before torch loads tpuc; tools/test.sh runs them so)."""
+(TPUC_NATIVE=1, set before torch loads tpuc) with two devices (TPUC_DEVICES=2); tools/test.sh
+runs them so."""
 import os
 import sys
 from pathlib import Path
