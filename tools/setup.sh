@@ -83,8 +83,14 @@ torch_version=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.ver
 native_lib=$(compgen -G 'crates/tpuc-python/python/tpuc/_tpuc_native*.so' | head -n 1 || true)
 if [ -z "$native_lib" ] || [ "$(cat "$native_stamp" 2>/dev/null)" != "$torch_version" ] \
    || [ -n "$(find crates/tpuc-python/native -newer "$native_lib" -type f -print -quit)" ]; then
-  log "building the tpuc device's native layer (crates/tpuc-python/native) against torch $torch_version"
-  .venv/bin/python crates/tpuc-python/native/build.py crates/tpuc-python/python >&2
+  log "building the tpuc device's native layer (crates/tpuc-python/native) against torch $torch_version (a minute)"
+  mkdir -p target
+  # The compiler's command lines go to a log, shown when the build fails.
+  if ! .venv/bin/python crates/tpuc-python/native/build.py crates/tpuc-python/python > target/native-build.log 2>&1; then
+    tail -n 60 target/native-build.log >&2
+    log "building the native layer failed (whole log: target/native-build.log)"
+    exit 1
+  fi
   echo "$torch_version" > "$native_stamp"
 fi
 log "ready"
