@@ -174,6 +174,38 @@ void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (auto& value : results) stack->push_back(std::move(value));
 }
 
+// Debug mode's Python runner (`checks.run`); never released (see `g_planner`).
+py::object* g_debug_runner = nullptr;
+
+void debug_run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+               const std::function<void()>& run) {
+  const auto& schema = op.schema();
+  py::gil_scoped_acquire gil;
+  py::list arguments = python_arguments(torch::jit::last(*stack, schema.arguments().size()));
+  py::cpp_function proceed([&op, stack, &run]() {
+    {
+      py::gil_scoped_release release;
+      run();
+    }
+    py::list results;
+    for (const auto& value : torch::jit::last(*stack, op.schema().returns().size())) {
+      results.append(torch::jit::toPyObject(value));
+    }
+    return results;
+  });
+  (*g_debug_runner)(schema.name(), schema.overload_name(), arguments, proceed);
+}
+
+void set_debug_runner(py::object runner) {
+  if (runner.is_none()) {
+    set_debug(nullptr);
+    return;
+  }
+  if (g_debug_runner == nullptr) g_debug_runner = new py::object();
+  *g_debug_runner = std::move(runner);
+  set_debug(debug_run);
+}
+
 void init(const py::capsule& api_capsule, const py::capsule& target_capsule, int devices,
           std::vector<int> element_codes, py::object planner) {
   auto* table = static_cast<const Api*>(capsule_pointer(api_capsule, kApiCapsule));
@@ -237,6 +269,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return out;
       });
   m.def("clear_cache", &clear_cache);
+  m.def("set_debug_runner", &set_debug_runner,
+        "Debug mode: every op runs through runner(name, overload, arguments, proceed), where "
+        "proceed() runs it and returns its results; None ends it.");
   m.def("shutdown", &shutdown,
         "Stops releasing values into the runtime (at interpreter exit, when the plugin may be "
         "gone before the last tensors).");

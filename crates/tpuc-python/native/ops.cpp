@@ -311,7 +311,43 @@ void set_planner(Planner planner, HostRunner host) {
   g_host = std::move(host);
 }
 
+namespace {
+std::mutex g_debug_mutex;
+DebugRunner g_debug;
+std::atomic<bool> g_debugging{false};
+// Whether this thread is inside a checked op (its checks' own ops run unchecked).
+thread_local bool t_checking = false;
+
+void run_unchecked(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+}  // namespace
+
+void set_debug(DebugRunner runner) {
+  std::lock_guard<std::mutex> lock(g_debug_mutex);
+  g_debugging = static_cast<bool>(runner);
+  g_debug = std::move(runner);
+}
+
 void run_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (g_debugging.load(std::memory_order_relaxed) && !t_checking) {
+    DebugRunner runner;
+    {
+      std::lock_guard<std::mutex> lock(g_debug_mutex);
+      runner = g_debug;
+    }
+    if (runner) {
+      t_checking = true;
+      struct Reset {
+        ~Reset() { t_checking = false; }
+      } reset;
+      runner(op, stack, [&op, stack] { run_unchecked(op, stack); });
+      return;
+    }
+  }
+  run_unchecked(op, stack);
+}
+
+namespace {
+void run_unchecked(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   size_t arguments = schema.arguments().size();
   Key key;
@@ -334,6 +370,7 @@ void run_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   execute(op, *entry, key, stack, arguments);
 }
+}  // namespace
 
 std::vector<c10::IValue> call(const char* name, const char* overload,
                               std::vector<c10::IValue> arguments) {

@@ -77,6 +77,12 @@ using Planner = std::function<std::shared_ptr<Entry>(const c10::OperatorHandle&,
 using HostRunner = std::function<void(const c10::OperatorHandle&, torch::jit::Stack*)>;
 void set_planner(Planner planner, HostRunner host);
 
+// Debug mode: runs each op through `runner`, given the op, its stack and a function running
+// it (the ops the runner's own checks run are not checked again); an empty runner ends it.
+using DebugRunner = std::function<void(const c10::OperatorHandle&, torch::jit::Stack*,
+                                       const std::function<void()>&)>;
+void set_debug(DebugRunner runner);
+
 // The boxed kernel of every op without a kernel of its own on the device.
 void run_op(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // Calls op `name` (`aten::copy_`) on the device's path with `arguments`: its results.

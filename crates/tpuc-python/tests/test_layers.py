@@ -15,7 +15,7 @@ LAYERS = [
     {"graph", "options", "decompositions", "custom_ops", "sharding"},
     {"compiler"},
     {"fusion", "accelerator", "autocast", "op_tracing"},
-    {"device", "planner", "native_device"},
+    {"device", "planner", "checks", "native_device"},
     {"backend", "compare", "ranks", "exported"},
     {"__init__"},
 ]

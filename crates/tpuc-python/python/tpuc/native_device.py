@@ -9,7 +9,7 @@ import functools
 
 import torch
 
-from . import _tpuc, _tpuc_native, accelerator, autocast, op_tracing, planner
+from . import _tpuc, _tpuc_native, accelerator, autocast, checks, op_tracing, planner
 from .runtime import DeviceHooks, attach_device, dtype_name, session
 
 NAME = accelerator.NAME
@@ -32,6 +32,9 @@ def _connect() -> None:
     _tpuc_native.init(_tpuc.native_api(), runtime.native_target(), runtime.each_devices, codes, planner)
     # Tensors freed while the interpreter exits, after the plugin, are not released into it.
     atexit.register(_tpuc_native.shutdown)
+
+
+debug = checks.debug
 
 
 def cache_stats() -> dict:
@@ -70,7 +73,7 @@ def hide_from_dynamo() -> None:
     """Keeps Dynamo out of the device's own Python (the planner runs when an op meets a new key)."""
     from torch._dynamo import trace_rules
 
-    for module in (__name__, planner.__name__, op_tracing.__name__):
+    for module in (__name__, planner.__name__, checks.__name__, op_tracing.__name__):
         trace_rules.add(module)
 
 

@@ -30,13 +30,14 @@ NAME = "tpuc"
 STATS = {"plans": 0, "host_ops": 0, "plan_seconds": 0.0}
 
 
-def _op(name: str, overload: str):
+def op_of(name: str, overload: str):
+    """The op the native layer names `ns::name` and `overload`."""
     namespace, _, op_name = name.partition("::")
     packet = getattr(getattr(torch.ops, namespace), op_name)
     return getattr(packet, overload or "default")
 
 
-def _bind(func, arguments: list) -> tuple[list, dict, set]:
+def bind(func, arguments: list) -> tuple[list, dict, set]:
     """The boxed arguments (every one, in the schema's order) as a call's positional and
     keyword arguments, and the ids of the numbers among them made tensors again: a number the
     dispatcher wrapped for a Tensor argument (`special_hermite_polynomial_h(x, 3)` reaching its
@@ -54,7 +55,7 @@ def _bind(func, arguments: list) -> tuple[list, dict, set]:
     return positional, keywords, numbers
 
 
-def _on_device(value) -> bool:
+def on_device(value) -> bool:
     return isinstance(value, torch.Tensor) and value.device.type == NAME
 
 
@@ -115,7 +116,7 @@ class _Signature:
     (by the first tensor lying in it) and one per host tensor, in argument order."""
 
     def __init__(self, flat: list, numbers: set):
-        # Numbers made tensors (`_bind`) are constants of the program, not inputs.
+        # Numbers made tensors (`bind`) are constants of the program, not inputs.
         self.positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor) and id(v) not in numbers]
         self.layouts: dict[int, _Layout] = {}  # by flat position, for device tensors
         self.inputs: list[tuple[str, int]] = []  # ("tensor", device ordinal) | ("host", host ordinal)
@@ -125,7 +126,7 @@ class _Signature:
         devices = hosts = 0
         for i in self.positions:
             tensor = flat[i]
-            if _on_device(tensor):
+            if on_device(tensor):
                 self.ordinal[i] = devices
                 address = tensor.untyped_storage().data_ptr() or id(tensor)
                 found = storages.get(address)
@@ -265,13 +266,13 @@ def _host_input(signature: _Signature, position: int) -> int:
 def plan(name: str, overload: str, arguments: list):
     """The plan of op `name.overload` for arguments like these (the boxed arguments, every one
     in the schema's order)."""
-    func = _op(name, overload)
+    func = op_of(name, overload)
     started = time.perf_counter()
     try:
         # The planner's tracing is its own: dispatch modes active where the op was called (an
         # aot_autograd runtime check, say) are not its business.
         with _disable_current_modes():
-            return _plan(func, *_bind(func, arguments))
+            return _plan(func, *bind(func, arguments))
     finally:
         STATS["plans"] += 1
         STATS["plan_seconds"] += time.perf_counter() - started
@@ -416,13 +417,13 @@ def _view_plan(func, args, kwargs):
     """A view op without a kernel of its own on the device: the views its meta kernel makes, of
     the storage of its (first) device tensor."""
     flat, spec = tree_flatten((args, kwargs))
-    source = next(v for v in flat if _on_device(v))
-    ordinal = sum(1 for v in flat[:flat.index(source)] if _on_device(v))
+    source = next(v for v in flat if on_device(v))
+    ordinal = sum(1 for v in flat[:flat.index(source)] if on_device(v))
     meta_storage = torch.empty(source.untyped_storage().nbytes() // source.element_size(), dtype=source.dtype,
                                device="meta")
 
     def meta(value):
-        if _on_device(value):
+        if on_device(value):
             if value.untyped_storage().data_ptr() != source.untyped_storage().data_ptr():
                 raise _tpuc.TpucError(f"{func}: a view of two tensors of the device")
             return meta_storage.as_strided(value.shape, value.stride(), value.storage_offset())
@@ -441,12 +442,12 @@ def _view_plan(func, args, kwargs):
 def run_on_host(name: str, overload: str, arguments: list):
     """Op `name.overload` run by torch on the host: the device's tensors copied there, what it
     writes and returns copied back."""
-    func = _op(name, overload)
+    func = op_of(name, overload)
     STATS["host_ops"] += 1
-    args, kwargs, _ = _bind(func, arguments)
+    args, kwargs, _ = bind(func, arguments)
 
     def to_host(value):
-        return value.cpu() if _on_device(value) else value
+        return value.cpu() if on_device(value) else value
 
     with _disable_current_modes():
         cpu_args, cpu_kwargs = tree_map(to_host, (args, kwargs))
@@ -459,7 +460,7 @@ def run_on_host(name: str, overload: str, arguments: list):
         target.copy_(value)
     if targets and not func._schema.returns:
         return None
-    device = next((v.device for v in tree_flatten((args, kwargs))[0] if _on_device(v)), torch.device(NAME))
+    device = next((v.device for v in tree_flatten((args, kwargs))[0] if on_device(v)), torch.device(NAME))
 
     def back(value):
         for target, cpu_value in zip(targets, schema.written_tensors(cpu_args, cpu_kwargs)):

@@ -10,6 +10,7 @@ import warnings
 import pytest
 import torch
 
+import tpuc
 from tpuc import native_device, planner
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
@@ -337,3 +338,33 @@ def test_a_bad_device_count_is_named(tmp_path):
                          cwd=tmp_path, env=dict(os.environ, TPUC_NATIVE="1", TPUC_DEVICES="zero"))
     assert run.returncode != 0
     assert "TPUC_DEVICES='zero': the number of devices of the tpuc device, 1 or more" in run.stderr, run.stderr[-2000:]
+
+
+def test_debug_mode_finds_the_first_op_that_goes_wrong(monkeypatch):
+    from tpuc import _tpuc_native
+    x = torch.randn(7).to("tpuc")
+    # A wrong program for one op: sin computed by cos's.
+    real = planner._program_plan
+
+    def perturbed(func, flat, spec, signature, call=None, sized=False):
+        if func == torch.ops.aten.sin.out:
+            call = torch.ops.aten.cos.out
+        return real(func, flat, spec, signature, call=call, sized=sized)
+
+    monkeypatch.setattr(planner, "_program_plan", perturbed)
+    _tpuc_native.clear_cache()
+    try:
+        native_device.debug(compare=True)
+        y = x * 2  # right: passes
+        with pytest.raises(tpuc.TpucError,
+                           match=r"aten\.sin\.out differs from the CPU's result by .*test_native_device\.py:\d+: .*y\.sin\(\)"):
+            y.sin()
+        native_device.debug(finite=True)
+        zero = torch.zeros(7).to("tpuc")
+        with pytest.raises(tpuc.TpucError, match=r"aten\.div\.out made a NaN or an infinity from finite inputs"):
+            x / zero
+    finally:
+        native_device.debug(False)
+        _tpuc_native.clear_cache()
+    # Strict mode again: nothing is checked.
+    assert torch.isinf((x / torch.zeros(7).to("tpuc")).cpu()).all()
