@@ -149,9 +149,9 @@ void grow(const c10::Storage& storage, size_t nbytes, c10::ScalarType dtype) {
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   auto* impl = self.unsafeGetTensorImpl();
-  int64_t numel = c10::multiply_integers(size);
-  size_t needed = static_cast<size_t>(self.storage_offset() + numel) * self.itemsize();
-  if (numel > 0 && needed > self.storage().nbytes()) grow(self.storage(), needed, self.scalar_type());
+  size_t needed = at::detail::computeStorageNbytesContiguous(size, self.itemsize(),
+                                                             self.storage_offset());
+  if (needed > self.storage().nbytes()) grow(self.storage(), needed, self.scalar_type());
   impl->set_sizes_contiguous(size);
   if (memory_format && *memory_format != c10::MemoryFormat::Preserve) {
     impl->empty_tensor_restride(*memory_format);
@@ -159,35 +159,22 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
   return self;
 }
 
+// `set_.source_Storage_storage_offset`: `self` over `source` at `offset`, laid out by `size` and
+// `stride` (contiguous when empty); a storage too small for that grows.
 at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
                         c10::IntArrayRef stride) {
   at::native::checkSetStorage(self, source, offset, size, stride);
-  self.unsafeGetTensorImpl()->set_storage_offset(offset);
-  std::optional<c10::IntArrayRef> strides;
-  if (!stride.empty()) strides = stride;
-  int64_t extent = 1;
-  for (size_t d = 0; d < size.size(); ++d) {
-    if (size[d] == 0) extent = 0;
-  }
-  if (extent != 0) {
-    auto contiguous = c10::contiguous_strides(size);
-    auto used = stride.empty() ? c10::IntArrayRef(contiguous) : stride;
-    int64_t last = offset;
-    for (size_t d = 0; d < size.size(); ++d) last += (size[d] - 1) * used[d];
-    size_t needed = static_cast<size_t>(last + 1) * self.itemsize();
-    if (needed > self.storage().nbytes()) grow(self.storage(), needed, self.scalar_type());
-  }
-  if (strides) {
-    self.unsafeGetTensorImpl()->set_sizes_and_strides(size, *strides);
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_offset(offset);
+  if (stride.empty()) {
+    impl->set_sizes_contiguous(size);
   } else {
-    self.unsafeGetTensorImpl()->set_sizes_contiguous(size);
+    impl->set_sizes_and_strides(size, stride);
   }
+  size_t needed = at::detail::computeStorageNbytes(self.sizes(), self.strides(), self.itemsize(),
+                                                   static_cast<size_t>(offset));
+  if (needed > self.storage().nbytes()) grow(self.storage(), needed, self.scalar_type());
   return self;
-}
-
-at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset,
-                                      c10::IntArrayRef size, c10::IntArrayRef stride) {
-  return set_storage(self, std::move(source), offset, size, stride);
 }
 
 at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
@@ -223,7 +210,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("resize_", resize_);
-  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("set_.source_Storage_storage_offset", set_storage);
   m.impl("set_.source_Storage", set_source_storage);
   m.impl("set_.source_Tensor", set_source_tensor);
   m.impl("set_", set_empty);

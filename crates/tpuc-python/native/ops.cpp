@@ -6,7 +6,6 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
-#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -17,7 +16,7 @@ namespace {
 
 // What an op's program depends on, and the arguments it runs on.
 struct Key {
-  std::string types;  // every argument but the floats' values
+  std::string types;  // the op and every argument but the floats' values
   std::string values;  // the floats' values
   std::vector<at::Tensor> device, host;  // tensors of the device, and others, in order
   std::vector<double> floats;
@@ -32,6 +31,8 @@ void put_ints(std::string& text, c10::IntArrayRef values) {
   put(text, static_cast<int64_t>(values.size()));
   text.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
 }
+
+void encode(Key& key, const c10::IValue& value);
 
 void encode_tensor(Key& key, const at::Tensor& tensor) {
   if (!tensor.defined()) {
@@ -68,22 +69,7 @@ void encode_tensor(Key& key, const at::Tensor& tensor) {
   } else if (tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
     // A number the dispatcher wrapped (`mul_(tensor, 0.5)` reaching `mul.out`): Python sees it
     // as the number (torch::jit::toPyObject), so it is keyed as one.
-    if (tensor.is_floating_point()) {
-      key.types += 'f';
-      double number = tensor.item<double>();
-      put(key.values, number);
-      key.floats.push_back(number);
-    } else if (tensor.scalar_type() == c10::ScalarType::Bool) {
-      key.types += tensor.item<bool>() ? 'B' : 'b';
-    } else if (tensor.is_complex()) {
-      key.types += 'c';
-      auto number = tensor.item<c10::complex<double>>();
-      put(key.types, number.real());
-      put(key.types, number.imag());
-    } else {
-      key.types += 'i';
-      put(key.types, tensor.item<int64_t>());
-    }
+    encode(key, c10::IValue(tensor.item()));
   } else {
     key.types += 'H';
     put(key.types, tensor.scalar_type());
@@ -144,29 +130,24 @@ Planner g_planner;
 HostRunner g_host;
 std::atomic<uint64_t> g_hits{0}, g_misses{0}, g_host_runs{0};
 
-std::shared_ptr<Entry> find(const Key& key, const void* op) {
-  std::string types;
-  types.reserve(key.types.size() + sizeof op);
-  put(types, op);
-  types += key.types;
+std::shared_ptr<Entry> find(const Key& key) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (!key.floats.empty()) {
-    auto lifted = g_by_types.find(types);
-    if (lifted != g_by_types.end()) return lifted->second;
+  if (key.floats.empty()) {
+    auto found = g_by_values.find(key.types);
+    return found == g_by_values.end() ? nullptr : found->second;
   }
-  auto found = g_by_values.find(types + key.values);
+  auto lifted = g_by_types.find(key.types);
+  if (lifted != g_by_types.end()) return lifted->second;
+  auto found = g_by_values.find(key.types + key.values);
   return found == g_by_values.end() ? nullptr : found->second;
 }
 
-void insert(const Key& key, const void* op, std::shared_ptr<Entry> entry) {
-  std::string types;
-  put(types, op);
-  types += key.types;
+void insert(const Key& key, std::shared_ptr<Entry> entry) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (entry->lifted) {
-    g_by_types[types] = std::move(entry);
+    g_by_types[key.types] = std::move(entry);
   } else {
-    g_by_values[types + key.values] = std::move(entry);
+    g_by_values[key.types + key.values] = std::move(entry);
   }
 }
 
@@ -352,14 +333,14 @@ void run_unchecked(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   size_t arguments = schema.arguments().size();
   Key key;
   key.types.reserve(128);
+  put(key.types, static_cast<const void*>(&schema));  // the op (its schema lives as long)
   for (const auto& value : torch::jit::last(*stack, arguments)) encode(key, value);
-  const void* identity = &schema;
-  auto entry = find(key, identity);
+  auto entry = find(key);
   if (entry == nullptr) {
     TORCH_CHECK(g_planner, "the tpuc device is not initialised (import tpuc first)");
     ++g_misses;
     entry = g_planner(op, torch::jit::last(*stack, arguments));
-    insert(key, identity, entry);
+    insert(key, entry);
   } else {
     ++g_hits;
   }

@@ -10,7 +10,6 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import _tpuc, _tpuc_native, op_tracing, planner
-from .tolerance import difference
 
 _SETTINGS = {"finite": False, "compare": False, "rtol": 1e-4, "atol": 1e-5}
 
@@ -22,10 +21,6 @@ def debug(on: bool = True, *, finite: bool = False, compare: bool = False, rtol:
     _tpuc_native.set_debug_runner(run if on else None)
 
 
-def _to_host(value):
-    return value.cpu() if planner.on_device(value) else value
-
-
 def run(name: str, overload: str, arguments: list, proceed):
     """Op `name.overload` on `arguments` run (`proceed()`, which returns its results) and
     checked."""
@@ -33,7 +28,7 @@ def run(name: str, overload: str, arguments: list, proceed):
     args, kwargs, _ = planner.bind(func, arguments)
     checking = _SETTINGS["finite"] or _SETTINGS["compare"]
     with _disable_current_modes():
-        before = tree_map(_to_host, (args, kwargs)) if checking else None
+        before = tree_map(planner.to_host, (args, kwargs)) if checking else None
     try:
         results = proceed()
     except Exception as error:  # noqa: BLE001 - said again with the op and the user's line
@@ -44,29 +39,10 @@ def run(name: str, overload: str, arguments: list, proceed):
         values = written or [r for r in tree_flatten(results)[0] if planner.on_device(r)]
         got = [v.cpu() for v in values]  # read back: the op's errors surface here, at its line
         if checking:
-            _check(func, before, got, bool(written))
+            op_tracing.check_results(func, *before, got, bool(written), finite=_SETTINGS["finite"],
+                                     compare=_SETTINGS["compare"] and not _random(func),
+                                     rtol=_SETTINGS["rtol"], atol=_SETTINGS["atol"])
     return None
-
-
-def _check(func, before, got: list, mutated: bool) -> None:
-    cpu_args, cpu_kwargs = before
-    if _SETTINGS["finite"]:
-        inputs_finite = all(bool(torch.isfinite(t).all()) for t in tree_flatten((cpu_args, cpu_kwargs))[0]
-                            if isinstance(t, torch.Tensor) and t.is_floating_point())
-        for value in got:
-            if inputs_finite and value.is_floating_point() and not bool(torch.isfinite(value).all()):
-                raise _tpuc.TpucError(f"{func} made a NaN or an infinity from finite inputs, at "
-                                      f"{op_tracing.user_line()}")
-    if _SETTINGS["compare"] and not _random(func):
-        result = func(*cpu_args, **cpu_kwargs)
-        if mutated:
-            expected = op_tracing.schema(func).written_tensors(cpu_args, cpu_kwargs)
-        else:
-            expected = [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
-        for value, want in zip(got, expected):
-            found = difference(value, want, _SETTINGS["rtol"], _SETTINGS["atol"])
-            if found is not None:
-                raise _tpuc.TpucError(f"{func} differs from the CPU's result by {found}, at {op_tracing.user_line()}")
 
 
 def _random(func) -> bool:

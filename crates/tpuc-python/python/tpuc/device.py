@@ -26,7 +26,6 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from . import _tpuc, accelerator, autocast, fusion, op_tracing
 from .runtime import STATS, DeviceHooks, attach_device, dtype_name, session
-from .tolerance import difference
 
 NAME = accelerator.NAME
 
@@ -785,22 +784,8 @@ def _check(func, args, kwargs, values, mutated: bool) -> None:
     `mutated`)."""
     results = [download(v) for v in values if isinstance(v, TpucTensor)]
     cpu_args, cpu_kwargs = _downloaded(args, kwargs)
-    if _DEBUG["finite"]:
-        inputs_finite = all(torch.isfinite(t).all() for t in _leaves(cpu_args, cpu_kwargs)
-                            if isinstance(t, torch.Tensor) and t.is_floating_point())
-        for r in results:
-            if inputs_finite and r.is_floating_point() and not torch.isfinite(r).all():
-                raise _tpuc.TpucError(f"{func} made a NaN or an infinity from finite inputs, at {op_tracing.user_line()}")
-    if _DEBUG["compare"]:
-        result = func(*cpu_args, **cpu_kwargs)
-        if mutated:
-            expected = _schema(func).written_tensors(cpu_args, cpu_kwargs)
-        else:
-            expected = [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
-        for got, want in zip(results, expected):
-            found = difference(got, want, _DEBUG["rtol"], _DEBUG["atol"])
-            if found is not None:
-                raise _tpuc.TpucError(f"{func} differs from the CPU's result by {found}, at {op_tracing.user_line()}")
+    op_tracing.check_results(func, cpu_args, cpu_kwargs, results, mutated, finite=_DEBUG["finite"],
+                             compare=_DEBUG["compare"], rtol=_DEBUG["rtol"], atol=_DEBUG["atol"])
 
 
 # Lifted floats on the device, by value and dtype: the same ones recur (an epsilon, a decay).

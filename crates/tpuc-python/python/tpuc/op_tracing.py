@@ -7,8 +7,10 @@ import os
 import warnings
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from . import _tpuc
+from .tolerance import difference
 
 # A result that is a tensor, in an op's returns (the graph's next output).
 TENSOR = object()
@@ -180,3 +182,27 @@ def warn(message: str) -> None:
                            module=frame.f_globals.get("__name__"),
                            registry=frame.f_globals.setdefault("__warningregistry__", {}),
                            module_globals=frame.f_globals)
+
+
+def check_results(func, cpu_args, cpu_kwargs, got: list, mutated: bool, *, finite: bool, compare: bool,
+                  rtol: float, atol: float) -> None:
+    """Debug mode's checks of `func`'s results `got` (host copies: the new values of what it
+    writes when `mutated`), given its arguments on the host: no NaN or infinity made from finite
+    inputs (`finite`); within `rtol`/`atol` of the CPU's results (`compare`). An error names the
+    op and the user's line."""
+    if finite:
+        inputs_finite = all(bool(torch.isfinite(t).all()) for t in tree_flatten((cpu_args, cpu_kwargs))[0]
+                            if isinstance(t, torch.Tensor) and t.is_floating_point())
+        for value in got:
+            if inputs_finite and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                raise _tpuc.TpucError(f"{func} made a NaN or an infinity from finite inputs, at {user_line()}")
+    if compare:
+        result = func(*cpu_args, **cpu_kwargs)
+        if mutated:
+            expected = schema(func).written_tensors(cpu_args, cpu_kwargs)
+        else:
+            expected = [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
+        for value, want in zip(got, expected):
+            found = difference(value, want, rtol, atol)
+            if found is not None:
+                raise _tpuc.TpucError(f"{func} differs from the CPU's result by {found}, at {user_line()}")

@@ -9,7 +9,8 @@ So views, in-place ops and `out=` arguments behave as on any device with memory,
 is compiled once for those layouts.
 
 A plan is a tuple the native layer reads (module.cpp `parse_plan`):
-- `("program", program, constants, inputs, outputs, results, writes, returns, random, lifted)`;
+- `("program", program, constants, inputs, outputs, results, writes, returns, random, lifted,
+  count)`;
 - `("view", returns)`: a view op with no kernel of its own, its layouts from torch's meta kernels;
 - `("host",)`: an op tpuc cannot run on the device, run by torch on the host (`run_on_host`).
 """
@@ -23,9 +24,9 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from . import _tpuc, _tpuc_native, op_tracing
+from .accelerator import NAME
 from .runtime import dtype_name, session
 
-NAME = "tpuc"
 # What the planner did (`native_device.cache_stats` adds the native layer's hits).
 STATS = {"plans": 0, "host_ops": 0, "plan_seconds": 0.0}
 
@@ -59,16 +60,25 @@ def on_device(value) -> bool:
     return isinstance(value, torch.Tensor) and value.device.type == NAME
 
 
+def to_host(value):
+    """A device tensor's copy on the host; any other value as it is."""
+    return value.cpu() if on_device(value) else value
+
+
 class _Layout:
     """A device tensor as its op's program sees it: the storage it lies in (the program's input
     `input`), that storage's value (`dims`, `dtype`) and the tensor's place in it."""
 
     __slots__ = ("input", "dims", "dtype", "plain")
 
-    def __init__(self, tensor: torch.Tensor, input_index: int):
-        dims, dtype, nbytes = _tpuc_native.storage_layout(tensor)
-        if dims is None:  # never written: zeros of the tensor's dtype (ops.cpp `value_or_zeros`)
-            dims, dtype = [nbytes // tensor.element_size()], tensor.dtype
+    def __init__(self, tensor: torch.Tensor, input_index: int, storage: _Layout | None = None):
+        """`storage`: the layout of another tensor in the same storage, whose value it shares."""
+        if storage is not None:
+            dims, dtype = storage.dims, storage.dtype
+        else:
+            dims, dtype, nbytes = _tpuc_native.storage_layout(tensor)
+            if dims is None:  # never written: zeros of the tensor's dtype (ops.cpp `value_or_zeros`)
+                dims, dtype = [nbytes // tensor.element_size()], tensor.dtype
         self.input, self.dims, self.dtype = input_index, list(dims), dtype
         self.plain = (tensor.storage_offset() == 0 and list(tensor.shape) == self.dims
                       and dtype == tensor.dtype and tensor.is_contiguous())
@@ -122,6 +132,7 @@ class _Signature:
         self.inputs: list[tuple[str, int]] = []  # ("tensor", device ordinal) | ("host", host ordinal)
         self.examples: list[torch.Tensor] = []
         self.ordinal: dict[int, int] = {}  # flat position -> device ordinal
+        self.host_inputs: dict[int, int] = {}  # flat position -> program input, for host tensors
         storages: dict[int, _Layout] = {}
         devices = hosts = 0
         for i in self.positions:
@@ -131,17 +142,15 @@ class _Signature:
                 address = tensor.untyped_storage().data_ptr() or id(tensor)
                 found = storages.get(address)
                 if found is None:
-                    found = _Layout(tensor, len(self.inputs))
-                    storages[address] = found
+                    found = storages[address] = _Layout(tensor, len(self.inputs))
                     self.inputs.append(("tensor", devices))
                     self.examples.append(torch.empty(found.dims, dtype=found.dtype))
-                else:
-                    layout = _Layout(tensor, found.input)
-                    layout.dims, layout.dtype = found.dims, found.dtype
-                    found = layout
-                self.layouts[i] = found
+                    self.layouts[i] = found
+                else:  # another tensor in a storage already an input
+                    self.layouts[i] = _Layout(tensor, found.input, storage=found)
                 devices += 1
             else:
+                self.host_inputs[i] = len(self.inputs)
                 self.inputs.append(("host", hosts))
                 self.examples.append(torch.empty(tensor.shape, dtype=tensor.dtype))
                 hosts += 1
@@ -160,8 +169,10 @@ def _trace_storages(func, flat: list, spec, signature: _Signature, out: dict, ca
         for i in signature.positions:
             tensor = flat[i]
             layout = signature.layouts.get(i)
-            source = inputs[layout.input] if layout is not None else inputs[_host_input(signature, i)]
-            value = _read(source, tensor, layout) if layout is not None else source
+            if layout is not None:
+                value = _read(inputs[layout.input], tensor, layout)
+            else:
+                value = inputs[signature.host_inputs[i]]
             # What the op writes, it writes into copies: the program computes their new values.
             values[i] = value.clone() if id(tensor) in written_ids else value
         call_args, call_kwargs = tree_unflatten(values, spec)
@@ -252,15 +263,9 @@ def _padded(func, args, kwargs):
 def _scalar_operands() -> dict:
     """Decompositions of ops whose Scalar argument changes from call to call (an optimizer's
     step size in `addcdiv`): decomposed, the number is an operand of a multiplication, which
-    `_lifted` makes an input, so one program serves every value."""
+    `op_tracing.lifted` makes an input, so one program serves every value."""
     aten = torch.ops.aten
     return torch._decomp.get_decompositions([aten.addcdiv, aten.addcmul, aten.lerp])
-
-
-def _host_input(signature: _Signature, position: int) -> int:
-    """The program input of the host tensor at flat `position`."""
-    host = sum(1 for i in signature.positions if i < position and i not in signature.layouts)
-    return [k for k, (kind, index) in enumerate(signature.inputs) if kind == "host" and index == host][0]
 
 
 def plan(name: str, overload: str, arguments: list):
@@ -323,9 +328,9 @@ def _program_plan(func, flat, spec, signature: _Signature, call=None, sized: boo
     missing = unsupported_ops(gm, compiler.supported)
     if missing:
         raise _tpuc.UnsupportedOpsError(f"tpuc does not lower {', '.join(sorted(missing))}")
-    prepared = compiler.prepare(gm, f"eager_{func.__name__.replace('.', '_')}")
-    compiled = session(None).compile(prepared.program, f"eager_{func.__name__.replace('.', '_')}",
-                                     compiler.opts.compile)
+    name = f"eager_{func.__name__.replace('.', '_')}"
+    prepared = compiler.prepare(gm, name)
+    compiled = session(None).compile(prepared.program, name, compiler.opts.compile)
     runtime = session(None).runtime
     # The entry is the call's device's (its key holds the device): its constants live there.
     device = next((flat[i].device.index or 0 for i in signature.layouts), torch.tpuc.current_device())
@@ -394,18 +399,12 @@ def _returns(func, flat, spec, signature: _Signature, out: dict, first_fresh: in
             returns.append(("arg", ordinal_of(written)))
         elif isinstance(written, (list, tuple)):
             returns.append(("list", [("arg", ordinal_of(t)) for t in written]))
-        elif isinstance(schema_return.type, torch.ListType):
-            count = 0
+        elif isinstance(schema_return.type, torch.ListType):  # the rest of the results
             items = []
-            while True:
-                try:
-                    value = next(fresh)
-                except StopIteration:
-                    break
+            for value in fresh:
                 if value is not op_tracing.TENSOR:
                     raise _tpuc.TpucError(f"{func}: a list result holding a {type(value).__name__}")
                 items.append(new())
-                count += 1
             returns.append(("list", items))
         else:
             value = next(fresh)
@@ -445,27 +444,24 @@ def run_on_host(name: str, overload: str, arguments: list):
     func = op_of(name, overload)
     STATS["host_ops"] += 1
     args, kwargs, _ = bind(func, arguments)
-
-    def to_host(value):
-        return value.cpu() if on_device(value) else value
-
     with _disable_current_modes():
         cpu_args, cpu_kwargs = tree_map(to_host, (args, kwargs))
         result = func(*cpu_args, **cpu_kwargs)
     schema = op_tracing.schema(func)
-    targets = schema.written_tensors(args, kwargs)
-    for target, value in zip(targets, schema.written_tensors(cpu_args, cpu_kwargs)):
+    written = list(zip(schema.written_tensors(args, kwargs), schema.written_tensors(cpu_args, cpu_kwargs)))
+    for target, value in written:
         if target.shape != value.shape:
             target.resize_(value.shape)
         target.copy_(value)
-    if targets and not func._schema.returns:
+    if written and not func._schema.returns:
         return None
     device = next((v.device for v in tree_flatten((args, kwargs))[0] if on_device(v)), torch.device(NAME))
 
     def back(value):
-        for target, cpu_value in zip(targets, schema.written_tensors(cpu_args, cpu_kwargs)):
-            if value is cpu_value:
-                return target
+        # What it writes it returns as the device's tensor itself.
+        target = next((t for t, cpu_value in written if value is cpu_value), None)
+        if target is not None:
+            return target
         return value.to(device) if isinstance(value, torch.Tensor) else value
 
     return tree_map(back, result)

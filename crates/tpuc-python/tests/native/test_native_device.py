@@ -368,3 +368,12 @@ def test_debug_mode_finds_the_first_op_that_goes_wrong(monkeypatch):
         _tpuc_native.clear_cache()
     # Strict mode again: nothing is checked.
     assert torch.isinf((x / torch.zeros(7).to("tpuc")).cpu()).all()
+
+
+def test_set_puts_a_tensor_over_another_storage():
+    a = torch.arange(6.0)
+    d = a.to("tpuc")
+    over = torch.empty(0, device="tpuc").set_(d.untyped_storage(), 2, (2, 2), (1, 2))
+    _same(over, a.as_strided((2, 2), (1, 2), 2))
+    _same(torch.empty(0, device="tpuc").set_(d), a)
+    assert torch.empty(3, device="tpuc").set_().shape == (0,)
