@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """Eager execution on a device compared on this machine: torch's CPU eager, the tpuc device in
-strict and in fused mode, its native layer in strict mode (`tpuc_native`: TPUC_NATIVE=1), tpuc's
-compile backend (`torch.compile(backend="tpuc")`), and Google's TorchTPU in its strict and
+strict and in fused mode, tpuc's compile backend (`torch.compile(backend="tpuc")`), and Google's TorchTPU in its strict and
 fused eager modes on the same XLA CPU plugin (when it is installed: tools/bench_eager.sh sets it
 up in .venv-torchtpu).
 
@@ -33,7 +32,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WORKLOADS = ("tiny", "llama_block", "rounds", "mlp_step")
-TPUC_SYSTEMS = ("cpu", "tpuc_strict", "tpuc_native", "tpuc_fused", "tpuc_compiled")
+TPUC_SYSTEMS = ("cpu", "tpuc_strict", "tpuc_fused", "tpuc_compiled")
 TORCHTPU_SYSTEMS = ("torchtpu_strict", "torchtpu_fused")
 TORCHTPU_PYTHON = os.path.join(ROOT, ".venv-torchtpu", "bin", "python")
 TINY_OPS = 1000
@@ -73,7 +72,7 @@ class _System:
             self.mode.__enter__()
             self.sync = torch.accelerator.synchronize
         elif name.startswith("tpuc"):
-            import tpuc  # noqa: F401 - the device (the native layer's for tpuc_native: TPUC_NATIVE=1)
+            import tpuc  # noqa: F401 - the device
 
             self.device = "cpu" if name == "tpuc_compiled" else "tpuc"
             if name == "tpuc_fused":
@@ -184,8 +183,7 @@ def worker(system_name, names):
 
 def _start(system, names):
     python = TORCHTPU_PYTHON if system.startswith("torchtpu") else os.path.join(ROOT, ".venv", "bin", "python")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore",
-               TPUC_NATIVE="1" if system == "tpuc_native" else "0")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     if system.startswith("torchtpu"):
         import glob
 

@@ -81,12 +81,12 @@ def leaves(value):
 
 
 class Recorder:
-    """The ATen ops of the graphs tpuc compiles while a sample runs (on the device: of the ops it
-    traces, compiled or found in its cache)."""
+    """The ATen ops tpuc is given while a sample runs: the ops of the graphs it compiles
+    (compiled mode), or the ops called on the tpuc device (its modes: `on_device` records them
+    with `seen`, as a dispatch mode, since an op planned before runs without Python)."""
 
     def __init__(self):
         import tpuc.compiler as compiler
-        import tpuc.device as device
         from tpuc.graph import op_name
 
         self.ops = set()
@@ -97,14 +97,18 @@ class Recorder:
             return original(compiler, gm, name, *rest)
 
         compiler.GraphCompiler.compile_whole = compile_whole
-        op_trace = device._op_trace
 
-        def traced(func, args, kwargs):
-            trace, floats = op_trace(func, args, kwargs)
-            self.ops.update(op_name(n) for n in trace.gm.graph.nodes if n.op == "call_function")
-            return trace, floats
+    def seen(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
 
-        device._op_trace = traced
+        ops = self.ops
+
+        class Seen(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                ops.add(str(func))
+                return func(*args, **(kwargs or {}))
+
+        return Seen()
 
 
 # OpInfos whose arguments after the first PyTorch requires on the CPU, whatever the device.
@@ -113,13 +117,11 @@ CPU_ARGUMENTS = {"tensor_split"}
 
 def on_device(opinfo, sample):
     """The op run on the tpuc device on the sample moved there, its results back on the CPU."""
-    import tpuc.device as device
-
     def move(value, where):
         if isinstance(value, torch.Tensor):
             if value.layout != torch.strided:
                 raise NotImplementedError(f"{value.layout} tensors are not supported on the tpuc device")
-            return value.to(where) if where == "tpuc" or isinstance(value, device.TpucTensor) else value
+            return value.to(where) if where == "tpuc" or value.device.type == "tpuc" else value
         if isinstance(value, (list, tuple)):
             return type(value)(move(v, where) for v in value)
         if isinstance(value, dict):
@@ -180,7 +182,8 @@ def run_sample(opinfo, sample, recorder, mode="compiled"):
         run = torch.compile(copied, backend="tpuc", options={"strict": True}, fullgraph=False)
     else:
         def run():
-            return on_device(opinfo, sample)
+            with recorder.seen():
+                return on_device(opinfo, sample)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

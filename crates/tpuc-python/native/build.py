@@ -5,18 +5,24 @@ import os
 import sys
 from pathlib import Path
 
-from setuptools import Distribution
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+# torch's autoload of device backends would import tpuc, whose device needs what this builds.
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+
+import torch  # noqa: E402
+from setuptools import Distribution  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ["runtime.cpp", "storage.cpp", "ops.cpp", "kernels.cpp", "hooks.cpp", "module.cpp"]
+SOURCES = ["runtime.cpp", "storage.cpp", "ops.cpp", "fusion.cpp", "kernels.cpp", "hooks.cpp", "module.cpp"]
 
 
 def main(out_dir: str) -> None:
     # ninja (a package of the venv) compiles the sources side by side.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     extension = CppExtension("tpuc._tpuc_native", [str(HERE / s) for s in SOURCES],
-                             extra_compile_args=["-O2", "-std=c++20", "-Wno-unused-parameter"])
+                             extra_compile_args=["-O2", "-std=c++20", "-Wno-unused-parameter",
+                                                 # the torch it is built against (its ABI), checked at import
+                                                 f'-DTPUC_TORCH_VERSION="{torch.__version__}"'])
     distribution = Distribution({"name": "tpuc-native", "ext_modules": [extension],
                                  "cmdclass": {"build_ext": BuildExtension.with_options(use_ninja=True)}})
     command = distribution.get_command_obj("build_ext")

@@ -4,7 +4,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "fusion.h"
 #include "runtime.h"
+#include "storage.h"
 
 namespace tpuc {
 namespace {
@@ -19,6 +21,12 @@ c10::DeviceIndex checked(c10::Device device) {
   TORCH_CHECK(index >= 0 && index < count, "tpuc: no device ", static_cast<int>(index),
               ": the tpuc device has ", count, " (TPUC_DEVICES chooses how many CPU devices)");
   return index;
+}
+
+// Runs what fused mode recorded, then waits for the devices.
+void finish() {
+  flush();
+  synchronize();
 }
 
 // One stream per device: the plugin runs a device's programs in the order they are started.
@@ -58,10 +66,10 @@ struct Guard final : c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
     delete static_cast<char*>(event);
   }
-  void synchronizeEvent(void*) const override { synchronize(); }
+  void synchronizeEvent(void*) const override { finish(); }
   bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream&) const override { synchronize(); }
-  void synchronizeDevice(const c10::DeviceIndex) const override { synchronize(); }
+  void synchronizeStream(const c10::Stream&) const override { finish(); }
+  void synchronizeDevice(const c10::DeviceIndex) const override { finish(); }
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, Guard);
@@ -75,6 +83,8 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   }
   at::Device getDeviceFromPtr(void*) const override { return {kType, t_current}; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  bool isPinnedPtr(const void* data) const override { return is_pinned(data); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
   c10::DeviceIndex deviceCount() const override {
     return static_cast<c10::DeviceIndex>(std::max(device_count(), 1));
   }

@@ -54,12 +54,6 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
   return at::native::_reshape_alias(self, size, stride);
 }
 
-// Whether `tensor` covers its whole storage, contiguously.
-bool covers_storage(const at::Tensor& tensor) {
-  return tensor.storage_offset() == 0 && tensor.is_contiguous() &&
-         tensor.nbytes() == tensor.storage().nbytes();
-}
-
 // A device tensor with its conjugate and negative bits applied (PyTorch's lazy conj() and
 // neg views), computed by the device's own ops.
 at::Tensor resolved(const at::Tensor& tensor) {
@@ -84,7 +78,7 @@ at::Tensor copy_from(const at::Tensor& source, const at::Tensor& dst, bool non_b
   if (from_device && !to_device) {
     auto source = dense(self);
     auto host = at::empty(self.sizes(), self.options().device(c10::kCPU));
-    download(*slot_of(source).value, host.data_ptr(), host.nbytes());
+    download(*ready(slot_of(source)), host.data_ptr(), host.nbytes());
     dst.copy_(host, non_blocking);
     return dst;
   }
@@ -92,7 +86,7 @@ at::Tensor copy_from(const at::Tensor& source, const at::Tensor& dst, bool non_b
     auto host = self.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     auto value = upload(dst.device().index(), host.scalar_type(), host.sizes().vec(),
                         host.data_ptr(), host.nbytes());
-    if (covers_storage(dst)) {
+    if (covers(dst)) {
       set_value(slot_of(dst), std::move(value), dst.sizes().vec(), dst.scalar_type());
       return dst;
     }
@@ -105,7 +99,7 @@ at::Tensor copy_from(const at::Tensor& source, const at::Tensor& dst, bool non_b
     // Between two devices of the plugin: through the host.
     auto host = at::empty(self.sizes(), self.options().device(c10::kCPU));
     auto source = dense(self);
-    download(*slot_of(source).value, host.data_ptr(), host.nbytes());
+    download(*ready(slot_of(source)), host.data_ptr(), host.nbytes());
     return copy_from(host, dst, non_blocking);
   }
   call("aten::copy_", "", {dst, self, non_blocking});
@@ -120,7 +114,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   auto host = at::empty({}, self.options().device(c10::kCPU));
   auto source = dense(self.reshape({}));
-  download(*slot_of(source).value, host.data_ptr(), host.nbytes());
+  download(*ready(slot_of(source)), host.data_ptr(), host.nbytes());
   return host.item();
 }
 
@@ -131,7 +125,7 @@ void grow(const c10::Storage& storage, size_t nbytes, c10::ScalarType dtype) {
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, old->device));
   auto fresh = allocator()->allocate(nbytes);
   auto* slot = static_cast<Slot*>(fresh.get_context());
-  if (old->value != nullptr) {
+  if (ready(*old) != nullptr) {
     auto itemsize = c10::elementSize(old->dtype);
     TORCH_CHECK(nbytes % itemsize == 0, "tpuc: resizing a storage of ", old->dtype,
                 " to a size that is no whole number of its elements");

@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
+#include "fusion.h"
 #include "ops.h"
 #include "storage.h"
 
@@ -15,9 +16,10 @@ void register_hooks();
 
 namespace {
 
-// The Python planner (`plan(...)`, `run_on_host(...)`); never released: a static's destructor
-// would run after the interpreter is gone.
+// The Python planner (`plan(...)`, `run_on_host(...)`) and fuser (`fusion.fuse`); never released:
+// a static's destructor would run after the interpreter is gone.
 py::object* g_planner = nullptr;
+py::object* g_fuser = nullptr;
 
 constexpr const char* kValueCapsule = "tpuc._tpuc.DeviceValue";
 constexpr const char* kProgramCapsule = "tpuc._tpuc.Loaded";
@@ -82,6 +84,23 @@ Return parse_return(const py::handle& item, const c10::TypePtr& type) {
   return r;
 }
 
+// (program, constants, outputs, results, random): a compiled graph (planner.py).
+Compiled parse_compiled(const py::handle& item) {
+  auto spec = item.cast<py::tuple>();
+  Compiled compiled;
+  compiled.program = share(static_cast<const Program*>(capsule_pointer(spec[0], kProgramCapsule)));
+  for (const auto& constant : spec[1]) compiled.constants.push_back(value_of_capsule(constant));
+  for (const auto& output : spec[2]) {
+    auto pair = output.cast<py::tuple>();
+    auto output_kind = pair[0].cast<std::string>();
+    compiled.outputs.push_back({output_kind == "input" ? Output::kInput : Output::kResult,
+                               pair[1].cast<int>()});
+  }
+  compiled.results = spec[3].cast<size_t>();
+  compiled.random = spec[4].cast<bool>();
+  return compiled;
+}
+
 std::shared_ptr<Entry> parse_plan(const c10::OperatorHandle& op, const py::tuple& plan) {
   auto entry = std::make_shared<Entry>();
   auto kind = plan[0].cast<std::string>();
@@ -103,38 +122,32 @@ std::shared_ptr<Entry> parse_plan(const c10::OperatorHandle& op, const py::tuple
     return entry;
   }
   TORCH_CHECK(kind == "program", "tpuc: the planner returned an unknown plan: ", kind);
-  entry->program = share(static_cast<const Program*>(capsule_pointer(plan[1], kProgramCapsule)));
-  for (const auto& constant : plan[2]) entry->constants.push_back(value_of_capsule(constant));
-  for (const auto& item : plan[3]) {
+  entry->compiled = parse_compiled(plan[1]);
+  for (const auto& item : plan[2]) {
     auto spec = item.cast<py::tuple>();
     auto input_kind = spec[0].cast<std::string>();
     Input input{Input::kTensor, spec[1].cast<int>()};
-    if (input_kind == "host") input.kind = Input::kHost;
-    else if (input_kind == "constant") input.kind = Input::kConstant;
-    else if (input_kind == "float") {
+    if (input_kind == "host") {
+      input.kind = Input::kHost;
+    } else if (input_kind == "float") {
       input.kind = Input::kFloat;
       input.dtype = dtype_of(spec[2]);
-    } else TORCH_CHECK(input_kind == "tensor", "tpuc: unknown input kind ", input_kind);
+    } else {
+      TORCH_CHECK(input_kind == "tensor", "tpuc: unknown input kind ", input_kind);
+    }
     entry->inputs.push_back(input);
   }
-  for (const auto& item : plan[4]) {
-    auto spec = item.cast<py::tuple>();
-    auto output_kind = spec[0].cast<std::string>();
-    entry->outputs.push_back({output_kind == "input" ? Output::kInput : Output::kResult,
-                              spec[1].cast<int>()});
-  }
-  entry->results = plan[5].cast<size_t>();
-  for (const auto& item : plan[6]) {
+  for (const auto& item : plan[3]) {
     auto spec = item.cast<py::tuple>();
     Write write{spec[0].cast<int>(), spec[1].cast<int>(), ints(spec[2]), dtype_of(spec[3]),
                 std::nullopt};
     if (!spec[4].is_none()) write.resize = ints(spec[4]);
     entry->writes.push_back(std::move(write));
   }
-  parse_returns(plan[7]);
-  entry->random = plan[8].cast<bool>();
-  entry->lifted = plan[9].cast<bool>();
-  if (!plan[10].is_none()) entry->count_output = plan[10].cast<int>();
+  parse_returns(plan[4]);
+  entry->lifted = plan[5].cast<bool>();
+  if (!plan[6].is_none()) entry->count_output = plan[6].cast<int>();
+  entry->graph = plan[7].cast<int64_t>();
   return entry;
 }
 
@@ -150,6 +163,16 @@ std::shared_ptr<Entry> plan(const c10::OperatorHandle& op, c10::ArrayRef<c10::IV
   py::object plan = g_planner->attr("plan")(schema.name(), schema.overload_name(),
                                            python_arguments(arguments));
   return parse_plan(op, plan.cast<py::tuple>());
+}
+
+std::shared_ptr<const Compiled> fuse(const std::vector<RecordedOp>& ops, const std::vector<int>& returned,
+                                     c10::DeviceIndex device) {
+  py::gil_scoped_acquire gil;
+  py::list described;
+  for (const auto& op : ops) described.append(py::make_tuple(op.entry->graph, py::tuple(py::cast(op.sources))));
+  py::object program = (*g_fuser)(described, py::cast(returned), static_cast<int>(device));
+  if (program.is_none()) return nullptr;
+  return std::make_shared<const Compiled>(parse_compiled(program));
 }
 
 void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -207,13 +230,16 @@ void set_debug_runner(py::object runner) {
 }
 
 void init(const py::capsule& api_capsule, const py::capsule& target_capsule, int devices,
-          std::vector<int> element_codes, py::object planner) {
+          std::vector<int> element_codes, py::object planner, py::object fuser) {
   auto* table = static_cast<const Api*>(capsule_pointer(api_capsule, kApiCapsule));
   auto* target = static_cast<const Target*>(capsule_pointer(target_capsule, kTargetCapsule));
   set_runtime(table, target, devices, std::move(element_codes));
   if (g_planner == nullptr) g_planner = new py::object();
   *g_planner = std::move(planner);
+  if (g_fuser == nullptr) g_fuser = new py::object();
+  *g_fuser = std::move(fuser);
   set_planner(plan, run_on_host);
+  set_fuser(fuse);
   register_hooks();
 }
 
@@ -235,7 +261,7 @@ py::list scalar_types() {
 py::tuple storage_layout(const at::Tensor& tensor) {
   const Slot& slot = slot_of(tensor);
   py::object dtype = py::none(), dims = py::none();
-  if (slot.value != nullptr) {
+  if (written(slot)) {
     dims = py::cast(slot.dims);
     dtype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(slot.dtype)));
   }
@@ -248,32 +274,53 @@ py::tuple storage_layout(const at::Tensor& tensor) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace tpuc;
   m.doc() = "The tpuc device's native layer (PrivateUse1 kernels over tpuc's runtime).";
-  m.def("init", &init, "Connects the device to the runtime and the planner.");
+  m.attr("torch_version") = TPUC_TORCH_VERSION;  // the torch whose ABI it has
+  m.def("init", &init, "Connects the device to the runtime, the planner and the fuser.");
   m.def("scalar_types", &scalar_types, "torch's dtypes by their ScalarType number.");
   m.def("storage_layout", &storage_layout,
         "(dims, dtype, nbytes) of a device tensor's storage value; dims None when unwritten.");
   m.def("dense_value", [](const at::Tensor& tensor) {
-        return value_capsule(value_or_zeros(dense(tensor)));
+        ValuePtr value;
+        {
+          py::gil_scoped_release release;  // a fused run may run first, which may need the fuser
+          value = value_or_zeros(dense(tensor));
+        }
+        return value_capsule(value);
       }, "A handle to a device tensor's elements as a value of its shape (its storage's own when "
          "it is the whole of it).");
   m.def("wrap", [](const py::capsule& value, py::object dtype, std::vector<int64_t> sizes, int device) {
         return wrap(value_of_capsule(value), dtype_of(dtype), sizes, static_cast<c10::DeviceIndex>(device));
       }, "A new tensor of the device holding a value of the runtime.");
   m.def("cache_stats", []() {
-        auto stats = cache_stats();
+        auto ops = cache_stats();
+        auto runs = fusion_stats();
         py::dict out;
-        out["hits"] = stats.hits;
-        out["misses"] = stats.misses;
-        out["host_runs"] = stats.host_runs;
-        out["entries"] = stats.entries;
+        out["hits"] = ops.hits;
+        out["misses"] = ops.misses;
+        out["host_runs"] = ops.host_runs;
+        out["entries"] = ops.entries;
+        out["fused_runs"] = runs.runs;
+        out["fused_hits"] = runs.hits;
+        out["fused_misses"] = runs.misses;
+        out["fused_one_by_one"] = runs.one_by_one;
+        out["fused_programs"] = runs.programs;
         return out;
+      }, "What the cache of ops' entries and fused mode's cache of runs' programs did.");
+  m.def("clear_cache", []() {
+        clear_cache();
+        clear_fused_programs();
       });
-  m.def("clear_cache", &clear_cache);
+  m.def("set_fused", &set_fused, py::call_guard<py::gil_scoped_release>(),
+        "Fused mode on (runs of at most max_ops ops recorded, each one program) or off.");
+  m.def("flush", &flush, py::call_guard<py::gil_scoped_release>(), "Runs what fused mode recorded.");
   m.def("set_debug_runner", &set_debug_runner,
         "Debug mode: every op runs through runner(name, overload, arguments, proceed), where "
         "proceed() runs it and returns its results; None ends it.");
   m.def("shutdown", &shutdown,
         "Stops releasing values into the runtime (at interpreter exit, when the plugin may be "
         "gone before the last tensors).");
-  m.def("synchronize", &synchronize);
+  m.def("synchronize", []() {
+        flush();
+        synchronize();
+      }, py::call_guard<py::gil_scoped_release>(), "Runs what fused mode recorded and waits for the devices.");
 }

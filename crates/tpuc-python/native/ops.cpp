@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "fusion.h"
 #include "storage.h"
 
 namespace tpuc {
@@ -46,7 +47,7 @@ void encode_tensor(Key& key, const at::Tensor& tensor) {
     put_ints(key.types, tensor.strides());
     put(key.types, tensor.storage_offset());
     const Slot& slot = slot_of(tensor);
-    if (slot.value != nullptr) {
+    if (written(slot)) {
       put(key.types, slot.dtype);
       put_ints(key.types, slot.dims);
     } else {
@@ -187,7 +188,7 @@ void resize_for_write(const at::Tensor& tensor, const std::vector<int64_t>& size
   impl->set_sizes_contiguous(sizes);
 }
 
-c10::IValue returned(const Return& r, Key& key, const std::vector<ValuePtr>& outputs,
+c10::IValue returned(const Return& r, Key& key, const std::vector<Source>& outputs,
                      c10::DeviceIndex device, int64_t count) {
   switch (r.kind) {
     case Return::kNew: {
@@ -219,32 +220,33 @@ c10::IValue returned(const Return& r, Key& key, const std::vector<ValuePtr>& out
   return {};
 }
 
-void execute(const c10::OperatorHandle& op, const Entry& entry, Key& key, torch::jit::Stack* stack,
-             size_t arguments) {
+void execute(const c10::OperatorHandle& op, const std::shared_ptr<Entry>& entry, Key& key,
+             torch::jit::Stack* stack, size_t arguments) {
   c10::DeviceIndex device = key.device.empty()
                                 ? c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index()
                                 : key.device.front().device().index();
-  std::vector<ValuePtr> outputs;
   auto in_range = [&](size_t index, size_t size) {
     TORCH_CHECK(index < size, "tpuc: the plan of ", op.schema().name(),
                 " does not fit its arguments (a bug in tpuc)");
   };
-  if (entry.kind == Entry::kProgram) {
-    std::vector<ValuePtr> inputs;
-    inputs.reserve(entry.inputs.size());
-    for (const auto& input : entry.inputs) {
+  std::vector<Source> outputs;
+  if (entry->kind == Entry::kProgram) {
+    // Fused mode records the op. An op whose result's size it reads back runs now, and so does
+    // a random op: it draws its seed from torch's generator when it is called, so that
+    // torch.manual_seed repeats it.
+    bool record = recording() && entry->count_output < 0 && !entry->compiled.random && entry->graph >= 0;
+    std::vector<Source> inputs;
+    inputs.reserve(entry->inputs.size());
+    for (const auto& input : entry->inputs) {
       switch (input.kind) {
         case Input::kTensor:
           in_range(input.index, key.device.size());
-          inputs.push_back(value_or_zeros(key.device[input.index]));
+          inputs.push_back(record ? source_of(key.device[input.index])
+                                  : Source(value_or_zeros(key.device[input.index])));
           break;
         case Input::kHost:
           in_range(input.index, key.host.size());
           inputs.push_back(host_value(device, key.host[input.index]));
-          break;
-        case Input::kConstant:
-          in_range(input.index, entry.constants.size());
-          inputs.push_back(entry.constants[input.index]);
           break;
         case Input::kFloat:
           in_range(input.index, key.floats.size());
@@ -252,40 +254,60 @@ void execute(const c10::OperatorHandle& op, const Entry& entry, Key& key, torch:
           break;
       }
     }
-    std::vector<const Value*> raw_inputs;
-    raw_inputs.reserve(inputs.size());
-    for (const auto& value : inputs) raw_inputs.push_back(value.get());
-    ValuePtr seed = entry.random ? draw_seed(device) : nullptr;
-    std::vector<Value*> results(entry.results, nullptr);
-    char* error = api().run(entry.program.get(), static_cast<size_t>(device), raw_inputs.data(),
-                            raw_inputs.size(), seed.get(), results.data(), results.size());
-    std::vector<ValuePtr> owned;
-    owned.reserve(results.size());
-    for (auto* value : results) owned.push_back(value == nullptr ? nullptr : own(value));
-    check(error, op.schema().name().c_str());
-    outputs.reserve(entry.outputs.size());
-    for (const auto& output : entry.outputs) {
-      outputs.push_back(output.kind == Output::kResult ? owned[output.index] : inputs[output.index]);
+    if (record) {
+      outputs = tpuc::record(entry, device, std::move(inputs));
+    } else {
+      std::vector<ValuePtr> values;
+      values.reserve(inputs.size());
+      for (auto& input : inputs) values.push_back(std::move(input.value));
+      for (auto& value : launch(entry->compiled, device, std::move(values), op.schema().name().c_str())) {
+        outputs.emplace_back(std::move(value));
+      }
     }
   }
-  for (const auto& write : entry.writes) {
+  for (const auto& write : entry->writes) {
     const at::Tensor& target = key.device[write.tensor];
     if (write.resize) resize_for_write(target, *write.resize);
     set_value(slot_of(target), outputs[write.output], write.dims, write.dtype);
   }
   int64_t count = 0;
-  if (entry.count_output >= 0) {
-    in_range(static_cast<size_t>(entry.count_output), outputs.size());
-    download(*outputs[entry.count_output], &count, sizeof count);
+  if (entry->count_output >= 0) {
+    in_range(static_cast<size_t>(entry->count_output), outputs.size());
+    download(*outputs[entry->count_output].value, &count, sizeof count);
   }
   std::vector<c10::IValue> results;
-  results.reserve(entry.returns.size());
-  for (const auto& r : entry.returns) results.push_back(returned(r, key, outputs, device, count));
+  results.reserve(entry->returns.size());
+  for (const auto& r : entry->returns) results.push_back(returned(r, key, outputs, device, count));
   torch::jit::drop(*stack, arguments);
   for (auto& value : results) stack->push_back(std::move(value));
 }
 
 }  // namespace
+
+std::vector<ValuePtr> launch(const Compiled& compiled, c10::DeviceIndex device,
+                             std::vector<ValuePtr> inputs, const char* what) {
+  inputs.insert(inputs.end(), compiled.constants.begin(), compiled.constants.end());
+  std::vector<const Value*> raw_inputs;
+  raw_inputs.reserve(inputs.size());
+  for (const auto& value : inputs) raw_inputs.push_back(value.get());
+  ValuePtr seed = compiled.random ? draw_seed(device) : nullptr;
+  std::vector<Value*> results(compiled.results, nullptr);
+  char* error = api().run(compiled.program.get(), static_cast<size_t>(device), raw_inputs.data(),
+                          raw_inputs.size(), seed.get(), results.data(), results.size());
+  std::vector<ValuePtr> owned;
+  owned.reserve(results.size());
+  for (auto* value : results) owned.push_back(value == nullptr ? nullptr : own(value));
+  check(error, what);
+  std::vector<ValuePtr> outputs;
+  outputs.reserve(compiled.outputs.size());
+  for (const auto& output : compiled.outputs) {
+    size_t size = output.kind == Output::kResult ? owned.size() : inputs.size();
+    TORCH_CHECK(static_cast<size_t>(output.index) < size, "tpuc: ", what,
+                ": an output of its program out of range (a bug in tpuc)");
+    outputs.push_back(output.kind == Output::kResult ? owned[output.index] : inputs[output.index]);
+  }
+  return outputs;
+}
 
 void set_planner(Planner planner, HostRunner host) {
   g_planner = std::move(planner);
@@ -349,7 +371,7 @@ void run_unchecked(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     g_host(op, stack);
     return;
   }
-  execute(op, *entry, key, stack, arguments);
+  execute(op, entry, key, stack, arguments);
 }
 }  // namespace
 

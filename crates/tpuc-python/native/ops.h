@@ -16,18 +16,33 @@
 
 namespace tpuc {
 
-// Where an input of a program comes from.
+// Where an input of an op's graph comes from.
 struct Input {
-  enum Kind { kTensor, kHost, kConstant, kFloat } kind;
-  int index;  // the device tensor, host tensor, constant or float (in argument order)
+  enum Kind { kTensor, kHost, kFloat } kind;
+  int index;  // the device tensor, host tensor or float (in argument order)
   c10::ScalarType dtype = c10::ScalarType::Float;  // of a float
 };
 
-// Where an output of the op's graph comes from: a result of the program, or one of its inputs.
+// Where an output of a graph comes from: a result of its program, or one of its inputs.
 struct Output {
   enum Kind { kResult, kInput } kind;
   int index;
 };
+
+// A graph's compiled program: it takes the graph's inputs, then `constants`, and a seed when
+// `random`; `outputs` are the graph's outputs out of its `results`.
+struct Compiled {
+  ProgramPtr program;
+  std::vector<ValuePtr> constants;
+  std::vector<Output> outputs;
+  size_t results = 0;
+  bool random = false;
+};
+
+// Runs `compiled` on `device` with the graph's `inputs`, without waiting: the graph's outputs.
+// `what` names it in an error.
+std::vector<ValuePtr> launch(const Compiled& compiled, c10::DeviceIndex device,
+                             std::vector<ValuePtr> inputs, const char* what);
 
 // A storage the op writes: the device tensor whose storage takes graph output `output` (a
 // value of `dims`), after the tensor is resized to `resize` when it has another size.
@@ -55,14 +70,12 @@ struct Return {
 
 struct Entry {
   enum Kind { kProgram, kHost, kView } kind = kProgram;
-  ProgramPtr program;
-  std::vector<ValuePtr> constants;
-  std::vector<Input> inputs;
-  std::vector<Output> outputs;
-  size_t results = 0;  // of the program
+  Compiled compiled;
+  std::vector<Input> inputs;  // of its graph
   std::vector<Write> writes;
   std::vector<Return> returns;
-  bool random = false;  // its program takes a seed
+  // The planner's number of its graph (fused mode joins graphs by it), unique in the process.
+  int64_t graph = -1;
   bool lifted = false;  // its floats are inputs: it serves every value of them
   // The graph output holding the count (int64) its counted results are cut to, or -1: the
   // device computes it and the host reads it back, as any eager accelerator does.

@@ -1,18 +1,36 @@
 #include "storage.h"
 
 #include <ATen/EmptyTensor.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 #include <sys/mman.h>
 
+#include <map>
+#include <unordered_map>
+#include <mutex>
 #include <vector>
+
+#include "fusion.h"
 
 namespace tpuc {
 namespace {
 
+// Slots by their storage's address: a storage PyTorch makes over another's memory (its legacy
+// serialization does) is known by it.
+std::mutex g_slots_mutex;
+std::unordered_map<const void*, Slot*> g_slots;
+
 void release(void* context) {
   auto* slot = static_cast<Slot*>(context);
-  if (slot->address != nullptr) munmap(slot->address, slot->nbytes);
+  if (slot->address != nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(g_slots_mutex);
+      g_slots.erase(slot->address);
+    }
+    munmap(slot->address, slot->nbytes);
+  }
   delete slot;
 }
 
@@ -34,6 +52,8 @@ class Allocator final : public c10::Allocator {
         TORCH_CHECK(false, "tpuc: no address space left for a tensor of ", nbytes, " bytes");
       }
       slot->address = address;
+      std::lock_guard<std::mutex> lock(g_slots_mutex);
+      g_slots[address] = slot;
     }
     return {slot->address, slot, &release, c10::Device(c10::DeviceType::PrivateUse1, device)};
   }
@@ -46,36 +66,106 @@ class Allocator final : public c10::Allocator {
 };
 
 Allocator g_allocator;
+// The device's allocator for storages made without a tensor (torch.UntypedStorage(n, device=...),
+// which loading a saved tensor makes).
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
+
+// Live pinned allocations: start -> size.
+std::mutex g_pinned_mutex;
+std::map<const char*, size_t> g_pinned;
+
+void free_pinned(void* address) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_pinned.erase(static_cast<const char*>(address));
+  }
+  c10::free_cpu(address);
+}
+
+class PinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* address = nbytes == 0 ? nullptr : c10::alloc_cpu(nbytes);
+    if (address != nullptr) {
+      std::lock_guard<std::mutex> lock(g_pinned_mutex);
+      g_pinned[static_cast<const char*>(address)] = nbytes;
+    }
+    return {address, address, &free_pinned, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+PinnedAllocator g_pinned_allocator;
 }  // namespace
 
 c10::Allocator* allocator() { return &g_allocator; }
 
+c10::Allocator* pinned_allocator() { return &g_pinned_allocator; }
+
+bool is_pinned(const void* address) {
+  const char* at = static_cast<const char*>(address);
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  auto after = g_pinned.upper_bound(at);
+  if (after == g_pinned.begin()) return false;
+  auto found = std::prev(after);
+  return at < found->first + found->second;
+}
+
 Slot& slot_of(const at::TensorBase& tensor) {
   const auto& data = tensor.storage().data_ptr();
-  TORCH_CHECK(data.get_deleter() == &release,
-              "tpuc: a tensor of the tpuc device whose storage the device did not allocate");
-  return *static_cast<Slot*>(data.get_context());
+  if (data.get_deleter() == &release) return *static_cast<Slot*>(data.get_context());
+  if (data.get() != nullptr) {
+    std::lock_guard<std::mutex> lock(g_slots_mutex);
+    auto found = g_slots.find(data.get());
+    if (found != g_slots.end()) return *found->second;
+  }
+  TORCH_CHECK(false, "tpuc: a tensor of the tpuc device whose storage the device did not allocate");
+}
+
+bool covers(const at::TensorBase& tensor) {
+  return tensor.storage_offset() == 0 && tensor.is_contiguous() &&
+         static_cast<size_t>(tensor.numel()) * tensor.itemsize() == slot_of(tensor).nbytes;
+}
+
+const ValuePtr& ready(Slot& slot) {
+  if (slot.pending != nullptr) {
+    slot.value = resolve(*slot.pending);
+    slot.pending.reset();
+  }
+  return slot.value;
+}
+
+Source source_of(const at::TensorBase& tensor) {
+  Slot& slot = slot_of(tensor);
+  if (slot.pending != nullptr && !slot.pending->value) return slot.pending;
+  return value_or_zeros(tensor);
 }
 
 bool is_plain(const at::TensorBase& tensor) {
   const Slot& slot = slot_of(tensor);
-  return slot.value != nullptr && tensor.storage_offset() == 0 && slot.dtype == tensor.scalar_type() &&
+  return written(slot) && tensor.storage_offset() == 0 && slot.dtype == tensor.scalar_type() &&
          tensor.sizes().vec() == slot.dims && tensor.is_contiguous();
 }
 
 const ValuePtr& value_or_zeros(const at::TensorBase& tensor) {
   Slot& slot = slot_of(tensor);
-  if (slot.value == nullptr) {
+  if (ready(slot) == nullptr) {
+    // Zeros in the tensor's shape when it covers the storage (as the planner lays it out:
+    // planner.py `_Layout`), else flat.
     auto dtype = tensor.scalar_type();
     auto itemsize = c10::elementSize(dtype);
-    int64_t count = static_cast<int64_t>(slot.nbytes / itemsize);
-    std::vector<uint8_t> zeros(static_cast<size_t>(count) * itemsize, 0);
-    set_value(slot, upload(slot.device, dtype, {count}, zeros.data(), zeros.size()), {count}, dtype);
+    std::vector<int64_t> dims{static_cast<int64_t>(slot.nbytes / itemsize)};
+    if (covers(tensor)) dims = tensor.sizes().vec();
+    std::vector<uint8_t> zeros(slot.nbytes / itemsize * itemsize, 0);
+    set_value(slot, upload(slot.device, dtype, dims, zeros.data(), zeros.size()), dims, dtype);
   }
   return slot.value;
 }
 
-at::Tensor wrap(ValuePtr value, c10::ScalarType dtype, c10::IntArrayRef sizes,
+at::Tensor wrap(Source value, c10::ScalarType dtype, c10::IntArrayRef sizes,
                 c10::DeviceIndex device) {
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
   at::Tensor tensor = at::detail::empty_generic(sizes, allocator(),
@@ -85,8 +175,9 @@ at::Tensor wrap(ValuePtr value, c10::ScalarType dtype, c10::IntArrayRef sizes,
   return tensor;
 }
 
-void set_value(Slot& slot, ValuePtr value, std::vector<int64_t> dims, c10::ScalarType dtype) {
-  slot.value = std::move(value);
+void set_value(Slot& slot, Source value, std::vector<int64_t> dims, c10::ScalarType dtype) {
+  slot.value = std::move(value.value);
+  slot.pending = std::move(value.pending);
   slot.dims = std::move(dims);
   slot.dtype = dtype;
 }

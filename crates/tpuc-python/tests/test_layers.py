@@ -14,8 +14,8 @@ LAYERS = [
     {"runtime", "tolerance"},
     {"graph", "options", "decompositions", "custom_ops", "sharding"},
     {"compiler"},
-    {"fusion", "accelerator", "autocast", "op_tracing"},
-    {"device", "planner", "checks", "native_device"},
+    {"accelerator", "autocast", "op_tracing"},
+    {"device", "planner", "fusion", "checks"},
     {"backend", "compare", "ranks", "exported"},
     {"__init__"},
 ]

@@ -61,6 +61,19 @@ def installed(tmp_path_factory):
     return python, env / "bin"
 
 
+def test_the_wheel_names_the_torch_its_native_layer_was_built_with():
+    import tomllib
+
+    import torch
+
+    with open(os.path.join(ROOT, "crates", "tpuc-python", "pyproject.toml"), "rb") as f:
+        dependencies = tomllib.load(f)["project"]["dependencies"]
+    # `==2.15.0` admits the local builds of 2.15.0 (2.15.0+cu132, PyPI's default).
+    assert f"torch=={torch.__version__.split('+')[0]}" in dependencies, dependencies
+    from tpuc import _tpuc_native
+    assert _tpuc_native.torch_version == torch.__version__
+
+
 # Both tests use one wheel, built once: one pytest-xdist worker runs them.
 pytestmark = pytest.mark.xdist_group("wheel")
 

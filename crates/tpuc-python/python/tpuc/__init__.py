@@ -17,7 +17,6 @@ Ahead of time, ``tpuc.compile_exported(exported_program)`` compiles a ``torch.ex
 for a plugin and returns a callable (``.stablehlo()``, ``.save(path)``, ``tpuc.load(path)``).
 """
 import importlib
-import os
 
 
 def _autoload() -> None:
@@ -25,18 +24,25 @@ def _autoload() -> None:
     it): importing this package makes the device available."""
 
 
-if os.environ.get("TPUC_NATIVE") == "1":
-    try:
-        from . import native_device as _native_device  # noqa: E402  (after _autoload, which torch may call first)
-    except ImportError as error:
-        raise ImportError("tpuc: TPUC_NATIVE=1 asks for the device's native layer, which this install lacks "
-                          "(tools/setup.sh builds it; the wheel does not hold it yet)") from error
+import torch as _torch  # noqa: E402  (after _autoload, which torch may call first)
 
-    _native_device.register()
-else:
-    from . import device as _device  # noqa: E402
 
-    _device.enable()
+def _native_layer_error(why: str) -> ImportError:
+    return ImportError(f"tpuc: the tpuc device's native layer (tpuc/_tpuc_native) does not work with torch "
+                       f"{_torch.__version__} ({why}); it is built for one torch version: rebuild it "
+                       "(bash tools/setup.sh) or install the torch version tpuc was built with")
+
+
+try:
+    from . import _tpuc_native  # noqa: E402
+except ImportError as error:
+    raise _native_layer_error(str(error)) from error
+if _tpuc_native.torch_version != _torch.__version__:
+    raise _native_layer_error(f"it was built with torch {_tpuc_native.torch_version}")
+
+from . import device as _device  # noqa: E402
+
+_device.register()
 
 # The package's names, each imported from its module when first used: `import tpuc` (for the
 # device) stays cheap, and the compile backend (Dynamo, aot_autograd) is imported when a program

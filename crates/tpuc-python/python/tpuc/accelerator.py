@@ -19,7 +19,6 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from . import fusion
 from .runtime import session
 
 NAME = "tpuc"
@@ -115,7 +114,7 @@ class device:
 def synchronize(device=None) -> None:
     """Waits for every op given to the device so far (fused mode's recorded ops run first)."""
     _index(device)
-    fusion.flush()
+    _FLUSH[0]()
     _session().runtime.synchronize()
 
 
@@ -362,13 +361,15 @@ def get_amp_supported_dtype() -> list:
 
 
 _CACHE_STATS: list[Callable[[], dict]] = []
+_FLUSH: list[Callable[[], None]] = [lambda: None]
 
 
-def attach(cache_stats: Callable[[], dict], guard: bool = False) -> None:
+def attach(cache_stats: Callable[[], dict], flush: Callable[[], None], guard: bool = False) -> None:
     """Called by the eager device when it registers this module as `torch.tpuc`: what the
-    module reports of the device's own (its cache of programs), and whether the device's guard
-    keeps the current device (per thread, as CUDA's)."""
+    module reports of the device's own (its cache of programs), what runs the ops fused mode
+    recorded, and whether the device's guard keeps the current device (per thread, as CUDA's)."""
     _CACHE_STATS[:] = [cache_stats]
+    _FLUSH[0] = flush
     _GUARD[0] = guard
 
 

@@ -25,10 +25,6 @@ def _random(node: torch.fx.Node) -> bool:
 
 def _cpu_copy(value):
     if isinstance(value, torch.Tensor):
-        if value.device.type == "meta":
-            # A graph over the tpuc device's tensors takes and gives meta tensors standing for them.
-            from . import device as _device
-            return _device.host_copy(value)
         return value.detach().cpu().clone()
     if isinstance(value, (list, tuple)):
         return type(value)(_cpu_copy(v) for v in value)
@@ -68,10 +64,9 @@ def compared(gm: torch.fx.GraphModule, name: str, run, rtol: float, atol: float)
 def _first_divergent_node(gm: torch.fx.GraphModule, name: str, args: list, rtol: float, atol: float) -> None:
     """Runs `gm`'s nodes one by one on the CPU and, from the same inputs, on the tpuc device;
     raises at the first node whose results differ."""
-    from . import device as _device
+    from .accelerator import NAME
     from .graph import source_line
 
-    _device.enable()
     env: dict = {}
     placeholders = iter(args)
     for node in gm.graph.nodes:
@@ -89,7 +84,7 @@ def _first_divergent_node(gm: torch.fx.GraphModule, name: str, args: list, rtol:
         if node.op != "call_function" or _random(node) or not isinstance(node.target, torch._ops.OpOverload):
             continue
         on_device = torch.utils._pytree.tree_map(
-            lambda v: v.to(_device.NAME) if isinstance(v, torch.Tensor) else v, (cpu_args, cpu_kwargs))
+            lambda v: v.to(NAME) if isinstance(v, torch.Tensor) else v, (cpu_args, cpu_kwargs))
         got = node.target(*on_device[0], **on_device[1])
         for g, w in zip(_tensors(got), _tensors(want)):
             found = difference(g.cpu(), w, rtol, atol)

@@ -525,7 +525,7 @@ class GraphCompiler:
         self.session.compile(p.program, kind, self.opts.compile, background=True, **self.request(p, None, None))
 
     def device_outputs(self, p: "PreparedGraph", name: str) -> list | None:
-        """For a graph over the tpuc device's tensors (traced on their inner meta tensors, or
+        """For a graph over the tpuc device's tensors (traced on fake tensors of the device, or
         making tensors there), the device type of each compiled output as traced; else None."""
         if not on_device(p.gm):
             return None
@@ -711,9 +711,9 @@ def _true_or_raise(node: torch.fx.Node):
 
 
 def on_device(gm: torch.fx.GraphModule) -> bool:
-    """Whether `gm` computes on the tpuc device: traced on its tensors' inner meta tensors
-    (`device.TpucTensor.__tensor_flatten__`), or making tensors there."""
-    return any(_device_type(n) in ("meta", "tpuc") for n in gm.graph.nodes)
+    """Whether `gm` computes on the tpuc device: traced on its tensors (fake tensors of the
+    device), or making tensors there."""
+    return any(_device_type(n) == "tpuc" for n in gm.graph.nodes)
 
 
 def _device_type(node) -> str | None:

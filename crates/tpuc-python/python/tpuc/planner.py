@@ -9,14 +9,17 @@ So views, in-place ops and `out=` arguments behave as on any device with memory,
 is compiled once for those layouts.
 
 A plan is a tuple the native layer reads (module.cpp `parse_plan`):
-- `("program", program, constants, inputs, outputs, results, writes, returns, random, lifted,
-  count)`;
+- `("program", compiled, inputs, writes, returns, lifted, count, graph)`, `compiled` being
+  `(program, constants, outputs, results, random)` and `graph` the number fused mode knows the
+  op's graph by (`fusion.fuse`);
 - `("view", returns)`: a view op with no kernel of its own, its layouts from torch's meta kernels;
 - `("host",)`: an op tpuc cannot run on the device, run by torch on the host (`run_on_host`).
 """
 from __future__ import annotations
 
+import concurrent.futures
 import functools
+import os
 import time
 
 import torch
@@ -28,7 +31,7 @@ from .accelerator import NAME
 from .runtime import dtype_name, session
 
 # What the planner did (`native_device.cache_stats` adds the native layer's hits).
-STATS = {"plans": 0, "host_ops": 0, "plan_seconds": 0.0}
+STATS = {"plans": 0, "fused_runs_planned": 0, "loaded_from_disk": 0, "host_ops": 0, "plan_seconds": 0.0}
 
 
 def op_of(name: str, overload: str):
@@ -77,8 +80,10 @@ class _Layout:
             dims, dtype = storage.dims, storage.dtype
         else:
             dims, dtype, nbytes = _tpuc_native.storage_layout(tensor)
-            if dims is None:  # never written: zeros of the tensor's dtype (ops.cpp `value_or_zeros`)
-                dims, dtype = [nbytes // tensor.element_size()], tensor.dtype
+            if dims is None:  # never written: zeros of the tensor's dtype (storage.cpp `value_or_zeros`)
+                covers = (tensor.storage_offset() == 0 and tensor.is_contiguous()
+                          and tensor.numel() * tensor.element_size() == nbytes)
+                dims, dtype = (list(tensor.shape) if covers else [nbytes // tensor.element_size()]), tensor.dtype
         self.input, self.dims, self.dtype = input_index, list(dims), dtype
         self.plain = (tensor.storage_offset() == 0 and list(tensor.shape) == self.dims
                       and dtype == tensor.dtype and tensor.is_contiguous())
@@ -217,7 +222,7 @@ def _trace_storages(func, flat: list, spec, signature: _Signature, out: dict, ca
 def _stand_ins() -> dict:
     """Ops traced as another of the same arguments and results: convolutions reach a device
     other than the CPU's and CUDA's as `convolution_overrideable`, which only such a device
-    implements."""
+    implements, and some composite ops as helpers of the CPU's."""
     aten = torch.ops.aten
 
     def convolution_backward(grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
@@ -226,8 +231,21 @@ def _stand_ins() -> dict:
         return aten.convolution_backward.default(grad_output, input, weight, [channels], stride, padding, dilation,
                                                  transposed, output_padding, groups, output_mask)
 
+    def running(op):
+        # `_cummax_helper(self, values, indices, dim)`: the op's results written into its outputs.
+        def helper(self, values, indices, dim):
+            found = op(self, dim)
+            values.copy_(found[0])
+            indices.copy_(found[1])
+        return helper
+
+    # Helpers a device other than the CPU's and CUDA's reaches inside composite ops (cummax,
+    # logcumsumexp), traced as the ops they implement, which tpuc lowers.
     return {aten.convolution_overrideable.default: aten.convolution.default,
-            aten.convolution_backward_overrideable.default: convolution_backward}
+            aten.convolution_backward_overrideable.default: convolution_backward,
+            aten._cummax_helper.default: running(aten.cummax.default),
+            aten._cummin_helper.default: running(aten.cummin.default),
+            aten._logcumsumexp.default: aten.logcumsumexp.default}
 
 
 def _padded(func, args, kwargs):
@@ -273,33 +291,52 @@ def plan(name: str, overload: str, arguments: list):
     in the schema's order)."""
     func = op_of(name, overload)
     started = time.perf_counter()
+    STATS["plans"] += 1
     try:
-        # The planner's tracing is its own: dispatch modes active where the op was called (an
-        # aot_autograd runtime check, say) are not its business.
+        # The planner's tracing is its own: what is active where the op was called (an
+        # aot_autograd runtime wrapper's dispatch mode, functionalization, grad modes) is not its
+        # business, so it traces on a thread of its own, whose thread-local state is fresh.
+        device = torch.tpuc.current_device()
         with _disable_current_modes():
-            return _plan(func, *bind(func, arguments))
+            args, kwargs, numbers = bind(func, arguments)
+        plan_, fallback = on_planning_thread(_plan, func, args, kwargs, numbers, device)
+        if fallback is not None:  # said here, where the user's line is on the stack
+            op_tracing.falls_back(func, *fallback)
+        return plan_
     finally:
-        STATS["plans"] += 1
         STATS["plan_seconds"] += time.perf_counter() - started
 
 
-def _plan(func, args: list, kwargs: dict, numbers: set):
+@functools.cache
+def _planning_thread() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tpuc-planner")
+
+
+def on_planning_thread(function, *args):
+    """`function(*args)` run on the planner's own thread (fresh thread-local state: no dispatch
+    mode, functionalization or grad mode of the caller's), its result or its error."""
+    return _planning_thread().submit(function, *args).result()
+
+
+def _plan(func, args: list, kwargs: dict, numbers: set, device: int):
+    """(the plan, None) or, for an op run on the host that reads the device's tensors, (the plan,
+    (why it cannot run on the device, the error saying so))."""
     if func.is_view:
-        return _view_plan(func, args, kwargs)
+        return _view_plan(func, args, kwargs), None
     flat, spec = tree_flatten((args, kwargs))
     signature = _Signature(flat, numbers)
     try:
         padded = _padded(func, args, kwargs)
         if padded is not None:
-            return _program_plan(func, flat, spec, signature, call=padded, sized=True)
-        return _program_plan(func, flat, spec, signature, call=_stand_ins().get(func))
+            return _program_plan(func, flat, spec, signature, device, call=padded, sized=True), None
+        return _program_plan(func, flat, spec, signature, device, call=_stand_ins().get(func)), None
     except Exception as error:  # noqa: BLE001 - only what `_cannot_run` recognises is handled
         reason = op_tracing.cannot_run(error)
         if reason is None:
             raise
         if signature.layouts and any(not _written_only(func, flat, spec, i) for i in signature.layouts):
-            op_tracing.falls_back(func, reason, error)
-        return ("host",)
+            return ("host",), (reason, error)
+        return ("host",), None
 
 
 def _written_only(func, flat, spec, position: int) -> bool:
@@ -309,7 +346,7 @@ def _written_only(func, flat, spec, position: int) -> bool:
     return any(bound.get(name) is flat[position] for name in schema.outs)
 
 
-def _program_plan(func, flat, spec, signature: _Signature, call=None, sized: bool = False):
+def _program_plan(func, flat, spec, signature: _Signature, device: int, call=None, sized: bool = False):
     """The plan of a program computing `func` (by `call` when given); `sized`: `call` returns
     the result padded to its largest size and the count of its first dimension."""
     out: dict = {}
@@ -323,34 +360,18 @@ def _program_plan(func, flat, spec, signature: _Signature, call=None, sized: boo
         gm, float_dtype = lifted
     else:
         gm, float_dtype = trace(func, flat, spec), None
-    from .graph import unsupported_ops
-    compiler = op_tracing.compiler()
-    missing = unsupported_ops(gm, compiler.supported)
-    if missing:
-        raise _tpuc.UnsupportedOpsError(f"tpuc does not lower {', '.join(sorted(missing))}")
-    name = f"eager_{func.__name__.replace('.', '_')}"
-    prepared = compiler.prepare(gm, name)
-    compiled = session(None).compile(prepared.program, name, compiler.opts.compile)
-    runtime = session(None).runtime
     # The entry is the call's device's (its key holds the device): its constants live there.
-    device = next((flat[i].device.index or 0 for i in signature.layouts), torch.tpuc.current_device())
-    constants = []
-    for constant in prepared.constants:
-        host = constant.detach().contiguous()
-        buffer = runtime.buffer(host.data_ptr(), host.numel() * host.element_size(), dtype_name(host.dtype),
-                                list(host.shape), host.untyped_storage(), device=device)
-        constants.append(buffer.native_value())
+    device = next((flat[i].device.index or 0 for i in signature.layouts), device)
+    name = f"eager_{func.__name__.replace('.', '_')}"
+    program, prepared, output_types = compile_graph(gm, name, device)
     inputs = [(kind, index, None) for kind, index in signature.inputs]
     if lifted is not None:
         inputs += [("float", k, float_dtype) for k in range(len(floats))]
-    inputs += [("constant", k, None) for k in range(len(constants))]
-    outputs = [("result", what) if kind == "tensor" else ("input", what) for kind, what in prepared.outputs]
-    types = [(getattr(torch, dtype_text), shape) for dtype_text, shape in compiled.output_specs]
 
     def output_type(k: int):
         kind, what = prepared.outputs[k]
         if kind == "tensor":
-            return types[what]
+            return output_types[what]
         example = (signature.examples + list(prepared.constants))[what]
         return example.dtype, list(example.shape)
 
@@ -358,8 +379,6 @@ def _program_plan(func, flat, spec, signature: _Signature, call=None, sized: boo
     for k, (position, _input, resized) in enumerate(out["writes"]):
         dtype, dims = output_type(k)
         writes.append((signature.ordinal[position], k, list(dims), dtype, resized))
-    if any(kind not in ("tensor", "arg") for kind, _ in prepared.outputs):
-        raise _tpuc.TpucError(f"{func}: a graph output of kind {prepared.outputs}")
     count_output = None
     if sized:
         dtype, sizes = output_type(len(writes))
@@ -367,8 +386,61 @@ def _program_plan(func, flat, spec, signature: _Signature, call=None, sized: boo
         count_output = len(writes) + 1
     else:
         returns = _returns(func, flat, spec, signature, out, len(writes), output_type)
-    return ("program", compiled.native_program(), constants, inputs, outputs, len(compiled.output_specs),
-            writes, returns, compiled.random, lifted is not None, count_output)
+    _GRAPHS.append(gm)
+    return ("program", program, inputs, writes, returns, lifted is not None, count_output, len(_GRAPHS) - 1)
+
+
+# The graphs of the ops planned, by number (an entry's `graph`): fused mode joins them.
+_GRAPHS: list[torch.fx.GraphModule] = []
+
+
+def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None:
+    """The dump directory's files of a program the device compiled (as the backend writes them,
+    numbered: an op compiles once per key), and the device's cache statistics."""
+    import json
+
+    from .compiler import dump_graph
+
+    number = STATS["plans"] + STATS["fused_runs_planned"]
+    dump_graph(directory, f"{name}_{number}", gm, compiled)
+    with open(os.path.join(directory, "device_cache_stats.json"), "w") as out:
+        json.dump({**_tpuc_native.cache_stats(), **STATS}, out, indent=1)
+
+
+def graph_of(number: int) -> torch.fx.GraphModule:
+    """The graph of the op planned with number `number` (its inputs: the program's, less its
+    constants; its outputs: the written storages' new values, then what the op returns)."""
+    return _GRAPHS[number]
+
+
+def compile_graph(gm: torch.fx.GraphModule, name: str, device: int):
+    """`gm` compiled for the device's ordinal `device`: the native layer's `Compiled`
+    (module.cpp `parse_compiled`: program, constants on the device, where each graph output
+    comes from, the number of results, whether it takes a seed), the prepared graph and each
+    result's (dtype, shape)."""
+    from .graph import unsupported_ops
+    compiler = op_tracing.compiler()
+    missing = unsupported_ops(gm, compiler.supported)
+    if missing:
+        raise _tpuc.UnsupportedOpsError(f"tpuc does not lower {', '.join(sorted(missing))}")
+    prepared = compiler.prepare(gm, name)
+    if any(kind not in ("tensor", "arg") for kind, _ in prepared.outputs):
+        raise _tpuc.TpucError(f"{name}: a graph output of kind {prepared.outputs}")
+    compiled = session(None).compile(prepared.program, name, compiler.opts.compile)
+    if compiled.cache == "hit":
+        STATS["loaded_from_disk"] += 1
+    if compiler.opts.dump_dir:
+        _dump(compiler.opts.dump_dir, name, prepared.gm, compiled)
+    runtime = session(None).runtime
+    constants = []
+    for constant in prepared.constants:
+        host = constant.detach().contiguous()
+        buffer = runtime.buffer(host.data_ptr(), host.numel() * host.element_size(), dtype_name(host.dtype),
+                                list(host.shape), host.untyped_storage(), device=device)
+        constants.append(buffer.native_value())
+    outputs = [("result", what) if kind == "tensor" else ("input", what) for kind, what in prepared.outputs]
+    program = (compiled.native_program(), constants, outputs, len(compiled.output_specs), compiled.random)
+    return program, prepared, [(getattr(torch, dtype_text), shape) for dtype_text, shape in compiled.output_specs]
 
 
 def _returns(func, flat, spec, signature: _Signature, out: dict, first_fresh: int, output_type) -> list:

@@ -33,7 +33,7 @@ class DeviceHooks(NamedTuple):
     argument:         `argument(value, cache)`, the buffer a compiled graph over the device's
                       tensors runs on for its argument `value`.
     result:           `result(buffer, dtype, shape, where)`, a compiled graph's result as its
-                      traced value was (a device tensor's inner tensor, a device or CPU tensor).
+                      traced value was (a device or CPU tensor).
     eager:            `eager(module)`, a function running a partitioned graph over the device's
                       tensors with its uncompiled nodes op by op on the device.
     hide_from_dynamo: keeps Dynamo out of the device's own code.
@@ -268,9 +268,8 @@ class CompiledGraph:
               size computed on the host from the arguments, f(args).
     single:   the original graph returned one value rather than a tuple.
     devices:  for a graph over the tpuc device's tensors, the device type of each compiled
-              output as traced ("meta" for a device tensor's inner tensor, "tpuc", "cpu"); its
-              calls run on the device's buffers (`call_on_device`). None for a graph of CPU
-              tensors.
+              output as traced ("tpuc", "cpu"); its calls run on the device tensors' values
+              (`call_on_device`). None for a graph of CPU tensors.
     checks:   functions of the call's arguments and compiled outputs that raise torch's error
               where the program's checks fail (an LU's info for a singular matrix, an
               assertion); they run after the call.
