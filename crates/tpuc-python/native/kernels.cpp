@@ -187,6 +187,18 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage(self, std::move(storage), 0, {0}, {});
 }
 
+// Whether `from` may replace `self`'s data in place (`param.data = from`, which `Module.to()`
+// does, keeping a Parameter's identity and so the weights tied to it): dense tensors of the host
+// and the device, as the CPU's and CUDA's are to each other.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& tensor) {
+    auto type = tensor.device().type();
+    return tensor.layout() == c10::kStrided && !tensor.is_quantized() &&
+           (type == c10::DeviceType::PrivateUse1 || type == c10::DeviceType::CPU);
+  };
+  return dense(self) && dense(from);
+}
+
 }  // namespace
 
 at::Tensor dense(const at::Tensor& tensor) {
@@ -203,6 +215,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_storage);
   m.impl("set_.source_Storage", set_source_storage);

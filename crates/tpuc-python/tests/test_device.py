@@ -216,6 +216,12 @@ def test_ops_whose_size_depends_on_values_run_on_the_device_without_a_word():
         _same(torch.nonzero(d), torch.nonzero(x))
         _same(d[d > 0], x[x > 0])
         _same(torch.masked_select(d, d != 0), torch.masked_select(x, x != 0))
+        for kwargs in ({}, {"return_inverse": True, "return_counts": True}, {"return_counts": True}):
+            for got, want in zip(torch.unique(d, **kwargs) if kwargs else [torch.unique(d)],
+                                 torch.unique(x, **kwargs) if kwargs else [torch.unique(x)]):
+                _same(got, want)
+        i = torch.tensor([3, 1, 3, 3, 0, 1])
+        _same(torch.unique(i.to("tpuc"), return_counts=True)[1], torch.unique(i, return_counts=True)[1])
         assert "device='tpuc:0'" in repr(d)             # printing reads values on the device
         assert planner.STATS["host_ops"] == before
 
@@ -540,10 +546,10 @@ def test_debug_mode_finds_the_first_op_that_goes_wrong(monkeypatch):
     # A wrong program for one op: sin computed by cos's.
     real = planner._program_plan
 
-    def perturbed(func, flat, spec, signature, device, call=None, sized=False):
+    def perturbed(func, flat, spec, signature, device, call=None, counted=None):
         if func == torch.ops.aten.sin.out:
             call = torch.ops.aten.cos.out
-        return real(func, flat, spec, signature, device, call=call, sized=sized)
+        return real(func, flat, spec, signature, device, call=call, counted=counted)
 
     monkeypatch.setattr(planner, "_program_plan", perturbed)
     _tpuc_native.clear_cache()
@@ -817,3 +823,14 @@ def test_device_tensors_pickle_copy_and_are_weakly_referenced(tmp_path):
     assert ref() is d
     del d, loaded, copied
     assert ref() is None
+
+
+def test_moving_a_module_keeps_its_parameters_and_their_ties():
+    embedding = torch.nn.Embedding(8, 4)
+    head = torch.nn.Linear(4, 8, bias=False)
+    head.weight = embedding.weight                     # tied, as language models tie them
+    model = torch.nn.ModuleDict({"embedding": embedding, "head": head})
+    parameter = embedding.weight
+    model.to("tpuc")
+    assert model["head"].weight is model["embedding"].weight is parameter
+    assert parameter.device.type == "tpuc" and len(list(model.parameters())) == 1

@@ -250,20 +250,21 @@ def _stand_ins() -> dict:
 
 def _padded(func, args, kwargs):
     """For an op whose result's size depends on its values (nonzero, masked_select, indexing by
-    a boolean mask), a function of its arguments computing that result padded to its largest
-    size and the count it is cut to; None for any other op."""
+    a boolean mask, unique), a function of its arguments computing its results padded to their
+    largest size and then the count they are cut to, and which of its results are cut (along
+    their first dimension); None for any other op."""
     aten = torch.ops.aten
     if func is aten.nonzero.default:
         def nonzero(x):
             return torch.nonzero_static(x, size=x.numel()), (x != 0).sum()
-        return nonzero
+        return nonzero, [True]
     if func is aten.masked_select.default:
         def masked_select(x, mask):
             x, mask = torch.broadcast_tensors(x, mask)
             flat = mask.reshape(-1)
             where = torch.nonzero_static(flat, size=flat.numel())[:, 0]
             return x.reshape(-1)[where], flat.sum()
-        return masked_select
+        return masked_select, [True]
     if func is aten.index.Tensor:
         indices = args[1]
         mask = indices[0] if indices else None
@@ -273,8 +274,28 @@ def _padded(func, args, kwargs):
                 mask = indices[0].bool()
                 found = torch.nonzero_static(mask, size=mask.numel())
                 return x[tuple(found[:, d] for d in range(mask.dim()))], mask.sum()
-            return index_by_mask
+            return index_by_mask, [True]
+    if func is aten._unique2.default:
+        return_counts = bool(args[3]) if len(args) > 3 else bool(kwargs.get("return_counts", False))
+        return _unique, [True, False, return_counts]
     return None
+
+
+def _unique(x, sorted=True, return_inverse=False, return_counts=False):  # noqa: A002 - the op's names
+    """`_unique2` padded to the input's size: the distinct values in order (the sorted values'
+    first of each run), each element's run (its inverse index) and the runs' lengths, then the
+    number of distinct values."""
+    flat = x.reshape(-1)
+    n = flat.numel()
+    values, order = torch.sort(flat, stable=True)
+    first = torch.cat([torch.ones(min(n, 1), dtype=torch.bool), values[1:] != values[:-1]])
+    run = torch.cumsum(first.to(torch.int64), 0) - 1
+    distinct = torch.zeros(n, dtype=x.dtype).scatter(0, run, values)
+    inverse = (torch.zeros(n, dtype=torch.int64).scatter(0, order, run).reshape(x.shape) if return_inverse
+               else torch.zeros(0, dtype=torch.int64))
+    counts = (torch.zeros(n, dtype=torch.int64).scatter_add(0, run, torch.ones(n, dtype=torch.int64))
+              if return_counts else torch.zeros(0, dtype=torch.int64))
+    return distinct, inverse, counts, first.sum()
 
 
 @functools.cache
@@ -328,7 +349,8 @@ def _plan(func, args: list, kwargs: dict, numbers: set, device: int):
     try:
         padded = _padded(func, args, kwargs)
         if padded is not None:
-            return _program_plan(func, flat, spec, signature, device, call=padded, sized=True), None
+            call, counted = padded
+            return _program_plan(func, flat, spec, signature, device, call=call, counted=counted), None
         return _program_plan(func, flat, spec, signature, device, call=_stand_ins().get(func)), None
     except Exception as error:  # noqa: BLE001 - only what `_cannot_run` recognises is handled
         reason = op_tracing.cannot_run(error)
@@ -346,9 +368,10 @@ def _written_only(func, flat, spec, position: int) -> bool:
     return any(bound.get(name) is flat[position] for name in schema.outs)
 
 
-def _program_plan(func, flat, spec, signature: _Signature, device: int, call=None, sized: bool = False):
-    """The plan of a program computing `func` (by `call` when given); `sized`: `call` returns
-    the result padded to its largest size and the count of its first dimension."""
+def _program_plan(func, flat, spec, signature: _Signature, device: int, call=None, counted: list | None = None):
+    """The plan of a program computing `func` (by `call` when given); `counted`: `call` returns
+    the op's results padded to their largest size, then the count the ones marked here are cut
+    to along their first dimension (`_padded`)."""
     out: dict = {}
 
     def trace(f, values, value_spec):
@@ -380,10 +403,12 @@ def _program_plan(func, flat, spec, signature: _Signature, device: int, call=Non
         dtype, dims = output_type(k)
         writes.append((signature.ordinal[position], k, list(dims), dtype, resized))
     count_output = None
-    if sized:
-        dtype, sizes = output_type(len(writes))
-        returns = [("new", len(writes), dtype, list(sizes), True)]
-        count_output = len(writes) + 1
+    if counted is not None:
+        returns = []
+        for k, cut in enumerate(counted):
+            dtype, sizes = output_type(len(writes) + k)
+            returns.append(("new", len(writes) + k, dtype, list(sizes), cut))
+        count_output = len(writes) + len(counted)
     else:
         returns = _returns(func, flat, spec, signature, out, len(writes), output_type)
     _GRAPHS.append(gm)
