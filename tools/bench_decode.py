@@ -2,13 +2,15 @@
 """Decode benchmark: tiny Llama, Qwen2 and Mistral configurations (random weights) generating
 64 tokens greedily from an 8-token prompt with Hugging Face `generate`, with the dynamic and the
 static cache, for eager torch, inductor and tpuc (`model.forward = torch.compile(model.forward,
-backend=...)`). For each: the time of the first `generate` with an empty compile cache on disk
-and with the one the first filled, of the second `generate` (and what it compiled), the steady
-time per token, and whether the tokens equal eager's. Each measurement runs in a process of its
+backend=...)`), and eager on the tpuc device (`device`: strict mode, `device-fused`: fused mode;
+the model and prompt moved with `.to("tpuc")`, its compiles are the ops it planned). For each:
+the time of the first `generate` with an empty compile cache on disk and with the one the first
+filled, of the second `generate` (and what it compiled), the steady time per token, and whether
+the tokens equal eager's. Each measurement runs in a process of its
 own; run on an idle machine.
 
 Usage: .venv/bin/python tools/bench_decode.py [--models llama,qwen2,mistral] [--caches dynamic,static]
-       [--systems eager,inductor,tpuc] [--new-tokens 64] [--json FILE]
+       [--systems eager,inductor,tpuc,device,device-fused] [--new-tokens 64] [--json FILE]
 Needs `transformers` (tools/setup.sh installs it).
 """
 import argparse
@@ -43,13 +45,19 @@ def worker(name: str, cache: str, system: str, new_tokens: int) -> dict:
     import torch
 
     model = build(name)
-    stats = None  # tpuc's counters
-    if system != "eager":
+    stats, counter = None, "compiles"  # tpuc's counters
+    torch.manual_seed(1)
+    prompt = torch.randint(0, 256, (1, PROMPT))
+    if system.startswith("device"):
+        import tpuc.device
+        from tpuc.planner import STATS as stats
+        counter = "plans"
+        tpuc.device.fused(system == "device-fused")
+        model, prompt = model.to("tpuc"), prompt.to("tpuc")
+    elif system != "eager":
         model.forward = torch.compile(model.forward, backend=system)
     if system == "tpuc":
         from tpuc.runtime import STATS as stats
-    torch.manual_seed(1)
-    prompt = torch.randint(0, 256, (1, PROMPT))
     kwargs = dict(max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
     if cache == "static":
         kwargs["cache_implementation"] = "static"
@@ -61,9 +69,9 @@ def worker(name: str, cache: str, system: str, new_tokens: int) -> dict:
         return time.perf_counter() - start, out[0, PROMPT:].tolist()
 
     first, tokens = generate()
-    before = None if stats is None else stats["compiles"]
+    before = None if stats is None else stats[counter]
     second, again = generate()
-    compiled_second = None if stats is None else stats["compiles"] - before
+    compiled_second = None if stats is None else stats[counter] - before
     steady = min(generate()[0] for _ in range(3))
     return {"model": name, "cache": cache, "system": system, "first": first, "second": second,
             "steady_per_token": steady / new_tokens, "tokens": tokens, "same_twice": tokens == again,

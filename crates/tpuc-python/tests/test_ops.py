@@ -162,6 +162,24 @@ def test_pooling_and_convolution_backward_match_eager():
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
 
 
+@pytest.mark.parametrize("layer, shape", [
+    (lambda: nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1), (2, 4, 5, 6)),
+    (lambda: nn.ConvTranspose1d(4, 6, 4, stride=3, groups=2, dilation=2), (2, 4, 7)),
+    (lambda: nn.ConvTranspose3d(2, 2, 2, stride=2), (1, 2, 3, 2, 3)),
+], ids=["strided_padded_2d", "grouped_dilated_1d", "3d"])
+def test_transposed_convolution_backward_matches_eager(layer, shape):
+    torch.manual_seed(0)
+    model = layer()
+    x = torch.randn(shape, requires_grad=True)
+    compiled = torch.compile(model, backend="tpuc", options={"strict": True})
+    grads = []
+    for f in (model, compiled):
+        out = f(x)
+        grads.append(torch.autograd.grad((out * out.detach().cos()).sum(), (x, model.weight, model.bias)))
+    for name, expected, actual in zip(("input", "weight", "bias"), *grads):
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
 def test_attention_backward_matches_eager():
     """Attention's backward recomputes the probabilities from the forward's log-sum-exp, with
     causal masks, additive masks and rows a mask hides entirely."""

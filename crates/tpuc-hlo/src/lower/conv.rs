@@ -163,14 +163,15 @@ impl Strided {
     }
 }
 
-/// convolution_backward of a direct convolution: the gradients of its input (a transposed
-/// convolution of the output gradient), weight (a convolution of the input with the output
-/// gradient as kernel, batch and channels swapped; grouped through batch groups) and bias (the
-/// output gradient summed), each computed when `output_mask` asks for it.
+/// convolution_backward: the gradients of the input, weight and bias, each computed when
+/// `output_mask` asks for it. Of a direct convolution `y = D x`: the input's is a transposed
+/// convolution of the output gradient, the weight's a convolution of the input with the output
+/// gradient as kernel ([`weight_gradient`]), the bias's the output gradient summed. A transposed
+/// convolution is `y = Dᵀ x` for the direct `D` of the same weight, so its input's gradient is
+/// `D` of the output gradient, and its weight's is `D`'s weight gradient with the roles of input
+/// and output gradient exchanged (⟨g, Dᵀx⟩ = ⟨D g, x⟩).
 fn conv_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    if cx.bool(n, "transposed", false)? {
-        return err("not supported: convolution_backward of a transposed convolution");
-    }
+    let transposed = cx.bool(n, "transposed", false)?;
     let grad = cx.tensor(n, "grad_output")?;
     let x = cx.tensor(n, "input")?;
     let w = cx.tensor(n, "weight")?;
@@ -203,51 +204,26 @@ fn conv_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let kernel = ws[2..].to_vec();
     let mut outs = vec![None, None, None];
     if mask[0] {
-        // Output padding restores the input positions the forward's stride skipped at the end.
-        let output_padding: Vec<i64> = (0..spatial)
-            .map(|i| {
-                let reach = window.dilation[i] * (kernel[i] - 1);
-                xs[i + 2] - ((gs[i + 2] - 1) * window.stride[i] - 2 * window.padding[i] + reach + 1)
-            })
-            .collect();
-        let attrs = window.transposed(&kernel, &output_padding, groups, precision);
-        let flipped = transposed_kernel(cx, w, groups, spatial)?;
-        let gx = cx.b.convolution(grad, flipped, attrs)?;
+        let gx = if transposed {
+            cx.b.convolution(grad, w, window.direct(groups, precision))?
+        } else {
+            // Output padding restores the input positions the forward's stride skipped at the end.
+            let output_padding: Vec<i64> = (0..spatial)
+                .map(|i| {
+                    let reach = window.dilation[i] * (kernel[i] - 1);
+                    xs[i + 2]
+                        - ((gs[i + 2] - 1) * window.stride[i] - 2 * window.padding[i] + reach + 1)
+                })
+                .collect();
+            let attrs = window.transposed(&kernel, &output_padding, groups, precision);
+            let flipped = transposed_kernel(cx, w, groups, spatial)?;
+            cx.b.convolution(grad, flipped, attrs)?
+        };
         outs[0] = Some(narrowed(cx, gx, half));
     }
     if mask[1] {
-        // dw[o, c, k] = sum over batch and output positions of x_pad[b, c, y*s + k*d] * g[b, o, y]:
-        // a convolution with x's channels as the batch, the batch as channels, and g (dilated
-        // by the stride) as the kernel; positions past the last window's reach are dropped.
-        let mut x = x;
-        let mut high = Vec::with_capacity(spatial);
-        for i in 0..spatial {
-            let reach =
-                (kernel[i] - 1) * window.dilation[i] + (gs[i + 2] - 1) * window.stride[i] + 1;
-            let h = reach - xs[i + 2] - window.padding[i];
-            if h < 0 {
-                x = cx.b.slice_dim(x, i + 2, 0, xs[i + 2] + h, 1)?;
-                high.push(0);
-            } else {
-                high.push(h);
-            }
-        }
-        let mut perm: Vec<i64> = (0..ws.len() as i64).collect();
-        perm.swap(0, 1);
-        let xt = cx.b.transpose(x, &perm)?;
-        let gt = cx.b.transpose(grad, &perm)?;
-        let attrs = ConvAttrs {
-            strides: window.dilation.clone(),
-            padding: (0..spatial).map(|i| (window.padding[i], high[i])).collect(),
-            lhs_dilation: vec![1; spatial],
-            rhs_dilation: window.stride.clone(),
-            groups: 1,
-            batch_groups: groups,
-            precision,
-            kernel: KernelLayout::OutInSpatial,
-        };
-        let dw = cx.b.convolution(xt, gt, attrs)?;
-        let dw = cx.b.transpose(dw, &perm)?;
+        let (input, output_grad) = if transposed { (grad, x) } else { (x, grad) };
+        let dw = weight_gradient(cx, input, output_grad, &window, &kernel, groups, precision)?;
         outs[1] = Some(narrowed(cx, dw, half));
     }
     if mask[2] {
@@ -256,6 +232,51 @@ fn conv_backward(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         outs[2] = Some(narrowed(cx, gb, half));
     }
     Ok(outs)
+}
+
+/// The weight gradient of the direct convolution `window` (kernel sizes `kernel`) of `x` whose
+/// output has the gradient `grad`: dw[o, c, k] = sum over batch and output positions of
+/// x_pad[b, c, y*s + k*d] * g[b, o, y]: a convolution with x's channels as the batch, the batch
+/// as channels, and g (dilated by the stride) as the kernel; positions past the last window's
+/// reach are dropped.
+fn weight_gradient(
+    cx: &mut Ctx,
+    mut x: Value,
+    grad: Value,
+    window: &Strided,
+    kernel: &[i64],
+    groups: i64,
+    precision: Precision,
+) -> OpResult<Value> {
+    let (xs, gs) = (cx.b.shape(x).to_vec(), cx.b.shape(grad).to_vec());
+    let spatial = kernel.len();
+    let mut high = Vec::with_capacity(spatial);
+    for i in 0..spatial {
+        let reach = (kernel[i] - 1) * window.dilation[i] + (gs[i + 2] - 1) * window.stride[i] + 1;
+        let h = reach - xs[i + 2] - window.padding[i];
+        if h < 0 {
+            x = cx.b.slice_dim(x, i + 2, 0, xs[i + 2] + h, 1)?;
+            high.push(0);
+        } else {
+            high.push(h);
+        }
+    }
+    let mut perm: Vec<i64> = (0..xs.len() as i64).collect();
+    perm.swap(0, 1);
+    let xt = cx.b.transpose(x, &perm)?;
+    let gt = cx.b.transpose(grad, &perm)?;
+    let attrs = ConvAttrs {
+        strides: window.dilation.clone(),
+        padding: (0..spatial).map(|i| (window.padding[i], high[i])).collect(),
+        lhs_dilation: vec![1; spatial],
+        rhs_dilation: window.stride.clone(),
+        groups: 1,
+        batch_groups: groups,
+        precision,
+        kernel: KernelLayout::OutInSpatial,
+    };
+    let dw = cx.b.convolution(xt, gt, attrs)?;
+    Ok(cx.b.transpose(dw, &perm)?)
 }
 
 /// A transposed convolution's weight (in, out/groups, k...) as the kernel of the equivalent

@@ -9,6 +9,7 @@ buffers, running partitioned graphs on it) reaches it through `runtime.device_ho
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import itertools
 import json
@@ -42,13 +43,21 @@ from .runtime import CompiledGraph, device_hooks, session
 _GRAPH_IDS = itertools.count()
 
 
+@functools.cache
+def _core_aten_table() -> dict:
+    # torch builds this table anew on every call, enumerating every registered op (about 0.1 s,
+    # which the device paid for each op it planned). Ops a library registers later still
+    # decompose when traced, through their own CompositeImplicitAutograd kernels.
+    return dict(core_aten_decompositions())
+
+
 def decompositions(opts: Options, lowered: "LoweredOps | None" = None) -> dict:
     """The decompositions aot_autograd applies: torch's core-ATen table with tpuc's changes,
     and given the ops tpuc lowers (`lowered`), the ATen equivalents of the custom ops among the
     rest (`custom_ops.EQUIVALENTS`)."""
     if opts.decompositions == "none":
         return {}
-    table = {**core_aten_decompositions(), **EXTRA, **library_extra()}
+    table = {**_core_aten_table(), **EXTRA, **library_extra()}
     if lowered is not None:
         table.update(custom_ops.decompositions(lowered))
     keep = set(opts.keep_whole)

@@ -15,6 +15,11 @@ from .tolerance import difference
 # A result that is a tensor, in an op's returns (the graph's next output).
 TENSOR = object()
 
+# Ops that write arguments their schemas do not mark as written, when the flag argument named is
+# true: batch norm in training updates its running statistics in place (functionalization
+# special-cases it too).
+_UNMARKED_WRITES = {"aten::native_batch_norm": (("running_mean", "running_var"), "training")}
+
 
 class Schema:
     """What the device needs of an op's schema, read once per op (`schema`)."""
@@ -24,6 +29,7 @@ class Schema:
         self.names = [a.name for a in arguments]
         # The arguments it writes (in-place ops, `out=`), and of them the keyword-only `out=`s.
         self.written = [a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write]
+        self.unmarked_writes = _UNMARKED_WRITES.get(func._schema.name)
         self.outs = [a.name for a in arguments if a.kwarg_only and a.name in self.written]
         returns = func._schema.returns
         self.returns_list = bool(returns) and isinstance(returns[0].type, torch.ListType)
@@ -35,7 +41,10 @@ class Schema:
     def written_tensors(self, args, kwargs) -> list:
         """The tensors the op writes, of these arguments, in the schema's order."""
         bound = self.bind(args, kwargs)
-        return [bound[name] for name in self.written if isinstance(bound.get(name), torch.Tensor)]
+        names = self.written
+        if self.unmarked_writes is not None and bound.get(self.unmarked_writes[1]):
+            names = names + list(self.unmarked_writes[0])
+        return [bound[name] for name in names if isinstance(bound.get(name), torch.Tensor)]
 
 
 def schema(func) -> Schema:

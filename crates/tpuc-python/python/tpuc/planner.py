@@ -239,9 +239,22 @@ def _stand_ins() -> dict:
             indices.copy_(found[1])
         return helper
 
+    def batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+        # Its schema hides that training updates the running statistics in place: traced as the
+        # functional form and explicit copies, so that a fused run's graph keeps the update.
+        if not training or running_mean is None or running_var is None:
+            return aten.native_batch_norm.default(input, weight, bias, running_mean, running_var, training,
+                                                  momentum, eps)
+        out, mean, rstd, new_mean, new_var = aten._native_batch_norm_legit_functional.default(
+            input, weight, bias, running_mean, running_var, training, momentum, eps)
+        running_mean.copy_(new_mean)
+        running_var.copy_(new_var)
+        return out, mean, rstd
+
     # Helpers a device other than the CPU's and CUDA's reaches inside composite ops (cummax,
     # logcumsumexp), traced as the ops they implement, which tpuc lowers.
     return {aten.convolution_overrideable.default: aten.convolution.default,
+            aten.native_batch_norm.default: batch_norm,
             aten.convolution_backward_overrideable.default: convolution_backward,
             aten._cummax_helper.default: running(aten.cummax.default),
             aten._cummin_helper.default: running(aten.cummin.default),
