@@ -222,6 +222,11 @@ def test_ops_whose_size_depends_on_values_run_on_the_device_without_a_word():
                 _same(got, want)
         i = torch.tensor([3, 1, 3, 3, 0, 1])
         _same(torch.unique(i.to("tpuc"), return_counts=True)[1], torch.unique(i, return_counts=True)[1])
+        runs = torch.tensor([[2, 2, 5], [5, 5, 1]])
+        for kwargs in ({}, {"return_inverse": True, "return_counts": True}, {"return_counts": True}):
+            got, want = (torch.unique_consecutive(t, **kwargs) for t in (runs.to("tpuc"), runs))
+            for g, w in zip(*((r,) if isinstance(r, torch.Tensor) else r for r in (got, want)), strict=True):
+                _same(g, w)
         assert "device='tpuc:0'" in repr(d)             # printing reads values on the device
         assert planner.STATS["host_ops"] == before
 
@@ -375,6 +380,25 @@ def test_random_ops_on_the_device_follow_torch_manual_seed(mode):
     assert 0.4 < kept < 0.6 and set(first.unique().tolist()) == {0.0, 2.0}
 
 
+def test_random_fills_follow_their_parameters(monkeypatch):
+    # Two numbers each, both inputs of the op's program (one program for every value): each
+    # must reach its own place (cauchy's median is not its scale).
+    monkeypatch.setenv("TPUC_STRICT", "1")
+    n = 40000
+    cauchy = torch.empty(n, device="tpuc").cauchy_(2.0, 0.5).cpu()
+    assert abs(cauchy.median().item() - 2.0) < 0.05
+    assert abs((cauchy - 2.0).abs().median().item() - 0.5) < 0.05  # the scale is the median distance
+    logs = torch.empty(n, device="tpuc").log_normal_(1.0, 0.5).cpu().log()
+    assert abs(logs.mean().item() - 1.0) < 0.02 and abs(logs.std().item() - 0.5) < 0.02
+    for dtype in (torch.float32, torch.int64):
+        draws = torch.empty(n, device="tpuc", dtype=dtype).geometric_(0.3).cpu()
+        assert draws.dtype == dtype and draws.min().item() == 1 and torch.equal(draws, draws.floor())
+        assert abs(draws.double().mean().item() - 1 / 0.3) < 0.1
+        for got in (torch.randint_like(torch.empty(n, device="tpuc", dtype=dtype), 3, 8),
+                    torch.empty(n, device="tpuc", dtype=dtype).random_(3, 8)):
+            assert got.dtype == dtype and set(got.cpu().tolist()) == {3, 4, 5, 6, 7}
+
+
 def test_an_op_tpuc_cannot_lower_runs_on_the_host_with_a_warning():
     x = torch.randn(4, 4)
     d = x.to("tpuc")
@@ -390,6 +414,21 @@ def test_strict_refuses_what_would_run_on_the_host(tmp_path):
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                          env=dict(os.environ, TPUC_STRICT="1"))
     assert "cannot run on the tpuc device" in run.stdout and "TPUC_STRICT=1" in run.stdout, run.stdout + run.stderr
+
+
+def test_linear_algebra_checks_its_results_as_on_the_cpu(monkeypatch):
+    # The factorisation runs on the device; its error check reads `info` back, quietly, strict or not.
+    monkeypatch.setenv("TPUC_STRICT", "1")
+    a = torch.randn(3, 3)
+    a = a @ a.T + torch.eye(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _same(torch.linalg.cholesky(a.to("tpuc")), torch.linalg.cholesky(a), rtol=1e-5, atol=1e-5)
+        b, factor = torch.randn(2, 3, 2), torch.linalg.cholesky(a)  # broadcast over b's batch
+        _same(torch.cholesky_solve(b.to("tpuc"), factor.to("tpuc")), torch.cholesky_solve(b, factor),
+              rtol=1e-4, atol=1e-5)
+        with pytest.raises(torch.linalg.LinAlgError, match="not positive-definite"):
+            torch.linalg.cholesky(-a.to("tpuc"))
 
 
 def test_bad_uses_are_clear_errors():
@@ -416,6 +455,21 @@ def test_arguments_sharing_a_storage_are_another_program_than_distinct_ones():
     d[:4].add_(d[4:])     # two views of one storage
     a[:4].add_(a[4:])
     _same(d, a)
+
+
+def test_strided_complex_tensors_are_read_and_written_in_place(monkeypatch):
+    # Multi-dimensional FFTs transpose their complex intermediates; tpuc reads and writes a
+    # strided complex tensor through its real pairs.
+    monkeypatch.setenv("TPUC_STRICT", "1")
+    x = torch.randn(4, 6)
+    for f in (torch.fft.fft2, torch.fft.ifftn, torch.fft.hfft2, torch.fft.irfft2):
+        _same(f(x.to("tpuc")), f(x), rtol=1e-4, atol=1e-5)
+    c = torch.randn(4, 6, dtype=torch.complex64)
+    d = c.to("tpuc")
+    _same(d.t().contiguous(), c.t().contiguous())
+    d.t()[1:3].mul_(2j)
+    c.t()[1:3].mul_(2j)
+    _same(d, c)
 
 
 def test_views_in_another_dtype_share_the_storage():

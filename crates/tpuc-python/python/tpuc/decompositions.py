@@ -184,7 +184,18 @@ def deform_conv2d_backward(grad, input, weight, offset, mask, bias, stride_h, st
     return grad_planes.reshape(input.shape), grad_weight, grad_offset, grad_mask, grad_bias
 
 
+def geometric(self, p, generator=None):
+    # Drawn in float32 (float64 for float64) whatever the tensor's dtype: torch's decomposition
+    # draws in the tensor's own dtype, which for an integer tensor is no uniform draw at all.
+    u = torch.rand_like(self, dtype=torch.float64 if self.dtype == torch.float64 else torch.float32)
+    return (torch.floor(torch.log1p(-u) / math.log1p(-p)) + 1).to(self.dtype)
+
+
 EXTRA = {
+    # Random fills tpuc lowers through the uniform and normal draws (docs/random.md): torch's
+    # decompositions for cauchy and log_normal, tpuc's for geometric.
+    **torch._decomp.get_decompositions([aten.cauchy.default, aten.log_normal.default]),
+    aten.geometric.default: geometric,
     aten.rrelu_with_noise_backward.default: rrelu_with_noise_backward,
     aten.mish_backward.default: mish_backward,
     aten.native_dropout_backward.default: native_dropout_backward,

@@ -103,13 +103,14 @@ def lifted(func, flat, spec, trace) -> tuple[torch.fx.GraphModule, torch.dtype] 
     gm = traces[0]
     dtype = max((t.dtype for t in tensors), key=lambda d: torch.finfo(d).bits)
     marks = {value: k for k, value in enumerate(stand_ins[0])}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    with gm.graph.inserting_after(placeholders[-1]):
-        inputs = []
-        for k in range(len(floats)):
-            node = gm.graph.placeholder(f"lifted_{k}")
-            node.meta["val"] = torch.empty((), dtype=dtype)
-            inputs.append(node)
+    last = [n for n in gm.graph.nodes if n.op == "placeholder"][-1]
+    inputs = []
+    for k in range(len(floats)):
+        # Each after the one before: the program's inputs are the floats in their order.
+        with gm.graph.inserting_after(last):
+            last = gm.graph.placeholder(f"lifted_{k}")
+        last.meta["val"] = torch.empty((), dtype=dtype)
+        inputs.append(last)
     for node in gm.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue

@@ -109,7 +109,15 @@ def _read(storage: torch.Tensor, tensor: torch.Tensor, layout: _Layout) -> torch
     offset = tensor.storage_offset()
     if tensor.is_contiguous():
         return flat[offset:offset + tensor.numel()].view(tensor.shape)
+    if tensor.dtype.is_complex:  # tpuc lowers strided views of real numbers: of the pairs
+        pairs = torch.view_as_real(flat).reshape(-1)
+        return torch.view_as_complex(pairs.as_strided(*_strided_pairs(tensor)))
     return flat.as_strided(tensor.shape, tensor.stride(), offset)
+
+
+def _strided_pairs(tensor: torch.Tensor) -> tuple[list, list, int]:
+    """A complex tensor's place in its storage as (sizes, strides, offset) of its real pairs."""
+    return ([*tensor.shape, 2], [2 * s for s in tensor.stride()] + [1], 2 * tensor.storage_offset())
 
 
 def _written(storage: torch.Tensor, value: torch.Tensor, tensor: torch.Tensor, layout: _Layout) -> torch.Tensor:
@@ -121,6 +129,10 @@ def _written(storage: torch.Tensor, value: torch.Tensor, tensor: torch.Tensor, l
     offset = tensor.storage_offset()
     if tensor.is_contiguous():
         new = torch.slice_scatter(flat, value.reshape(-1), 0, offset, offset + tensor.numel())
+    elif tensor.dtype.is_complex:
+        pairs = torch.view_as_real(flat).reshape(-1)
+        new = torch.as_strided_scatter(pairs, torch.view_as_real(value.contiguous()), *_strided_pairs(tensor))
+        new = torch.view_as_complex(new.reshape(-1, 2))
     else:
         new = torch.as_strided_scatter(flat, value, tensor.shape, tensor.stride(), offset)
     return _reinterpret(new, layout.dtype).reshape(layout.dims)
@@ -222,7 +234,8 @@ def _trace_storages(func, flat: list, spec, signature: _Signature, out: dict, ca
 def _stand_ins() -> dict:
     """Ops traced as another of the same arguments and results: convolutions reach a device
     other than the CPU's and CUDA's as `convolution_overrideable`, which only such a device
-    implements, and some composite ops as helpers of the CPU's."""
+    implements, some composite ops as helpers of the CPU's, and batch norm with its running
+    statistics' update made explicit."""
     aten = torch.ops.aten
 
     def convolution_backward(grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
@@ -251,10 +264,23 @@ def _stand_ins() -> dict:
         running_var.copy_(new_var)
         return out, mean, rstd
 
+    def random_in_range(self, low, high=None, generator=None):
+        # `random_.from` functionalized is `random.from`, which FX cannot print (`from` is a
+        # Python keyword): drawn as tpuc's randint draws (docs/random.md), from a 53-bit uniform.
+        # Without `to`, torch's upper end: the largest integer the dtype holds exactly.
+        if high is None:
+            high = (2 ** (torch.finfo(self.dtype).nmant + 1) if self.dtype.is_floating_point
+                    else torch.iinfo(self.dtype).max)
+        u = torch.rand(self.shape, dtype=torch.float64, device=self.device)
+        return self.copy_((low + torch.floor(u * (high - low))).to(self.dtype))
+
     # Helpers a device other than the CPU's and CUDA's reaches inside composite ops (cummax,
     # logcumsumexp), traced as the ops they implement, which tpuc lowers.
-    return {aten.convolution_overrideable.default: aten.convolution.default,
+    return {getattr(aten.random_, "from"): random_in_range,
+            aten.convolution_overrideable.default: aten.convolution.default,
             aten.native_batch_norm.default: batch_norm,
+            # cholesky_solve's helper takes the operands it broadcast, which the op takes as well.
+            aten._cholesky_solve_helper.default: aten.cholesky_solve.default,
             aten.convolution_backward_overrideable.default: convolution_backward,
             aten._cummax_helper.default: running(aten.cummax.default),
             aten._cummin_helper.default: running(aten.cummin.default),
@@ -263,7 +289,7 @@ def _stand_ins() -> dict:
 
 def _padded(func, args, kwargs):
     """For an op whose result's size depends on its values (nonzero, masked_select, indexing by
-    a boolean mask, unique), a function of its arguments computing its results padded to their
+    a boolean mask, unique, unique_consecutive of the whole input), a function of its arguments computing its results padded to their
     largest size and then the count they are cut to, and which of its results are cut (along
     their first dimension); None for any other op."""
     aten = torch.ops.aten
@@ -289,23 +315,39 @@ def _padded(func, args, kwargs):
                 return x[tuple(found[:, d] for d in range(mask.dim()))], mask.sum()
             return index_by_mask, [True]
     if func is aten._unique2.default:
-        return_counts = bool(args[3]) if len(args) > 3 else bool(kwargs.get("return_counts", False))
-        return _unique, [True, False, return_counts]
+        return _unique, [True, False, _argument(args, kwargs, 3, "return_counts", False)]
+    if func is aten.unique_consecutive.default and _argument(args, kwargs, 3, "dim", None) is None:
+        return _unique_consecutive, [True, False, _argument(args, kwargs, 2, "return_counts", False)]
     return None
 
 
+def _argument(args, kwargs, position: int, name: str, default):
+    return args[position] if len(args) > position else kwargs.get(name, default)
+
+
 def _unique(x, sorted=True, return_inverse=False, return_counts=False):  # noqa: A002 - the op's names
-    """`_unique2` padded to the input's size: the distinct values in order (the sorted values'
-    first of each run), each element's run (its inverse index) and the runs' lengths, then the
-    number of distinct values."""
-    flat = x.reshape(-1)
-    n = flat.numel()
-    values, order = torch.sort(flat, stable=True)
+    """`_unique2` padded to the input's size: the runs of the sorted values."""
+    values, order = torch.sort(x.reshape(-1), stable=True)
+    return _runs(values, order, x.shape, return_inverse, return_counts)
+
+
+def _unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
+    """`unique_consecutive` of the whole input padded to its size: the runs of its elements."""
+    return _runs(x.reshape(-1), None, x.shape, return_inverse, return_counts)
+
+
+def _runs(values, order, shape, return_inverse: bool, return_counts: bool):
+    """The runs of equal elements of the flat `values`, padded to its size: each run's value (its
+    first element's), each element's run (the inverse index, at the place `order` took the element
+    from, where given, in the input's `shape`), the runs' lengths, then the number of runs."""
+    n = values.numel()
     first = torch.cat([torch.ones(min(n, 1), dtype=torch.bool), values[1:] != values[:-1]])
     run = torch.cumsum(first.to(torch.int64), 0) - 1
-    distinct = torch.zeros(n, dtype=x.dtype).scatter(0, run, values)
-    inverse = (torch.zeros(n, dtype=torch.int64).scatter(0, order, run).reshape(x.shape) if return_inverse
-               else torch.zeros(0, dtype=torch.int64))
+    distinct = torch.zeros(n, dtype=values.dtype).scatter(0, run, values)
+    if return_inverse:
+        inverse = (run if order is None else torch.zeros(n, dtype=torch.int64).scatter(0, order, run)).reshape(shape)
+    else:
+        inverse = torch.zeros(0, dtype=torch.int64)
     counts = (torch.zeros(n, dtype=torch.int64).scatter_add(0, run, torch.ones(n, dtype=torch.int64))
               if return_counts else torch.zeros(0, dtype=torch.int64))
     return distinct, inverse, counts, first.sum()
@@ -352,11 +394,22 @@ def on_planning_thread(function, *args):
     return _planning_thread().submit(function, *args).result()
 
 
+@functools.cache
+def _host_checks() -> frozenset:
+    """Ops that exist to read a value back and raise on it (linear algebra's `info` codes, an
+    asserted condition): they run on the host as on any eager accelerator, which synchronises
+    for them too, without a warning and in strict mode as well."""
+    aten = torch.ops.aten
+    return frozenset({aten._linalg_check_errors.default, aten._assert_async.default, aten._assert_async.msg})
+
+
 def _plan(func, args: list, kwargs: dict, numbers: set, device: int):
     """(the plan, None) or, for an op run on the host that reads the device's tensors, (the plan,
     (why it cannot run on the device, the error saying so))."""
     if func.is_view:
         return _view_plan(func, args, kwargs), None
+    if func in _host_checks():
+        return ("host",), None
     flat, spec = tree_flatten((args, kwargs))
     signature = _Signature(flat, numbers)
     try:
