@@ -45,6 +45,8 @@ def _arguments(op):
     schema = op._schema
     if schema.is_mutable or any(r.alias_info for r in schema.returns):
         return None
+    if any("Generator" in str(a.type) for a in schema.arguments):
+        return None  # random: its values are a distribution's (docs/random.md), not the inputs'
     tensors = [a.name for a in schema.arguments if str(a.type) == "Tensor" and not a.kwarg_only]
     if not 1 <= len(tensors) <= 3:
         return None

@@ -226,6 +226,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Indexing takes the boxed path as it is called: a boolean mask then reaches the planner
   // (which pads the result), not torch's expansion of it into a nonzero of another size.
   m.impl("index.Tensor", torch::CppFunction::makeFromBoxedFunction<&run_op>());
+  // Layer and group norm whole, as the CPU computes them (in float32, rounded once): their
+  // composite kernel for other devices normalizes with batch norm and applies the weight and
+  // bias in a separate op, rounding 16-bit floats in between.
+  m.impl("native_layer_norm", torch::CppFunction::makeFromBoxedFunction<&run_op>());
+  m.impl("native_group_norm", torch::CppFunction::makeFromBoxedFunction<&run_op>());
   m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&run_op>());
   m.impl("convolution_backward_overrideable", torch::CppFunction::makeFromBoxedFunction<&run_op>());
 }

@@ -298,6 +298,25 @@ def test_training_equals_the_cpu_and_later_steps_never_plan():
     assert device.cache_stats()["hits"] > hits
 
 
+def test_16_bit_layer_and_group_norm_round_once_as_on_the_cpu():
+    # Torch's composite kernel for other devices normalizes with batch norm and then applies the
+    # weight and bias in another op, rounding to 16 bits in between; the CPU rounds once.
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, 8) * 3
+    weight, bias = torch.randn(8) * 2, torch.randn(8)
+    for dtype in (torch.float16, torch.bfloat16):
+        args = [t.to(dtype) for t in (x, weight, bias)]
+        expected = torch.nn.functional.layer_norm(args[0], (8,), args[1], args[2], eps=0.5)
+        twice = torch.addcmul(args[2], torch.nn.functional.layer_norm(args[0], (8,), eps=0.5), args[1])
+        assert not torch.equal(twice, expected)  # the data tells the two apart
+        got = torch.nn.functional.layer_norm(*[a.to("tpuc") for a in args[:1]], (8,),
+                                             *[a.to("tpuc") for a in args[1:]], eps=0.5)
+        _same(got, expected, rtol=torch.finfo(dtype).eps, atol=0)  # an ulp: XLA may vectorise otherwise
+        group = [args[0], torch.randn(6).to(dtype), torch.randn(6).to(dtype)]
+        _same(torch.nn.functional.group_norm(group[0].to("tpuc"), 3, *[a.to("tpuc") for a in group[1:]]),
+              torch.nn.functional.group_norm(group[0], 3, *group[1:]), rtol=2 ** -7, atol=2 ** -8)
+
+
 def test_batch_norm_updates_its_running_statistics(mode):
     # native_batch_norm writes them without saying so in its schema; calls in a row must each
     # see the previous one's update (fused mode records them in one run), eval mode none.
