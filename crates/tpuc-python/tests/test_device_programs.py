@@ -49,7 +49,9 @@ def test_a_hugging_face_training_step_with_adamw_equals_the_cpus(family):
     on_device = copy.deepcopy(on_cpu).to("tpuc")
     tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(2))
     for model, batch in ((on_cpu, tokens), (on_device, tokens.to("tpuc"))):
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        # GPT-2's key bias has a zero gradient but for rounding (softmax ignores a shift per
+        # row); with Adam's default eps that noise, which differs between CPUs, steps by up to lr.
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, eps=1e-6)
         for _ in range(2):
             loss = model(batch, labels=batch).loss
             loss.backward()
