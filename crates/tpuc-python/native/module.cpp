@@ -304,8 +304,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         out["fused_misses"] = runs.misses;
         out["fused_one_by_one"] = runs.one_by_one;
         out["fused_programs"] = runs.programs;
+        auto uploads = upload_stats();
+        out["uploads"] = uploads.uploads;
+        out["uploaded_bytes"] = uploads.bytes;
         return out;
-      }, "What the cache of ops' entries and fused mode's cache of runs' programs did.");
+      }, "What the cache of ops' entries and fused mode's cache of runs' programs did, and the "
+         "copies from the host to the device.");
   m.def("clear_cache", []() {
         clear_cache();
         clear_fused_programs();

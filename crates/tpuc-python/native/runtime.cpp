@@ -1,5 +1,7 @@
 #include "runtime.h"
 
+#include <atomic>
+
 #include <c10/util/Exception.h>
 
 #include <string>
@@ -66,14 +68,22 @@ ProgramPtr share(const Program* program) {
   });
 }
 
+namespace {
+std::atomic<uint64_t> g_uploads{0}, g_uploaded_bytes{0};
+}  // namespace
+
 ValuePtr upload(c10::DeviceIndex device, c10::ScalarType dtype, const std::vector<int64_t>& dims,
                 const void* data, size_t nbytes) {
+  ++g_uploads;
+  g_uploaded_bytes += nbytes;
   Value* out = nullptr;
   check(api().upload(g_target, static_cast<size_t>(device), element_code(dtype), dims.data(),
                      dims.size(), static_cast<const uint8_t*>(data), nbytes, &out),
         "copying a tensor to the tpuc device");
   return own(out);
 }
+
+UploadStats upload_stats() { return {g_uploads.load(), g_uploaded_bytes.load()}; }
 
 void download(const Value& value, void* dst, size_t nbytes) {
   check(api().download(&value, static_cast<uint8_t*>(dst), nbytes),

@@ -576,6 +576,25 @@ def test_the_op_cache_says_what_it_did():
     assert after["entries"] >= 4
 
 
+def test_results_torch_allocates_for_an_op_cost_no_copy_from_the_host(mode):
+    """torch runs `x + y` as `add.out` into a tensor it has just made: that storage was never
+    written, and its program makes the zeros it stands for rather than taking them uploaded."""
+    x, y = torch.randn(64, 64).to("tpuc"), torch.randn(64, 64).to("tpuc")
+    for _ in range(2):  # planned, then from the cache
+        before = torch.tpuc.cache_stats()
+        z = (x + y) * y - x
+        out = torch.empty(64, 64, device="tpuc")
+        torch.mul(z, 2, out=out)
+        _same(out, ((x.cpu() + y.cpu()) * y.cpu() - x.cpu()) * 2)
+        after = torch.tpuc.cache_stats()
+        # What reached the device from the host: at most the numbers the ops take (`2`).
+        assert after["uploaded_bytes"] - before["uploaded_bytes"] < 64, (before, after)
+    # A storage never written still reads as zeros where an op reads it.
+    partly = torch.empty(2, 3, device="tpuc")
+    partly[0].fill_(2.0)
+    _same(partly[0], torch.full((3,), 2.0))
+
+
 def _on_device(value):
     if isinstance(value, list):
         return [v.to("tpuc") for v in value]

@@ -69,8 +69,8 @@ def fused(on: bool = True, *, max_ops: int = 1000) -> None:
 
 def cache_stats() -> dict:
     """What the device's cache of op plans did: the native layer's hits and misses (a miss
-    plans), the ops run on the host, fused mode's runs and their programs, and the seconds
-    planning took."""
+    plans), the ops run on the host, fused mode's runs and their programs, the copies from the
+    host to the device (`uploads`, `uploaded_bytes`) and the seconds planning took."""
     stats = {**_tpuc_native.cache_stats(), **planner.STATS}
     stats["requests"] = stats["hits"] + stats["misses"]
     return stats

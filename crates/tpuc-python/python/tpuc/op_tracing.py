@@ -103,11 +103,14 @@ def lifted(func, flat, spec, trace) -> tuple[torch.fx.GraphModule, torch.dtype] 
     gm = traces[0]
     dtype = max((t.dtype for t in tensors), key=lambda d: torch.finfo(d).bits)
     marks = {value: k for k, value in enumerate(stand_ins[0])}
-    last = [n for n in gm.graph.nodes if n.op == "placeholder"][-1]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    # (A graph may have no input before them: an op on a storage never written reads zeros.)
+    last = placeholders[-1] if placeholders else None
     inputs = []
     for k in range(len(floats)):
         # Each after the one before: the program's inputs are the floats in their order.
-        with gm.graph.inserting_after(last):
+        place = gm.graph.inserting_after(last) if last is not None else gm.graph.inserting_before(None)
+        with place:
             last = gm.graph.placeholder(f"lifted_{k}")
         last.meta["val"] = torch.empty((), dtype=dtype)
         inputs.append(last)

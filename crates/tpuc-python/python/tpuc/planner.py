@@ -72,15 +72,18 @@ class _Layout:
     """A device tensor as its op's program sees it: the storage it lies in (the program's input
     `input`), that storage's value (`dims`, `dtype`) and the tensor's place in it."""
 
-    __slots__ = ("input", "dims", "dtype", "plain")
+    __slots__ = ("input", "dims", "dtype", "plain", "unwritten")
 
     def __init__(self, tensor: torch.Tensor, input_index: int, storage: _Layout | None = None):
-        """`storage`: the layout of another tensor in the same storage, whose value it shares."""
+        """`input_index`: the storage's place among the values the op's trace reads
+        (`_Signature.values`); `storage`: the layout of another tensor in the same storage,
+        whose value it shares."""
         if storage is not None:
-            dims, dtype = storage.dims, storage.dtype
+            dims, dtype, self.unwritten = storage.dims, storage.dtype, storage.unwritten
         else:
             dims, dtype, nbytes = _tpuc_native.storage_layout(tensor)
-            if dims is None:  # never written: zeros of the tensor's dtype (storage.cpp `value_or_zeros`)
+            self.unwritten = dims is None
+            if self.unwritten:  # zeros of the tensor's dtype (as storage.cpp `value_or_zeros` makes them)
                 covers = (tensor.storage_offset() == 0 and tensor.is_contiguous()
                           and tensor.numel() * tensor.element_size() == nbytes)
                 dims, dtype = (list(tensor.shape) if covers else [nbytes // tensor.element_size()]), tensor.dtype
@@ -140,7 +143,9 @@ def _written(storage: torch.Tensor, value: torch.Tensor, tensor: torch.Tensor, l
 
 class _Signature:
     """An op's tensor arguments as its program takes them: one input per storage of the device
-    (by the first tensor lying in it) and one per host tensor, in argument order."""
+    (by the first tensor lying in it) and one per host tensor, in argument order. A storage
+    never written is no input: its zeros are made inside the program (an `out=` tensor torch
+    has just made costs no upload, and XLA drops zeros the op overwrites)."""
 
     def __init__(self, flat: list, numbers: set):
         # Numbers made tensors (`bind`) are constants of the program, not inputs.
@@ -148,8 +153,11 @@ class _Signature:
         self.layouts: dict[int, _Layout] = {}  # by flat position, for device tensors
         self.inputs: list[tuple[str, int]] = []  # ("tensor", device ordinal) | ("host", host ordinal)
         self.examples: list[torch.Tensor] = []
+        # What the trace reads, storage by storage and host tensor by host tensor: the program's
+        # input of that number, or zeros (dims, dtype).
+        self.values: list[int | tuple[list, torch.dtype]] = []
         self.ordinal: dict[int, int] = {}  # flat position -> device ordinal
-        self.host_inputs: dict[int, int] = {}  # flat position -> program input, for host tensors
+        self.host_inputs: dict[int, int] = {}  # flat position -> its place in `values`, for host tensors
         storages: dict[int, _Layout] = {}
         devices = hosts = 0
         for i in self.positions:
@@ -159,18 +167,28 @@ class _Signature:
                 address = tensor.untyped_storage().data_ptr() or id(tensor)
                 found = storages.get(address)
                 if found is None:
-                    found = storages[address] = _Layout(tensor, len(self.inputs))
-                    self.inputs.append(("tensor", devices))
-                    self.examples.append(torch.empty(found.dims, dtype=found.dtype))
+                    found = storages[address] = _Layout(tensor, len(self.values))
+                    if found.unwritten:
+                        self.values.append((found.dims, found.dtype))
+                    else:
+                        self._input(("tensor", devices), torch.empty(found.dims, dtype=found.dtype))
                     self.layouts[i] = found
                 else:  # another tensor in a storage already an input
                     self.layouts[i] = _Layout(tensor, found.input, storage=found)
                 devices += 1
             else:
-                self.host_inputs[i] = len(self.inputs)
-                self.inputs.append(("host", hosts))
-                self.examples.append(torch.empty(tensor.shape, dtype=tensor.dtype))
+                self.host_inputs[i] = len(self.values)
+                self._input(("host", hosts), torch.empty(tensor.shape, dtype=tensor.dtype))
                 hosts += 1
+
+    def _input(self, kind: tuple[str, int], example: torch.Tensor) -> None:
+        self.values.append(len(self.inputs))
+        self.inputs.append(kind)
+        self.examples.append(example)
+
+    def read(self, inputs) -> list[torch.Tensor]:
+        """The values the trace reads (`values`), from the program's inputs."""
+        return [inputs[v] if isinstance(v, int) else torch.zeros(v[0], dtype=v[1]) for v in self.values]
 
 
 def _trace_storages(func, flat: list, spec, signature: _Signature, out: dict, call=None):
@@ -181,7 +199,8 @@ def _trace_storages(func, flat: list, spec, signature: _Signature, out: dict, ca
     schema = op_tracing.schema(func)
     written_ids = {id(t) for t in schema.written_tensors(*tree_unflatten(flat, spec))}
 
-    def functional(*inputs):
+    def functional(*program_inputs):
+        inputs = signature.read(program_inputs)
         values = list(flat)
         for i in signature.positions:
             tensor = flat[i]
