@@ -5,6 +5,8 @@
 #include <ATen/Functions.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/view_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -250,3 +252,11 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 }
 
 }  // namespace tpuc
+
+namespace at::native {
+// scaled_dot_product_attention picks its kernel as on the CPU (torch's own rule, which honours
+// `sdpa_kernel`): the CPU's flash kernel where the arguments allow it, one op the device plans
+// once per shapes, else the math composite. Without a choice for the device it is always the
+// composite: nine ops, each compiled anew for every length of a growing key-value cache.
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &_fused_sdp_choice_cpp)
+}  // namespace at::native

@@ -595,6 +595,42 @@ def test_results_torch_allocates_for_an_op_cost_no_copy_from_the_host(mode):
     _same(partly[0], torch.full((3,), 2.0))
 
 
+@pytest.mark.parametrize("case", ["plain", "causal", "boolean mask", "grouped query"])
+def test_attention_is_one_op_and_trains_as_on_the_cpu(case):
+    """scaled_dot_product_attention picks its kernel as the CPU does: the flash kernel, one
+    program per shapes (the math composite would be nine), or the composite where flash does not
+    apply (grouped-query attention)."""
+    torch.manual_seed(0)
+    kv_heads, keys = (2, 7) if case == "grouped query" else (4, 5 if case == "causal" else 7)
+    q = torch.randn(2, 4, 5, 8, requires_grad=True)
+    k, v = (torch.randn(2, kv_heads, keys, 8, requires_grad=True) for _ in range(2))
+    mask = None
+    if case == "boolean mask":
+        mask = torch.rand(2, 1, 5, keys) > 0.3
+        mask[..., 0] = True
+
+    def attend(q, k, v, mask):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=case == "causal", enable_gqa=case == "grouped query")
+        out.square().sum().backward()
+        return out
+
+    expected = attend(q, k, v, mask)
+    on_device = [t.detach().to("tpuc").requires_grad_() for t in (q, k, v)]
+    forward_plans = planner.STATS["plans"]
+    with torch.no_grad():  # (planned here, before the run below: what attention alone plans)
+        torch.nn.functional.scaled_dot_product_attention(
+            *on_device, attn_mask=None if mask is None else mask.to("tpuc"), is_causal=case == "causal",
+            enable_gqa=case == "grouped query")
+    if case != "grouped query":
+        # The kernel, and a boolean mask made additive (logical_not, where and its -inf).
+        assert planner.STATS["plans"] - forward_plans == (1 if mask is None else 4)
+    got = attend(*on_device, None if mask is None else mask.to("tpuc"))
+    _same(got, expected)
+    for tensor, cpu_tensor in zip(on_device, (q, k, v)):
+        _same(tensor.grad, cpu_tensor.grad, rtol=1e-4, atol=1e-5)
+
+
 def _on_device(value):
     if isinstance(value, list):
         return [v.to("tpuc") for v in value]
