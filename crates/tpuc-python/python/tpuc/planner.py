@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import math
 import os
 import time
 
@@ -115,6 +116,9 @@ def _read(storage: torch.Tensor, tensor: torch.Tensor, layout: _Layout) -> torch
     if tensor.dtype.is_complex:  # tpuc lowers strided views of real numbers: of the pairs
         pairs = torch.view_as_real(flat).reshape(-1)
         return torch.view_as_complex(pairs.as_strided(*_strided_pairs(tensor)))
+    box = _Box.of(tensor)
+    if box is not None:
+        return box.read(flat)
     return flat.as_strided(tensor.shape, tensor.stride(), offset)
 
 
@@ -136,9 +140,95 @@ def _written(storage: torch.Tensor, value: torch.Tensor, tensor: torch.Tensor, l
         pairs = torch.view_as_real(flat).reshape(-1)
         new = torch.as_strided_scatter(pairs, torch.view_as_real(value.contiguous()), *_strided_pairs(tensor))
         new = torch.view_as_complex(new.reshape(-1, 2))
+    elif (box := _Box.of(tensor)) is not None and box.writable:
+        new = box.write(flat, value)
     else:
         new = torch.as_strided_scatter(flat, value, tensor.shape, tensor.stride(), offset)
     return _reinterpret(new, layout.dtype).reshape(layout.dims)
+
+
+class _Box:
+    """A strided view (a transpose, a slice, every other element, a broadcast) as the leading
+    corner of a box of its storage's elements, permuted: read and written with reshapes, slices
+    and permutations, which XLA fuses, rather than the gather and scatter `as_strided` lowers to.
+
+    The view's dimensions of size 1 or stride 0 (broadcast) aside, ordered by decreasing stride
+    s_0 > ... > s_m with sizes n_0..n_m, the box is the storage's elements from the view's offset
+    on, shaped (n_0, s_0/s_1, ..., s_(m-1)/s_m, s_m): each stride a multiple of the next, the
+    view takes the first n_k of dimension k and element 0 of the last."""
+
+    __slots__ = ("sizes", "offset", "order", "shape")
+
+    def __init__(self, sizes: list, offset: int, order: list, shape: list):
+        self.sizes, self.offset, self.order, self.shape = sizes, offset, order, shape
+
+    @staticmethod
+    def of(tensor: torch.Tensor) -> _Box | None:
+        sizes, strides = list(tensor.shape), list(tensor.stride())
+        if tensor.numel() == 0 or any(s < 0 for s in strides):
+            return None
+        order = sorted((d for d in range(len(sizes)) if sizes[d] != 1 and strides[d] != 0),
+                       key=lambda d: -strides[d])
+        shape = [sizes[order[0]]] if order else [1]
+        for outer, inner in zip(order, order[1:]):
+            if strides[outer] % strides[inner] or strides[outer] // strides[inner] < sizes[inner]:
+                return None  # overlapping, or not a box
+            shape.append(strides[outer] // strides[inner])
+        shape.append(strides[order[-1]] if order else 1)
+        return _Box(sizes, tensor.storage_offset(), order, shape)
+
+    @property
+    def span(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def writable(self) -> bool:
+        """Whether the view's elements are distinct (no broadcast dimension)."""
+        return len(self.order) == sum(1 for n in self.sizes if n != 1)
+
+    def _region(self, flat: torch.Tensor) -> torch.Tensor:
+        """The box's elements (the storage padded with zeros where the box runs past its end)."""
+        end = self.offset + self.span
+        if end > flat.numel():
+            flat = torch.nn.functional.pad(flat, (0, end - flat.numel()))
+        return flat[self.offset:end].view(self.shape)
+
+    def _corner(self) -> list:
+        return [self.sizes[d] for d in self.order]
+
+    def read(self, flat: torch.Tensor) -> torch.Tensor:
+        corner = self._region(flat)
+        for k, n in enumerate(self._corner()):
+            corner = corner.narrow(k, 0, n)
+        corner = corner.select(-1, 0) if self.order else corner.reshape([])
+        # From decreasing stride back to the view's order, its other dimensions restored.
+        kept = sorted(self.order)
+        corner = corner.permute([self.order.index(d) for d in kept])
+        return corner.reshape([n if d in kept else 1 for d, n in enumerate(self.sizes)]).expand(self.sizes)
+
+    def write(self, flat: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """`flat` with `value` (of the view's sizes) written where the view lies."""
+        corner = value.reshape([n for n in self.sizes if n != 1] or [1])
+        kept = sorted(self.order)
+        corner = corner.permute([kept.index(d) for d in self.order]) if self.order else corner
+        corner = corner.unsqueeze(-1) if self.order else corner.reshape(self.shape[:1] + [1])
+        region = self._region(flat)
+        new_region = _put(region, corner, 0)
+        length = flat.numel()
+        end = self.offset + self.span
+        if end > length:
+            flat = torch.nn.functional.pad(flat, (0, end - length))
+        new = torch.slice_scatter(flat, new_region.reshape(-1), 0, self.offset, end)
+        return new[:length] if end > length else new
+
+
+def _put(region: torch.Tensor, corner: torch.Tensor, dim: int) -> torch.Tensor:
+    """`region` with `corner` written at its leading corner from dimension `dim` on."""
+    if dim == region.dim():
+        return corner
+    n = corner.shape[dim]
+    inner = _put(region.narrow(dim, 0, n), corner, dim + 1)
+    return inner if n == region.shape[dim] else torch.slice_scatter(region, inner, dim, 0, n)
 
 
 class _Signature:
