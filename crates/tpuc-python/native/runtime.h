@@ -56,13 +56,13 @@ ValuePtr own(Value* value);  // takes the handle
 ValuePtr share(const Value* value);  // a new reference
 ProgramPtr share(const Program* program);
 
-// A new value of `dims` on `device` from `nbytes` bytes of dense, row-major host memory.
 // Copies from the host to the device: how many, and their bytes.
 struct UploadStats {
   uint64_t uploads = 0, bytes = 0;
 };
 UploadStats upload_stats();
 
+// A new value of `dims` on `device` from `nbytes` bytes of dense, row-major host memory.
 ValuePtr upload(c10::DeviceIndex device, c10::ScalarType dtype, const std::vector<int64_t>& dims,
                 const void* data, size_t nbytes);
 void download(const Value& value, void* dst, size_t nbytes);

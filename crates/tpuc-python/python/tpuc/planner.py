@@ -186,18 +186,19 @@ class _Box:
         """Whether the view's elements are distinct (no broadcast dimension)."""
         return len(self.order) == sum(1 for n in self.sizes if n != 1)
 
-    def _region(self, flat: torch.Tensor) -> torch.Tensor:
-        """The box's elements (the storage padded with zeros where the box runs past its end)."""
+    def _padded(self, flat: torch.Tensor) -> torch.Tensor:
+        """The storage, with zeros after it where the box runs past its end."""
         end = self.offset + self.span
-        if end > flat.numel():
-            flat = torch.nn.functional.pad(flat, (0, end - flat.numel()))
-        return flat[self.offset:end].view(self.shape)
+        return torch.nn.functional.pad(flat, (0, end - flat.numel())) if end > flat.numel() else flat
+
+    def _region(self, padded: torch.Tensor) -> torch.Tensor:
+        return padded[self.offset:self.offset + self.span].view(self.shape)
 
     def _corner(self) -> list:
         return [self.sizes[d] for d in self.order]
 
     def read(self, flat: torch.Tensor) -> torch.Tensor:
-        corner = self._region(flat)
+        corner = self._region(self._padded(flat))
         for k, n in enumerate(self._corner()):
             corner = corner.narrow(k, 0, n)
         corner = corner.select(-1, 0) if self.order else corner.reshape([])
@@ -212,14 +213,10 @@ class _Box:
         kept = sorted(self.order)
         corner = corner.permute([kept.index(d) for d in self.order]) if self.order else corner
         corner = corner.unsqueeze(-1) if self.order else corner.reshape(self.shape[:1] + [1])
-        region = self._region(flat)
-        new_region = _put(region, corner, 0)
-        length = flat.numel()
-        end = self.offset + self.span
-        if end > length:
-            flat = torch.nn.functional.pad(flat, (0, end - length))
-        new = torch.slice_scatter(flat, new_region.reshape(-1), 0, self.offset, end)
-        return new[:length] if end > length else new
+        padded = self._padded(flat)
+        new_region = _put(self._region(padded), corner, 0)
+        new = torch.slice_scatter(padded, new_region.reshape(-1), 0, self.offset, self.offset + self.span)
+        return new[:flat.numel()] if padded is not flat else new
 
 
 def _put(region: torch.Tensor, corner: torch.Tensor, dim: int) -> torch.Tensor:
