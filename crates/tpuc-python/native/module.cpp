@@ -60,7 +60,7 @@ Return parse_return(const py::handle& item, const c10::TypePtr& type) {
     r.index = spec[1].cast<int>();
     r.dtype = dtype_of(spec[2]);
     r.sizes = ints(spec[3]);
-    r.counted = spec.size() > 4 && spec[4].cast<bool>();
+    if (spec.size() > 4 && !spec[4].is_none()) r.cut = spec[4].cast<int64_t>();
   } else if (kind == "arg") {
     r.kind = Return::kArgument;
     r.index = spec[1].cast<int>();

@@ -193,7 +193,11 @@ c10::IValue returned(const Return& r, Key& key, const std::vector<Source>& outpu
   switch (r.kind) {
     case Return::kNew: {
       auto tensor = wrap(outputs[r.index], r.dtype, r.sizes, device);
-      return r.counted ? tensor.narrow(0, 0, count) : tensor;
+      if (r.cut < 0) return tensor;
+      // Cut along another dimension than the first, a part is no contiguous tensor, which the
+      // op's result is.
+      auto part = tensor.narrow(r.cut, 0, count);
+      return r.cut == 0 ? part : part.contiguous();
     }
     case Return::kArgument:
       return key.device[r.index];

@@ -63,9 +63,10 @@ struct Return {
   int64_t offset = 0;
   std::vector<Return> items;  // kList
   c10::IValue value;          // kValue
-  // kNew: a result padded to its largest size, cut along its first dimension to the entry's
-  // count (an op whose size depends on values: nonzero, masked_select, boolean indexing).
-  bool counted = false;
+  // kNew: the dimension along which a result padded to its largest size is cut to the entry's
+  // count (an op whose size depends on values: nonzero, masked_select, boolean indexing,
+  // unique), or -1.
+  int64_t cut = -1;
 };
 
 struct Entry {

@@ -122,7 +122,9 @@ Slot& slot_of(const at::TensorBase& tensor) {
     auto found = g_slots.find(data.get());
     if (found != g_slots.end()) return *found->second;
   }
-  TORCH_CHECK(false, "tpuc: a tensor of the tpuc device whose storage the device did not allocate");
+  TORCH_CHECK(false, "tpuc: a tensor of the tpuc device whose storage the device did not allocate ",
+              "(a DLPack import of a view that starts inside its storage is one: export the view's ",
+              ".clone(), or the whole tensor, instead)");
 }
 
 bool covers(const at::TensorBase& tensor) {

@@ -227,8 +227,29 @@ def test_ops_whose_size_depends_on_values_run_on_the_device_without_a_word():
             got, want = (torch.unique_consecutive(t, **kwargs) for t in (runs.to("tpuc"), runs))
             for g, w in zip(*((r,) if isinstance(r, torch.Tensor) else r for r in (got, want)), strict=True):
                 _same(g, w)
+        # Along a dimension: slices compared whole, sorted lexicographically (unique_dim).
+        rows = torch.tensor([[1, 2, 0], [1, 2, 0], [3, 4, 1], [0, 9, 1], [1, 2, 0]])
+        for dim in (0, 1):
+            for op, flags in ((torch.ops.aten.unique_dim.default, (dim, True, True, True)),
+                              (torch.ops.aten.unique_consecutive.default, (True, True, dim))):
+                for g, w in zip(op(rows.to("tpuc"), *flags), op(rows, *flags), strict=True):
+                    _same(g, w)
+                    assert g.is_contiguous()
+        # bincount's size is the largest value's: read back, then counted on the device.
+        ints = torch.tensor([4, 1, 1, 0, 7])
+        _same(torch.bincount(ints.to("tpuc")), torch.bincount(ints))
+        _same(torch.bincount(ints.to("tpuc"), minlength=10), torch.bincount(ints, minlength=10))
+        weights = torch.tensor([0.5, 1.0, 2.0, -1.0, 3.0])
+        _same(torch.bincount(ints.to("tpuc"), weights.to("tpuc")), torch.bincount(ints, weights))
+        _same(torch.bincount(ints.to("tpuc"), ints.to("tpuc")), torch.bincount(ints, ints))  # float64
+        _same(torch.bincount(ints[:0].to("tpuc"), minlength=2), torch.bincount(ints[:0], minlength=2))
         assert "device='tpuc:0'" in repr(d)             # printing reads values on the device
         assert planner.STATS["host_ops"] == before
+    for bad in (torch.tensor([2, -1]), torch.tensor([[1]])):
+        with pytest.raises(RuntimeError, match="1-d non-negative integral"):
+            torch.bincount(bad.to("tpuc"))
+    with pytest.raises(RuntimeError, match="same length"):
+        torch.bincount(ints.to("tpuc"), weights[:2].to("tpuc"))
 
 
 def test_factories_make_device_tensors(mode):
@@ -985,6 +1006,25 @@ def test_device_tensors_pickle_copy_and_are_weakly_referenced(tmp_path):
     assert ref() is d
     del d, loaded, copied
     assert ref() is None
+
+
+def test_dlpack_shares_a_device_tensor_as_on_cuda():
+    from torch.utils.dlpack import DLDeviceType
+
+    x = torch.arange(6.0).reshape(2, 3)
+    d = x.to("tpuc")
+    assert d.__dlpack_device__() == (DLDeviceType.kDLExtDev, 0)
+    shared = torch.from_dlpack(d)
+    assert shared.device == d.device and shared.data_ptr() == d.data_ptr()
+    shared.add_(1)                                     # the same storage
+    _same(d, x + 1)
+    _same(torch.from_dlpack(d.t()), (x + 1).t())       # a view, its strides kept
+    assert torch.equal(torch.from_dlpack(d, device="cpu"), x + 1)
+    with pytest.raises(RuntimeError, match="Unsupported device"):
+        import numpy
+        numpy.from_dlpack(d)                           # as numpy refuses a CUDA tensor
+    with pytest.raises(RuntimeError, match="starts inside its storage"):
+        torch.from_dlpack(d[1]).cpu()
 
 
 def test_moving_a_module_keeps_its_parameters_and_their_ties():

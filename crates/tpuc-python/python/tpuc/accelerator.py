@@ -44,6 +44,22 @@ def _session():
     return session(None)
 
 
+def identify_in_dlpack() -> None:
+    """Device tensors say which device they are on to DLPack consumers (`torch.from_dlpack(t)`)
+    as PyTorch means PrivateUse1 tensors to: an extension device of their index. PyTorch's
+    `Tensor.__dlpack_device__` knows PrivateUse1 only by its unrenamed name and fails on `tpuc`."""
+    from torch.utils.dlpack import DLDeviceType
+
+    torch_dlpack_device = torch.Tensor.__dlpack_device__
+
+    def __dlpack_device__(self):
+        if type(self) is torch.Tensor and self.device.type == NAME:
+            return DLDeviceType.kDLExtDev, self.device.index or 0
+        return torch_dlpack_device(self)
+
+    torch.Tensor.__dlpack_device__ = __dlpack_device__
+
+
 def device_count() -> int:
     """The devices of the tpuc device: every device of the plugin (TPUC_DEVICES chooses how
     many the CPU plugin has; one by default)."""

@@ -121,6 +121,7 @@ def register() -> None:
         torch.utils.rename_privateuse1_backend(NAME)
         torch.utils.generate_methods_for_privateuse1_backend()
         torch._register_device_module(NAME, accelerator)
+        accelerator.identify_in_dlpack()
         _connect()
         autocast.register()
 

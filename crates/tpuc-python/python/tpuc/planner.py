@@ -395,21 +395,21 @@ def _stand_ins() -> dict:
 
 def _padded(func, args, kwargs):
     """For an op whose result's size depends on its values (nonzero, masked_select, indexing by
-    a boolean mask, unique, unique_consecutive of the whole input), a function of its arguments computing its results padded to their
-    largest size and then the count they are cut to, and which of its results are cut (along
-    their first dimension); None for any other op."""
+    a boolean mask, unique, unique_consecutive), a function of its arguments computing its
+    results padded to their largest size and then the count they are cut to, and for each
+    result the dimension it is cut along (None: not cut); None for any other op."""
     aten = torch.ops.aten
     if func is aten.nonzero.default:
         def nonzero(x):
             return torch.nonzero_static(x, size=x.numel()), (x != 0).sum()
-        return nonzero, [True]
+        return nonzero, [0]
     if func is aten.masked_select.default:
         def masked_select(x, mask):
             x, mask = torch.broadcast_tensors(x, mask)
             flat = mask.reshape(-1)
             where = torch.nonzero_static(flat, size=flat.numel())[:, 0]
             return x.reshape(-1)[where], flat.sum()
-        return masked_select, [True]
+        return masked_select, [0]
     if func is aten.index.Tensor:
         indices = args[1]
         mask = indices[0] if indices else None
@@ -419,11 +419,25 @@ def _padded(func, args, kwargs):
                 mask = indices[0].bool()
                 found = torch.nonzero_static(mask, size=mask.numel())
                 return x[tuple(found[:, d] for d in range(mask.dim()))], mask.sum()
-            return index_by_mask, [True]
+            return index_by_mask, [0]
     if func is aten._unique2.default:
-        return _unique, [True, False, _argument(args, kwargs, 3, "return_counts", False)]
+        counts = 0 if _argument(args, kwargs, 3, "return_counts", False) else None
+        return _unique, [0, None, counts]
     if func is aten.unique_consecutive.default and _argument(args, kwargs, 3, "dim", None) is None:
-        return _unique_consecutive, [True, False, _argument(args, kwargs, 2, "return_counts", False)]
+        counts = 0 if _argument(args, kwargs, 2, "return_counts", False) else None
+        return _unique_consecutive, [0, None, counts]
+    if func in (aten.unique_dim.default, aten.unique_consecutive.default):
+        x = args[0]
+        dim = _argument(args, kwargs, 1 if func is aten.unique_dim.default else 3, "dim", None)
+        dim = dim % max(x.dim(), 1)
+        # Empty inputs (torch refuses some) are left to the host.
+        if x.numel() == 0:
+            return None
+        sort = func is aten.unique_dim.default
+
+        def unique_along(x, *_flags, **_named):
+            return _unique_slices(x, dim, sort)
+        return unique_along, [dim, None, 0]
     return None
 
 
@@ -440,6 +454,27 @@ def _unique(x, sorted=True, return_inverse=False, return_counts=False):  # noqa:
 def _unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
     """`unique_consecutive` of the whole input padded to its size: the runs of its elements."""
     return _runs(x.reshape(-1), None, x.shape, return_inverse, return_counts)
+
+
+def _unique_slices(x, dim: int, sort: bool):
+    """`unique_dim` (`sort`) or `unique_consecutive` along `dim`, padded to the input's size:
+    the distinct slices (in order), each slice's run, the runs' lengths, then the number of runs.
+    Slices compare as rows of their elements; sorted lexicographically by one stable sort per
+    element, the last first."""
+    n = x.shape[dim]
+    rows = x.movedim(dim, 0).reshape(n, -1)
+    order = torch.arange(n)
+    if sort:
+        for column in reversed(range(rows.shape[1])):
+            order = order[torch.sort(rows[order, column], stable=True)[1]]
+        rows = rows[order]
+    first = torch.cat([torch.ones(1, dtype=torch.bool), (rows[1:] != rows[:-1]).any(dim=1)])
+    run = torch.cumsum(first.to(torch.int64), 0) - 1
+    distinct = torch.zeros_like(rows).index_put((run,), rows)
+    inverse = torch.zeros(n, dtype=torch.int64).index_put((order,), run) if sort else run
+    counts = torch.zeros(n, dtype=torch.int64).index_add(0, run, torch.ones(n, dtype=torch.int64))
+    shape = [n] + [s for d, s in enumerate(x.shape) if d != dim]
+    return distinct.reshape(shape).movedim(0, dim), inverse, counts, first.sum()
 
 
 def _runs(values, order, shape, return_inverse: bool, return_counts: bool):
@@ -542,8 +577,8 @@ def _written_only(func, flat, spec, position: int) -> bool:
 
 def _program_plan(func, flat, spec, signature: _Signature, device: int, call=None, counted: list | None = None):
     """The plan of a program computing `func` (by `call` when given); `counted`: `call` returns
-    the op's results padded to their largest size, then the count the ones marked here are cut
-    to along their first dimension (`_padded`)."""
+    the op's results padded to their largest size, then the count they are cut to along the
+    dimension given here for each (`_padded`)."""
     out: dict = {}
 
     def trace(f, values, value_spec):
