@@ -42,6 +42,8 @@ pub struct CompileCache {
 
 /// The cache's record of what it did, in its directory: one JSON object per line.
 const STATS: &str = "stats.jsonl";
+/// The eager device's plans (`device_plans_dir`).
+const DEVICE_PLANS: &str = "device-plans";
 /// The record is rotated past this size (the previous one kept as `stats.1.jsonl`).
 const STATS_MAX_BYTES: u64 = 8 << 20;
 
@@ -171,6 +173,13 @@ impl CompileCache {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Where the eager device keeps its plans of ops (what each op's program is and how its
+    /// arguments and results map to it), so that a second process plans nothing it has seen.
+    /// The executables they name stay this cache's entries; `clear` empties both.
+    pub fn device_plans_dir(&self) -> PathBuf {
+        self.dir.join(DEVICE_PLANS)
     }
 
     /// `module`, the graph named `graph` (what a miss is explained by, and errors name),
@@ -407,9 +416,13 @@ impl CompileCache {
         Ok((entries.clone().count(), entries.map(|f| f.bytes).sum()))
     }
 
-    /// Removes every executable (and temporary file) of the cache; returns how many
-    /// executables went. Other files in the directory stay.
+    /// Removes every executable (and temporary file) of the cache and the device's plans;
+    /// returns how many executables went. Other files in the directory stay.
     pub fn clear(&self) -> std::io::Result<usize> {
+        match fs::remove_dir_all(self.device_plans_dir()) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let mut removed = 0;
         for file in self.files()? {
             fs::remove_file(&file.path)?;

@@ -512,9 +512,14 @@ fn compile_cache_says_why_each_miss_was_one() {
     text.push_str("{\"graph\": \"add\", \"outc");
     std::fs::write(&record, text).unwrap();
     assert_eq!(cache.stats().requests, 5);
-    // Clearing the cache clears its record too.
+    // Clearing the cache clears its record and the eager device's plans too; other files stay.
+    std::fs::create_dir_all(cache.device_plans_dir()).unwrap();
+    std::fs::write(cache.device_plans_dir().join("a.plan"), b"plan").unwrap();
+    std::fs::write(dir.path().join("notes.txt"), b"mine").unwrap();
     cache.clear().unwrap();
     assert_eq!(cache.stats(), CacheStats::default());
+    assert!(!cache.device_plans_dir().exists());
+    assert!(dir.path().join("notes.txt").exists());
 }
 
 #[test]

@@ -157,11 +157,13 @@ py::list python_arguments(c10::ArrayRef<c10::IValue> arguments) {
   return out;
 }
 
-std::shared_ptr<Entry> plan(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> arguments) {
+std::shared_ptr<Entry> plan(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> arguments,
+                            std::string_view types, std::string_view values) {
   py::gil_scoped_acquire gil;
   const auto& schema = op.schema();
   py::object plan = g_planner->attr("plan")(schema.name(), schema.overload_name(),
-                                           python_arguments(arguments));
+                                           python_arguments(arguments), py::bytes(types.data(), types.size()),
+                                           py::bytes(values.data(), values.size()));
   return parse_plan(op, plan.cast<py::tuple>());
 }
 

@@ -365,7 +365,8 @@ void run_unchecked(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (entry == nullptr) {
     TORCH_CHECK(g_planner, "the tpuc device is not initialised (import tpuc first)");
     ++g_misses;
-    entry = g_planner(op, torch::jit::last(*stack, arguments));
+    entry = g_planner(op, torch::jit::last(*stack, arguments),
+                      std::string_view(key.types).substr(sizeof(const void*)), key.values);
     insert(key, entry);
   } else {
     ++g_hits;

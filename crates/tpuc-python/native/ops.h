@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime.h"
@@ -84,8 +85,12 @@ struct Entry {
 };
 
 // The planner: an entry for an op on these arguments (the stack's last ones).
+// `types` and `values` are the entry's key less the op (the same on every run of the same
+// build): the planner keeps plans on disk by them, so that a second process finds them.
 using Planner = std::function<std::shared_ptr<Entry>(const c10::OperatorHandle&,
-                                                     c10::ArrayRef<c10::IValue>)>;
+                                                     c10::ArrayRef<c10::IValue>,
+                                                     std::string_view types,
+                                                     std::string_view values)>;
 // Runs an op on the host (for an entry of kind kHost), replacing its arguments on the stack by
 // its results.
 using HostRunner = std::function<void(const c10::OperatorHandle&, torch::jit::Stack*)>;

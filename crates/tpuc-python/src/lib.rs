@@ -217,9 +217,20 @@ fn cache_stats(
     Ok(Some(dict.unbind()))
 }
 
+/// The directory of the eager device's plans in the cache of `cache_dir` (None:
+/// $TPUC_CACHE_DIR or the default) and the cache's size limit in bytes; None when the cache is
+/// off.
+#[pyfunction]
+#[pyo3(signature = (cache_dir=None))]
+fn device_plans_dir(cache_dir: Option<String>) -> PyResult<Option<(std::path::PathBuf, u64)>> {
+    let cache = tpuc_pjrt::CompileCache::configured(cache_dir.as_deref()).map_err(error)?;
+    Ok(cache.map(|cache| (cache.device_plans_dir(), cache.max_bytes())))
+}
+
 #[pymodule]
 fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cache_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(device_plans_dir, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(is_supported, m)?)?;

@@ -15,7 +15,7 @@ import torch
 
 import tpuc
 import tpuc.device as device
-from tpuc import _tpuc_native, planner
+from tpuc import _tpuc_native, plan_store, planner
 from tpuc.runtime import STATS
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
@@ -729,12 +729,13 @@ def test_debug_mode_finds_the_first_op_that_goes_wrong(monkeypatch):
     # A wrong program for one op: sin computed by cos's.
     real = planner._program_plan
 
-    def perturbed(func, flat, spec, signature, device, call=None, counted=None):
+    def perturbed(func, flat, spec, signature, device, call=None, counted=None, stored=None):
         if func == torch.ops.aten.sin.out:
             call = torch.ops.aten.cos.out
         return real(func, flat, spec, signature, device, call=call, counted=counted)
 
     monkeypatch.setattr(planner, "_program_plan", perturbed)
+    monkeypatch.setattr(plan_store, "directory", lambda: None)  # planned here, not revived or kept
     _tpuc_native.clear_cache()
     try:
         device.debug(compare=True)
@@ -815,18 +816,59 @@ def test_a_fused_run_whose_values_are_all_gone_runs_nothing(fused):
     assert (after["fused_hits"], after["fused_misses"]) == (before["fused_hits"], before["fused_misses"])
 
 
-def test_fused_runs_load_from_the_disk_cache_in_a_second_process(tmp_path):
-    script = ("import torch, tpuc, tpuc.device\n"
-              "tpuc.device.fused()\n"
-              "x = torch.arange(6.0).to('tpuc')\n"
-              "print((x * 2 + 1).sin().sum().item(), torch.tpuc.cache_stats()['loaded_from_disk'] > 0)\n")
+_PLANNED_TWICE = """
+import json, torch, tpuc, tpuc.device
+from tpuc.planner import STATS
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).to("tpuc")
+x = torch.randn(3, 4).to("tpuc")
+loss = model(x).square().mean()
+loss.backward()
+weight = model[0].weight.detach().clone()
+weight.mul_(0.5).add_(1.0)
+picked = torch.nonzero(x > 0)
+strict = dict(STATS)
+tpuc.device.fused()
+fused = (x * 2 + 1).sin().sum(0)
+torch.tpuc.synchronize()
+print(json.dumps({"values": [loss.item(), model[0].weight.grad.cpu().tolist(), weight.cpu().tolist(),
+                             picked.cpu().tolist(), fused.cpu().tolist()],
+                  "strict": strict, "stats": STATS}))
+"""
+
+
+def test_a_second_process_revives_the_devices_plans_and_fused_runs_from_disk(tmp_path):
     env = dict(os.environ, TPUC_CACHE_DIR=str(tmp_path / "cache"), TF_CPP_MIN_LOG_LEVEL="3")
-    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
-            for _ in range(2)]
-    for run in runs:
-        assert run.returncode == 0 and run.stderr == "", run.stderr[-2000:]
-    (first, from_disk_first), (second, from_disk_second) = (r.stdout.split() for r in runs)
-    assert first == second and from_disk_first == "False" and from_disk_second == "True"
+
+    def run():
+        done = subprocess.run([sys.executable, "-c", _PLANNED_TWICE], capture_output=True, text=True, timeout=300,
+                              env=env, cwd=tmp_path)
+        assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
+        return json.loads(done.stdout)
+
+    first, second = run(), run()
+    assert first["values"] == second["values"]
+    assert first["stats"]["plans"] > 10 and first["stats"]["plans_from_disk"] == 0
+    assert first["stats"]["fused_runs_planned"] >= 1 and first["stats"]["fused_runs_from_disk"] == 0
+    # Nothing traced or lowered again: every op's plan and the fused run's program came from disk.
+    assert second["stats"]["plans_from_disk"] == second["stats"]["plans"] == first["stats"]["plans"]
+    assert second["stats"]["fused_runs_from_disk"] == second["stats"]["fused_runs_planned"] >= 1
+    assert second["strict"]["loaded_from_disk"] == second["strict"]["plans"]
+
+    # Damaged plans (cut short, bytes changed) are planned again, with the same results, and replaced.
+    plans = sorted((tmp_path / "cache" / "device-plans").glob("*.plan"))
+    assert len(plans) >= first["stats"]["plans"] // 2
+    for k, path in enumerate(plans):
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2] if k % 2 else data[:-1] + bytes([data[-1] ^ 1]))
+    third, fourth = run(), run()
+    assert third["values"] == first["values"] and fourth["values"] == first["values"]
+    assert third["stats"]["plans_from_disk"] == 0 and third["stats"]["fused_runs_from_disk"] == 0
+    assert fourth["stats"]["plans_from_disk"] == fourth["stats"]["plans"]
+
+    # With the compile cache off, nothing is kept and nothing is said.
+    env["TPUC_CACHE_DIR"] = "off"
+    assert run()["values"] == first["values"]
 
 
 def test_the_dump_directory_records_the_devices_programs_and_cache(tmp_path):

@@ -15,6 +15,7 @@ import itertools
 import json
 import operator
 import os
+import sys
 import time
 import warnings
 from collections import Counter
@@ -57,10 +58,21 @@ def decompositions(opts: Options, lowered: "LoweredOps | None" = None) -> dict:
     rest (`custom_ops.EQUIVALENTS`)."""
     if opts.decompositions == "none":
         return {}
-    table = {**_core_aten_table(), **EXTRA, **library_extra()}
+    keep = frozenset(opts.keep_whole)
+    table = dict(_base_decompositions(keep, "torchvision" in sys.modules))
     if lowered is not None:
-        table.update(custom_ops.decompositions(lowered))
-    keep = set(opts.keep_whole)
+        table.update(_undecomposed_removed(custom_ops.decompositions(lowered), keep))
+    return table
+
+
+@functools.cache
+def _base_decompositions(keep: frozenset, with_library_extra: bool) -> dict:
+    # Built once per choice: filtering torch's table costs about 3 ms, which the device paid for
+    # every op it planned.
+    return _undecomposed_removed({**_core_aten_table(), **EXTRA, **(library_extra() if with_library_extra else {})}, keep)
+
+
+def _undecomposed_removed(table: dict, keep: frozenset) -> dict:
     return {op: fn for op, fn in table.items() if str(op) not in keep and op not in NOT_DECOMPOSED}
 
 

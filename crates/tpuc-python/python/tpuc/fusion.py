@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from . import op_tracing, planner
+from . import op_tracing, plan_store, planner
 
 
 def fuse(ops: list, returned: list, device: int):
@@ -25,14 +25,29 @@ def fuse(ops: list, returned: list, device: int):
 
 
 def _fused_program(ops: list, returned: list, device: int):
+    # A run of ops whose plans are on disk has its program kept there too, by the run's
+    # structure: a second process finds it without joining and lowering the ops again.
+    names = [planner.stored_as(g) for g, _ in ops]
+    stored = None
+    if None not in names:
+        structure = repr((names, [list(sources) for _, sources in ops], list(returned))).encode()
+        stored = plan_store.key("fused", "", structure, b"", f"device {device}")
+        record = plan_store.load(stored)
+        if record is not None:
+            planner.STATS["fused_runs_from_disk"] += 1
+            return planner.load_stored_program(record)
     inputs = max((-s for _, sources in ops for s in sources if s < 0), default=0)
     gm = joined_graph([(planner.graph_of(g), sources, None) for g, sources in ops], inputs, returned)
+    name = f"fused_{len(ops)}_ops"
     try:
-        return planner.compile_graph(gm, f"fused_{len(ops)}_ops", device)[0]
+        program, prepared, _ = planner.compile_graph(gm, name, device)
     except Exception as error:  # noqa: BLE001 - only what `cannot_run` recognises is handled
         if op_tracing.cannot_run(error) is None:
             raise
         return None
+    if stored is not None:
+        plan_store.store(stored, planner.program_record(name, device, prepared))
+    return program
 
 
 def joined_graph(ops: list, inputs: int, returned: list) -> torch.fx.GraphModule:

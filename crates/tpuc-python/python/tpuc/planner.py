@@ -14,6 +14,9 @@ A plan is a tuple the native layer reads (module.cpp `parse_plan`):
   op's graph by (`fusion.fuse`);
 - `("view", returns)`: a view op with no kernel of its own, its layouts from torch's meta kernels;
 - `("host",)`: an op tpuc cannot run on the device, run by torch on the host (`run_on_host`).
+
+Programs' plans are also kept on disk (`plan_store`), so that a second process revives them
+(its executables loaded from the compile cache) instead of tracing and lowering each op again.
 """
 from __future__ import annotations
 
@@ -27,12 +30,16 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from . import _tpuc, _tpuc_native, op_tracing
+from . import _tpuc, _tpuc_native, op_tracing, plan_store
 from .accelerator import NAME
 from .runtime import dtype_name, session
 
 # What the planner did (`native_device.cache_stats` adds the native layer's hits).
-STATS = {"plans": 0, "fused_runs_planned": 0, "loaded_from_disk": 0, "host_ops": 0, "plan_seconds": 0.0}
+# `plans` counts every op's entry, `plans_from_disk` those of them revived from `plan_store`
+# (`fused_runs_from_disk` the same of `fused_runs_planned`); `loaded_from_disk` the executables the
+# compile cache served.
+STATS = {"plans": 0, "plans_from_disk": 0, "fused_runs_planned": 0, "fused_runs_from_disk": 0,
+         "loaded_from_disk": 0, "host_ops": 0, "plan_seconds": 0.0}
 
 
 def op_of(name: str, overload: str):
@@ -503,20 +510,25 @@ def _scalar_operands() -> dict:
     return torch._decomp.get_decompositions([aten.addcdiv, aten.addcmul, aten.lerp])
 
 
-def plan(name: str, overload: str, arguments: list):
+def plan(name: str, overload: str, arguments: list, types: bytes = b"", values: bytes = b""):
     """The plan of op `name.overload` for arguments like these (the boxed arguments, every one
-    in the schema's order)."""
+    in the schema's order), whose native key is `types` and `values` (the floats')."""
     func = op_of(name, overload)
     started = time.perf_counter()
     STATS["plans"] += 1
     try:
+        device = torch.tpuc.current_device()
+        stored = _StoredPlans(name, overload, types, values, device)
+        revived = stored.revive()
+        if revived is not None:
+            STATS["plans_from_disk"] += 1
+            return revived
         # The planner's tracing is its own: what is active where the op was called (an
         # aot_autograd runtime wrapper's dispatch mode, functionalization, grad modes) is not its
         # business, so it traces on a thread of its own, whose thread-local state is fresh.
-        device = torch.tpuc.current_device()
         with _disable_current_modes():
             args, kwargs, numbers = bind(func, arguments)
-        plan_, fallback = on_planning_thread(_plan, func, args, kwargs, numbers, device)
+        plan_, fallback = on_planning_thread(_plan, func, args, kwargs, numbers, device, stored)
         if fallback is not None:  # said here, where the user's line is on the stack
             op_tracing.falls_back(func, *fallback)
         return plan_
@@ -544,9 +556,10 @@ def _host_checks() -> frozenset:
     return frozenset({aten._linalg_check_errors.default, aten._assert_async.default, aten._assert_async.msg})
 
 
-def _plan(func, args: list, kwargs: dict, numbers: set, device: int):
+def _plan(func, args: list, kwargs: dict, numbers: set, device: int, stored: "_StoredPlans | None" = None):
     """(the plan, None) or, for an op run on the host that reads the device's tensors, (the plan,
-    (why it cannot run on the device, the error saying so))."""
+    (why it cannot run on the device, the error saying so)); a program's plan is given to
+    `stored` to keep."""
     if func.is_view:
         return _view_plan(func, args, kwargs), None
     if func in _host_checks():
@@ -557,8 +570,9 @@ def _plan(func, args: list, kwargs: dict, numbers: set, device: int):
         padded = _padded(func, args, kwargs)
         if padded is not None:
             call, counted = padded
-            return _program_plan(func, flat, spec, signature, device, call=call, counted=counted), None
-        return _program_plan(func, flat, spec, signature, device, call=_stand_ins().get(func)), None
+            return _program_plan(func, flat, spec, signature, device, call=call, counted=counted,
+                                 stored=stored), None
+        return _program_plan(func, flat, spec, signature, device, call=_stand_ins().get(func), stored=stored), None
     except Exception as error:  # noqa: BLE001 - only what `_cannot_run` recognises is handled
         reason = op_tracing.cannot_run(error)
         if reason is None:
@@ -575,10 +589,11 @@ def _written_only(func, flat, spec, position: int) -> bool:
     return any(bound.get(name) is flat[position] for name in schema.outs)
 
 
-def _program_plan(func, flat, spec, signature: _Signature, device: int, call=None, counted: list | None = None):
+def _program_plan(func, flat, spec, signature: _Signature, device: int, call=None, counted: list | None = None,
+                  stored: "_StoredPlans | None" = None):
     """The plan of a program computing `func` (by `call` when given); `counted`: `call` returns
     the op's results padded to their largest size, then the count they are cut to along the
-    dimension given here for each (`_padded`)."""
+    dimension given here for each (`_padded`); `stored` keeps it on disk."""
     out: dict = {}
 
     def trace(f, values, value_spec):
@@ -619,11 +634,78 @@ def _program_plan(func, flat, spec, signature: _Signature, device: int, call=Non
     else:
         returns = _returns(func, flat, spec, signature, out, len(writes), output_type)
     _GRAPHS.append(gm)
+    if stored is not None:
+        stored.keep(len(_GRAPHS) - 1, lifted is not None, {
+            **program_record(name, device, prepared), "inputs": inputs, "writes": writes, "returns": returns,
+            "lifted": lifted is not None, "count_output": count_output, "graph": plan_store.StoredGraph.of(gm)})
     return ("program", program, inputs, writes, returns, lifted is not None, count_output, len(_GRAPHS) - 1)
 
 
-# The graphs of the ops planned, by number (an entry's `graph`): fused mode joins them.
-_GRAPHS: list[torch.fx.GraphModule] = []
+# The graphs of the ops planned, by number (an entry's `graph`): fused mode joins them. A plan
+# revived from disk has its graph revived when fused mode first asks for it.
+_GRAPHS: list["torch.fx.GraphModule | plan_store.StoredGraph"] = []
+
+
+class _StoredPlans:
+    """The plans on disk of one op's native key (`plan_store`): one serving every value of its
+    floats (lifted), else one for these values."""
+
+    def __init__(self, name: str, overload: str, types: bytes, values: bytes, device: int):
+        compiler = op_tracing.compiler()
+        # Dumps are of what the planner traces: a process asked for them plans every op.
+        self.on = bool(types) and not compiler.opts.dump_dir and plan_store.directory() is not None
+        if not self.on:
+            return
+        settings = f"{compiler.opts!r} {torch.get_default_dtype()} {torch.are_deterministic_algorithms_enabled()} " \
+                   f"{session(None).runtime.platform} current device {device}"
+        self.lifted = plan_store.key(name, overload, types, b"", settings)
+        self.exact = plan_store.key(name, overload, types, values, settings) if values else self.lifted
+
+    def revive(self):
+        """The stored plan, its program loaded and its constants uploaded; None if none."""
+        if not self.on:
+            return None
+        for name in dict.fromkeys((self.lifted, self.exact)):
+            record = plan_store.load(name)
+            if record is not None:
+                return self._revived(record)
+        return None
+
+    def keep(self, graph: int, lifted: bool, record: dict) -> None:
+        """Stores the plan of graph number `graph`."""
+        if self.on:
+            name = self.lifted if lifted else self.exact
+            if plan_store.store(name, record):
+                _STORED_AS[graph] = name
+
+    def _revived(self, record: dict):
+        program = load_stored_program(record)
+        _GRAPHS.append(record["graph"])
+        _STORED_AS[len(_GRAPHS) - 1] = self.lifted if record["lifted"] else self.exact
+        return ("program", program, record["inputs"], record["writes"], record["returns"], record["lifted"],
+                record["count_output"], len(_GRAPHS) - 1)
+
+
+# The names in `plan_store` of the plans of graphs, by number: fused mode keeps the programs of
+# runs of such ops under their names.
+_STORED_AS: dict[int, str] = {}
+
+
+def stored_as(graph: int) -> str | None:
+    """The name of graph number `graph`'s plan in `plan_store`, None when not stored."""
+    return _STORED_AS.get(graph)
+
+
+def program_record(name: str, device: int, prepared) -> dict:
+    """What `load_stored_program` revives a program of a prepared graph from."""
+    return {"name": name, "device": device, "program": prepared.program, "outputs": prepared.outputs,
+            "constants": [c.detach().cpu().contiguous() for c in prepared.constants]}
+
+
+def load_stored_program(record: dict):
+    """The native layer's `Compiled` of a `program_record`."""
+    return load_program(record["program"], record["name"], record["constants"], record["outputs"],
+                        record["device"])[0]
 
 
 def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None:
@@ -642,7 +724,10 @@ def _dump(directory: str, name: str, gm: torch.fx.GraphModule, compiled) -> None
 def graph_of(number: int) -> torch.fx.GraphModule:
     """The graph of the op planned with number `number` (its inputs: the program's, less its
     constants; its outputs: the written storages' new values, then what the op returns)."""
-    return _GRAPHS[number]
+    graph = _GRAPHS[number]
+    if isinstance(graph, plan_store.StoredGraph):
+        graph = _GRAPHS[number] = graph.graph()
+    return graph
 
 
 def compile_graph(gm: torch.fx.GraphModule, name: str, device: int):
@@ -658,21 +743,32 @@ def compile_graph(gm: torch.fx.GraphModule, name: str, device: int):
     prepared = compiler.prepare(gm, name)
     if any(kind not in ("tensor", "arg") for kind, _ in prepared.outputs):
         raise _tpuc.TpucError(f"{name}: a graph output of kind {prepared.outputs}")
-    compiled = session(None).compile(prepared.program, name, compiler.opts.compile)
+    program, output_types = load_program(prepared.program, name, prepared.constants, prepared.outputs, device,
+                                         dumped=prepared.gm)
+    return program, prepared, output_types
+
+
+def load_program(program: bytes, name: str, constants: list, outputs: list, device: int, dumped=None):
+    """The native layer's `Compiled` of a prepared graph's `program` (its executable from the
+    compile cache, or compiled), its `constants` uploaded to device `device` and its `outputs`
+    (`PreparedGraph.outputs`) said as the native layer takes them; and each result's (dtype,
+    shape). `dumped`: the graph to write to the dump directory, when one is set."""
+    compiler = op_tracing.compiler()
+    compiled = session(None).compile(program, name, compiler.opts.compile)
     if compiled.cache == "hit":
         STATS["loaded_from_disk"] += 1
-    if compiler.opts.dump_dir:
-        _dump(compiler.opts.dump_dir, name, prepared.gm, compiled)
+    if compiler.opts.dump_dir and dumped is not None:
+        _dump(compiler.opts.dump_dir, name, dumped, compiled)
     runtime = session(None).runtime
-    constants = []
-    for constant in prepared.constants:
+    values = []
+    for constant in constants:
         host = constant.detach().contiguous()
         buffer = runtime.buffer(host.data_ptr(), host.numel() * host.element_size(), dtype_name(host.dtype),
                                 list(host.shape), host.untyped_storage(), device=device)
-        constants.append(buffer.native_value())
-    outputs = [("result", what) if kind == "tensor" else ("input", what) for kind, what in prepared.outputs]
-    program = (compiled.native_program(), constants, outputs, len(compiled.output_specs), compiled.random)
-    return program, prepared, [(getattr(torch, dtype_text), shape) for dtype_text, shape in compiled.output_specs]
+        values.append(buffer.native_value())
+    sources = [("result", what) if kind == "tensor" else ("input", what) for kind, what in outputs]
+    native = (compiled.native_program(), values, sources, len(compiled.output_specs), compiled.random)
+    return native, [(getattr(torch, dtype_text), shape) for dtype_text, shape in compiled.output_specs]
 
 
 def _returns(func, flat, spec, signature: _Signature, out: dict, first_fresh: int, output_type) -> list:
