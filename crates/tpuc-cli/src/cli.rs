@@ -133,7 +133,8 @@ enum Command {
     },
     /// Show the cache of compiled executables (`tpuc run` and the torch.compile backend load
     /// from it what they compiled before): its directory, how many executables it holds, their
-    /// size and the limit; `--stats` what it did; `--clear` empties it. TPUC_CACHE_MODE=require
+    /// size and the limit, and the eager device's op plans kept beside them; `--stats` what it
+    /// did; `--clear` empties it. TPUC_CACHE_MODE=require
     /// makes a miss an error (a deployment that must never compile), TPUC_CACHE_DUMP_MISSES=DIR
     /// writes the module of each miss there, TPUC_CACHE_SHARED=DIR[:DIR...] reads caches filled
     /// elsewhere (never writing them).
@@ -147,7 +148,8 @@ enum Command {
         /// the module or its sizes) and the seconds spent compiling.
         #[arg(long, conflicts_with = "clear")]
         stats: bool,
-        /// Remove every compiled executable (and the record) from it.
+        /// Remove every compiled executable (and the record, and the eager device's op plans)
+        /// from it.
         #[arg(long)]
         clear: bool,
     },
@@ -441,17 +443,21 @@ fn show_cache(dir: Option<&str>, stats: bool, clear: bool) -> Result<()> {
         let removed = cache
             .clear()
             .with_context(|| format!("cannot clear the cache in {shown}"))?;
-        say!("{shown}: removed {removed} compiled executable(s)")?;
+        say!("{shown}: removed {removed} compiled executable(s) and the eager device's op plans")?;
         return Ok(());
     }
     let (count, bytes) = cache
         .usage()
         .with_context(|| format!("cannot read the cache in {shown}"))?;
+    let (plans, plan_bytes) = cache
+        .device_plans_usage()
+        .with_context(|| format!("cannot read the eager device's plans in {shown}"))?;
     let mb = |b: u64| b as f64 / (1 << 20) as f64;
     say!(
-        "{shown}: {count} compiled executable(s), {:.1} MB of {:.0} MB",
+        "{shown}: {count} compiled executable(s), {:.1} MB of {:.0} MB; {plans} eager device op plan(s), {:.1} MB",
         mb(bytes),
-        mb(cache.max_bytes())
+        mb(cache.max_bytes()),
+        mb(plan_bytes)
     )?;
     if stats {
         let s = cache.stats();

@@ -416,6 +416,24 @@ impl CompileCache {
         Ok((entries.clone().count(), entries.map(|f| f.bytes).sum()))
     }
 
+    /// How many plans the eager device keeps (`device_plans_dir`) and their bytes.
+    pub fn device_plans_usage(&self) -> std::io::Result<(usize, u64)> {
+        let listing = match fs::read_dir(self.device_plans_dir()) {
+            Ok(listing) => listing,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, 0)),
+            Err(e) => return Err(e),
+        };
+        let (mut count, mut bytes) = (0, 0);
+        for item in listing {
+            let item = item?;
+            if item.path().extension().is_some_and(|e| e == "plan") {
+                count += 1;
+                bytes += item.metadata().map_or(0, |m| m.len());
+            }
+        }
+        Ok((count, bytes))
+    }
+
     /// Removes every executable (and temporary file) of the cache and the device's plans;
     /// returns how many executables went. Other files in the directory stay.
     pub fn clear(&self) -> std::io::Result<usize> {

@@ -237,11 +237,16 @@ fn cli_run() -> Result<(), Failed> {
             return Err(format!("--cache-dir {setting:?}: expected {said:?}:\n{stderr}").into());
         }
     }
-    // `tpuc cache` shows it and empties it.
+    // `tpuc cache` shows it and the eager device's plans (one written here as the device
+    // would), and empties both.
+    std::fs::create_dir_all(cache.join("device-plans"))?;
+    std::fs::write(cache.join("device-plans").join("0.plan"), b"a plan")?;
     for (args, said) in [
         (&[][..], "1 compiled executable(s)"),
+        (&[][..], "1 eager device op plan(s)"),
         (&["--clear"][..], "removed 1 compiled executable(s)"),
         (&[][..], "0 compiled executable(s)"),
+        (&[][..], "0 eager device op plan(s)"),
     ] {
         let shown = tpuc()
             .arg("cache")
