@@ -1,6 +1,7 @@
-// Ops whose result's size depends on values and that no padded program serves (their largest
-// size is unbounded): the device computes the size, the host reads it back (as any eager
-// accelerator does), and the result is composed of the device's own ops at that size.
+// Ops whose result depends on values in a way no program on the device serves: a size with no
+// bound a padded program could take, or a value returned to the host. The device computes what
+// decides it, the host reads that back (as any eager accelerator does), and the result is
+// composed of the device's own ops.
 #include <ATen/Functions.h>
 #include <torch/library.h>
 
@@ -35,10 +36,22 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
       .scatter_add_(0, indices, weights->to(dtype));
 }
 
+// `equal`: whether the tensors have the same sizes and elements (NaN equals nothing), read back
+// as one boolean; refused as torch's CPU kernel refuses it.
+bool equal(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
+              self.device(), " and ", other.device());
+  TORCH_CHECK(self.scalar_type() == other.scalar_type(), "Expected object of scalar type ", self.scalar_type(),
+              " but got scalar type ", other.scalar_type(), " for argument 'other'");
+  if (!self.is_same_size(other)) return false;
+  return at::eq(self, other).all().item<bool>();
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("bincount", bincount);
+  m.impl("equal", equal);
 }
 
 }  // namespace tpuc

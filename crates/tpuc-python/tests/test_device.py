@@ -243,6 +243,10 @@ def test_ops_whose_size_depends_on_values_run_on_the_device_without_a_word():
         _same(torch.bincount(ints.to("tpuc"), weights.to("tpuc")), torch.bincount(ints, weights))
         _same(torch.bincount(ints.to("tpuc"), ints.to("tpuc")), torch.bincount(ints, ints))  # float64
         _same(torch.bincount(ints[:0].to("tpuc"), minlength=2), torch.bincount(ints[:0], minlength=2))
+        # equal: one boolean read back (NaN equals nothing; other sizes are unequal).
+        nan = torch.tensor([1.0, float("nan")])
+        for a, b in ((x, x.clone()), (x, x + 1), (x, x[:1]), (nan, nan), (ints, ints), (ints[:0], ints[:0])):
+            assert torch.equal(a.to("tpuc"), b.to("tpuc")) is torch.equal(a, b)
         assert "device='tpuc:0'" in repr(d)             # printing reads values on the device
         assert planner.STATS["host_ops"] == before
     for bad in (torch.tensor([2, -1]), torch.tensor([[1]])):
@@ -250,6 +254,10 @@ def test_ops_whose_size_depends_on_values_run_on_the_device_without_a_word():
             torch.bincount(bad.to("tpuc"))
     with pytest.raises(RuntimeError, match="same length"):
         torch.bincount(ints.to("tpuc"), weights[:2].to("tpuc"))
+    with pytest.raises(RuntimeError, match="scalar type"):
+        torch.equal(ints.to("tpuc"), ints.float().to("tpuc"))
+    with pytest.raises(RuntimeError, match="different devices"):
+        torch.equal(ints.to("tpuc"), ints)
 
 
 def test_factories_make_device_tensors(mode):

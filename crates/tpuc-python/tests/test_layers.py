@@ -15,7 +15,7 @@ LAYERS = [
     {"graph", "options", "decompositions", "custom_ops", "sharding"},
     {"compiler"},
     {"accelerator", "autocast", "op_tracing"},
-    {"device", "planner", "fusion", "checks"},
+    {"device", "planner", "plan_store", "fusion", "checks"},
     {"backend", "compare", "ranks", "exported"},
     {"__init__"},
 ]

@@ -195,6 +195,9 @@ EXTRA = {
     # Random fills tpuc lowers through the uniform and normal draws (docs/random.md): torch's
     # decompositions for cauchy and log_normal, tpuc's for geometric.
     **torch._decomp.get_decompositions([aten.cauchy.default, aten.log_normal.default]),
+    # The form of bicubic upsampling with output sizes (the eager device's `out=` kernel; the
+    # core table has the form with scale factors only).
+    **torch._decomp.get_decompositions([aten.upsample_bicubic2d.default]),
     aten.geometric.default: geometric,
     aten.rrelu_with_noise_backward.default: rrelu_with_noise_backward,
     aten.mish_backward.default: mish_backward,
