@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 #include <sys/mman.h>
 
+#include <array>
 #include <map>
 #include <unordered_map>
 #include <mutex>
@@ -22,14 +23,78 @@ namespace {
 std::mutex g_slots_mutex;
 std::unordered_map<const void*, Slot*> g_slots;
 
+// The addresses storages are given: each a range of its size no other live storage overlaps
+// (torch checks overlaps by address) and no memory backs (the device's memory is not the
+// host's). They are cut from one region of address space reserved once, by size class (powers
+// of two from 64 bytes), and reused when freed, so that a storage costs no system call; a range
+// the region cannot give is reserved on its own.
+class AddressSpace {
+ public:
+  // Under g_slots_mutex, as `give`.
+  void* take(size_t nbytes) {
+    size_t size_class = class_of(nbytes);
+    auto& free = free_[size_class];
+    if (!free.empty()) {
+      void* address = free.back();
+      free.pop_back();
+      return address;
+    }
+    reserve();
+    size_t bytes = size_t{1} << size_class;
+    if (base_ != nullptr && size_class < kClasses && size_ - used_ >= bytes) {
+      void* address = base_ + used_;
+      used_ += bytes;
+      return address;
+    }
+    void* address = mmap(nullptr, nbytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return address == MAP_FAILED ? nullptr : address;
+  }
+
+  void give(void* address, size_t nbytes) {
+    auto* start = static_cast<char*>(address);
+    if (base_ != nullptr && start >= base_ && start < base_ + size_) {
+      free_[class_of(nbytes)].push_back(address);
+    } else {
+      munmap(address, nbytes);
+    }
+  }
+
+ private:
+  static constexpr size_t kClasses = 48;
+
+  static size_t class_of(size_t nbytes) {
+    size_t size_class = 6;
+    while (size_class < kClasses && (size_t{1} << size_class) < nbytes) ++size_class;
+    return size_class;
+  }
+
+  void reserve() {
+    if (tried_) return;
+    tried_ = true;
+    for (size_t size : {size_t{1} << 44, size_t{1} << 40, size_t{1} << 36}) {
+      void* region = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (region != MAP_FAILED) {
+        base_ = static_cast<char*>(region);
+        size_ = size;
+        return;
+      }
+    }
+  }
+
+  bool tried_ = false;
+  char* base_ = nullptr;
+  size_t size_ = 0, used_ = 0;
+  std::array<std::vector<void*>, kClasses + 1> free_;
+};
+
+AddressSpace g_addresses;
+
 void release(void* context) {
   auto* slot = static_cast<Slot*>(context);
   if (slot->address != nullptr) {
-    {
-      std::lock_guard<std::mutex> lock(g_slots_mutex);
-      g_slots.erase(slot->address);
-    }
-    munmap(slot->address, slot->nbytes);
+    std::lock_guard<std::mutex> lock(g_slots_mutex);
+    g_slots.erase(slot->address);
+    g_addresses.give(slot->address, slot->nbytes);
   }
   delete slot;
 }
@@ -45,14 +110,14 @@ class Allocator final : public c10::Allocator {
     slot->nbytes = nbytes;
     slot->device = device;
     if (nbytes > 0) {
-      void* address = mmap(nullptr, nbytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                           -1, 0);
-      if (address == MAP_FAILED) {
+      std::unique_lock<std::mutex> lock(g_slots_mutex);
+      void* address = g_addresses.take(nbytes);
+      if (address == nullptr) {
+        lock.unlock();
         delete slot;
         TORCH_CHECK(false, "tpuc: no address space left for a tensor of ", nbytes, " bytes");
       }
       slot->address = address;
-      std::lock_guard<std::mutex> lock(g_slots_mutex);
       g_slots[address] = slot;
     }
     return {slot->address, slot, &release, c10::Device(c10::DeviceType::PrivateUse1, device)};

@@ -58,6 +58,18 @@ def test_device_tensors_are_plain_tensors_with_their_own_storage():
     assert bytes(d.untyped_storage().tolist()) == x.numpy().tobytes()
 
 
+def test_live_storages_have_addresses_no_other_overlaps_and_freed_ones_are_given_again():
+    # torch tells overlapping tensors by address, so each storage has a range of its own; the
+    # ranges come from one reserved region, without a system call per storage.
+    sizes = [1, 3, 64, 65, 1000, 4096, 70000, 1 << 20]
+    storages = [torch.empty(n, dtype=torch.uint8, device="tpuc") for n in sizes for _ in range(3)]
+    ranges = sorted((t.data_ptr(), t.data_ptr() + t.numel()) for t in storages)
+    assert all(end <= start for (_, end), (start, _) in zip(ranges, ranges[1:]))
+    freed = storages[-1].data_ptr()
+    del storages[-1]
+    assert torch.empty(1 << 20, dtype=torch.uint8, device="tpuc").data_ptr() == freed
+
+
 def test_tensors_move_to_the_device_and_back():
     x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     t = x.to("tpuc")
