@@ -98,6 +98,9 @@ struct Hooks final : at::PrivateUse1HooksInterface {
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override {
     return exchangeDevice(device);
   }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
+    resize_storage(storage, nbytes);
+  }
 };
 
 }  // namespace

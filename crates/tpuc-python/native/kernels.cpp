@@ -120,34 +120,12 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   return host.item();
 }
 
-// Grows a storage to `nbytes`, keeping its contents (read back and written again: resizing a
-// device tensor up is rare, and the device's values cannot grow in place).
-void grow(const c10::Storage& storage, size_t nbytes, c10::ScalarType dtype) {
-  auto* old = static_cast<Slot*>(storage.data_ptr().get_context());
-  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, old->device));
-  auto fresh = allocator()->allocate(nbytes);
-  auto* slot = static_cast<Slot*>(fresh.get_context());
-  if (ready(*old) != nullptr) {
-    auto itemsize = c10::elementSize(old->dtype);
-    TORCH_CHECK(nbytes % itemsize == 0, "tpuc: resizing a storage of ", old->dtype,
-                " to a size that is no whole number of its elements");
-    std::vector<uint8_t> bytes(nbytes, 0);
-    download(*old->value, bytes.data(), old->nbytes);
-    int64_t count = static_cast<int64_t>(nbytes / itemsize);
-    set_value(*slot, upload(old->device, old->dtype, {count}, bytes.data(), nbytes), {count},
-              old->dtype);
-  }
-  auto& mutable_storage = const_cast<c10::Storage&>(storage);
-  mutable_storage.set_data_ptr_noswap(std::move(fresh));
-  mutable_storage.set_nbytes(nbytes);
-}
-
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   auto* impl = self.unsafeGetTensorImpl();
   size_t needed = at::detail::computeStorageNbytesContiguous(size, self.itemsize(),
                                                              self.storage_offset());
-  if (needed > self.storage().nbytes()) grow(self.storage(), needed, self.scalar_type());
+  if (needed > self.storage().nbytes()) resize_storage(self.storage(), needed);
   impl->set_sizes_contiguous(size);
   if (memory_format && *memory_format != c10::MemoryFormat::Preserve) {
     impl->empty_tensor_restride(*memory_format);
@@ -169,7 +147,7 @@ at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t offset, c
   }
   size_t needed = at::detail::computeStorageNbytes(self.sizes(), self.strides(), self.itemsize(),
                                                    static_cast<size_t>(offset));
-  if (needed > self.storage().nbytes()) grow(self.storage(), needed, self.scalar_type());
+  if (needed > self.storage().nbytes()) resize_storage(self.storage(), needed);
   return self;
 }
 

@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
+#include "distributed.h"
 #include "fusion.h"
 #include "ops.h"
 #include "storage.h"
@@ -325,6 +326,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("shutdown", &shutdown,
         "Stops releasing values into the runtime (at interpreter exit, when the plugin may be "
         "gone before the last tensors).");
+  m.def("enable_distributed", [m]() mutable { register_distributed(m); },
+        "Defines the device's torch.distributed backend (once torch.distributed is imported).");
   m.def("synchronize", []() {
         flush();
         synchronize();

@@ -249,4 +249,27 @@ void set_value(Slot& slot, Source value, std::vector<int64_t> dims, c10::ScalarT
   slot.dtype = dtype;
 }
 
+// A new allocation of `nbytes` keeping the contents it still covers (read back and written
+// again: the device's values cannot change size in place). Resizing is rare but for FSDP's
+// freeing of a parameter's unsharded storage (to 0 bytes) and allocating it again.
+void resize_storage(const c10::Storage& storage, size_t nbytes) {
+  auto* old = static_cast<Slot*>(storage.data_ptr().get_context());
+  TORCH_CHECK(old != nullptr, "tpuc: resizing a storage that is not the device's");
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, old->device));
+  auto fresh = allocator()->allocate(nbytes);
+  auto* slot = static_cast<Slot*>(fresh.get_context());
+  if (nbytes > 0 && ready(*old) != nullptr) {
+    auto itemsize = c10::elementSize(old->dtype);
+    TORCH_CHECK(nbytes % itemsize == 0, "tpuc: resizing a storage of ", old->dtype,
+                " to a size that is no whole number of its elements");
+    std::vector<uint8_t> bytes(std::max(nbytes, old->nbytes), 0);
+    download(*old->value, bytes.data(), old->nbytes);
+    int64_t count = static_cast<int64_t>(nbytes / itemsize);
+    set_value(*slot, upload(old->device, old->dtype, {count}, bytes.data(), nbytes), {count}, old->dtype);
+  }
+  auto& mutable_storage = const_cast<c10::Storage&>(storage);
+  mutable_storage.set_data_ptr_noswap(std::move(fresh));
+  mutable_storage.set_nbytes(nbytes);
+}
+
 }  // namespace tpuc

@@ -76,6 +76,10 @@ at::Tensor wrap(Source value, c10::ScalarType dtype, c10::IntArrayRef sizes,
 // when it is one already; else a contiguous copy).
 at::Tensor dense(const at::Tensor& tensor);
 
+// Resizes a storage of the device to `nbytes` (`resize_`, `UntypedStorage.resize_`), keeping
+// the contents it still covers.
+void resize_storage(const c10::Storage& storage, size_t nbytes);
+
 // Sets a storage's contents.
 void set_value(Slot& slot, Source value, std::vector<int64_t> dims, c10::ScalarType dtype);
 

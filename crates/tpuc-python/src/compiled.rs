@@ -278,19 +278,24 @@ impl CompiledGraph {
         })
     }
 
-    /// Starts the graph on `inputs` (on one device) and returns its outputs where they are, on
-    /// the device, without waiting for it to finish: the next execution (or a copy to the host)
-    /// reading them waits, and an error of this one is that reader's.
-    #[pyo3(signature = (inputs, seed=None))]
+    /// Starts the graph on `inputs` (on one device: `device` of the eager device's, else the
+    /// program's own) and returns its outputs where they are, on the device, without waiting
+    /// for it to finish: the next execution (or a copy to the host) reading them waits, and an
+    /// error of this one is that reader's.
+    #[pyo3(signature = (inputs, seed=None, device=None))]
     fn launch(
         &self,
         py: Python<'_>,
         inputs: Vec<Bound<'_, PyAny>>,
         seed: Option<PyRef<'_, DeviceBuffer>>,
+        device: Option<usize>,
     ) -> PyResult<Vec<DeviceBuffer>> {
         let call = self.call(&inputs, seed)?;
         let values = py
-            .detach(|| self.loaded.launch(call))
+            .detach(|| match device {
+                Some(index) => self.loaded.launch_on(index, call),
+                None => self.loaded.launch(call),
+            })
             .map_err(driver_error)?;
         Ok(values
             .into_iter()

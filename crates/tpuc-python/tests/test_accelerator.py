@@ -53,12 +53,31 @@ def test_timed_events_measure_the_work_between_them():
     other = torch.tpuc.Stream()
     other.wait_stream(stream)
     other.wait_event(stream.record_event())
+    # Streams are torch.Streams: libraries (FSDP2) read their ids and device.
+    assert isinstance(other, torch.Stream) and (other.stream_id, other.device_index) == (0, 0)
+    assert other.device_type == int(torch._C._autograd.DeviceType.PrivateUse1)
     torch.tpuc.synchronize()
     assert torch.isfinite(x).all()
     with pytest.raises(RuntimeError, match="enable_timing=True"):
         torch.tpuc.Event().elapsed_time(end)
     with pytest.raises(RuntimeError, match="recorded"):
         torch.tpuc.Event(enable_timing=True).elapsed_time(end)
+
+
+def test_storages_resize_keeping_what_they_still_cover():
+    # FSDP2 frees a parameter's unsharded storage (resize to 0) and allocates it again.
+    t = torch.arange(6.0, device="tpuc")
+    storage = t.untyped_storage()
+    storage.resize_(40)
+    assert storage.nbytes() == 40 and torch.equal(t.cpu(), torch.arange(6.0))
+    storage.resize_(8)
+    assert torch.equal(torch.empty(0, device="tpuc").set_(storage).cpu(), torch.arange(2.0))
+    storage.resize_(0)
+    assert storage.nbytes() == 0
+    storage.resize_(12)
+    again = torch.empty(0, device="tpuc").set_(storage)
+    again.copy_(torch.tensor([7.0, 8.0, 9.0]))
+    assert torch.equal(again.cpu(), torch.tensor([7.0, 8.0, 9.0]))
 
 
 def test_random_states_are_saved_and_restored_as_torch_does_it():

@@ -1010,7 +1010,7 @@ def test_torch_compile_over_device_tensors_falls_back_compares_and_refuses_clear
     with pytest.raises(Exception, match=r"same device"):
         torch.compile(lambda a, b: a + b, backend="tpuc")(x_on_device, torch.randn(5))
     with pytest.raises(tpuc.TpucError, match=r"got a tensor of the meta device"):
-        tpuc.device.graph_argument(torch.empty(2, device="meta"), None)
+        tpuc.device.graph_argument(torch.empty(2, device="meta"), None, 0)
 
 
 def test_a_model_compiled_on_the_device_trains_as_on_the_cpu():

@@ -134,12 +134,16 @@ def synchronize(device=None) -> None:
     _session().runtime.synchronize()
 
 
-class Stream:
+class Stream(torch.Stream):
     """The device's queue of ops. Every stream of a device is that one queue: ops run in the
-    order they were given, so waiting on another stream or event holds already."""
+    order they were given, so waiting on another stream or event holds already. A `torch.Stream`
+    (libraries read its `stream_id`, `device_index` and `device_type`)."""
 
-    def __init__(self, device=None, priority: int = 0):
-        self.device = torch.device(NAME, _index(device))
+    def __new__(cls, device=None, priority: int = 0, **kwargs):
+        return super().__new__(cls, stream_id=0, device_index=_index(device),
+                               device_type=int(torch._C._autograd.DeviceType.PrivateUse1))
+
+    def __init__(self, device=None, priority: int = 0, **kwargs):
         self.priority = priority
 
     def synchronize(self) -> None:
@@ -153,19 +157,13 @@ class Stream:
     def wait_event(self, event: Event) -> None:
         return None
 
-    def wait_stream(self, stream: Stream) -> None:
+    def wait_stream(self, stream: torch.Stream) -> None:
         return None
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event if event is not None else Event()
         event.record(self)
         return event
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Stream) and other.device == self.device
-
-    def __hash__(self) -> int:
-        return hash(self.device)
 
     def __enter__(self):
         return self

@@ -10,7 +10,7 @@ import functools
 
 import torch
 
-from . import _tpuc, _tpuc_native, accelerator, autocast, checks, fusion, op_tracing, planner
+from . import _tpuc, _tpuc_native, accelerator, autocast, checks, fusion, op_tracing, planner, process_group
 from .runtime import DeviceHooks, attach_device, dtype_name, session
 
 NAME = accelerator.NAME
@@ -76,26 +76,36 @@ def cache_stats() -> dict:
     return stats
 
 
-def graph_argument(value, cache) -> _tpuc.DeviceBuffer:
-    """The buffer a compiled graph over the device's tensors runs on for its argument `value`:
-    a device tensor's dense value (its storage's own when it is the whole of it); a host tensor
-    is put on the device, `cache` keeping it."""
+def graph_device(values: list) -> int:
+    """The device a compiled graph with arguments `values` runs on: its device tensors' (the
+    current device when it has none)."""
+    return next((v.device.index for v in values if isinstance(v, torch.Tensor) and v.device.type == NAME),
+                torch.tpuc.current_device())
+
+
+def graph_argument(value, cache, device: int) -> _tpuc.DeviceBuffer:
+    """The buffer a compiled graph over the device's tensors runs on (on device number `device`)
+    for its argument `value`: a device tensor's dense value (its storage's own when it is the
+    whole of it); a host tensor is put on the device, `cache` keeping it."""
     if isinstance(value, torch.Tensor) and value.device.type == NAME:
+        if value.device.index != device:
+            raise _tpuc.TpucError(f"a graph compiled over the tpuc device's tensors got tensors of {NAME}:{device} "
+                                  f"and {value.device}: its device tensors must all be on one device")
         return _tpuc.DeviceBuffer.from_native(_tpuc_native.dense_value(value))
     if isinstance(value, torch.Tensor) and value.device.type != "cpu":
         raise _tpuc.TpucError(f"a graph compiled over the tpuc device's tensors got a tensor of the {value.device.type} "
                               "device: its arguments are the tpuc device's tensors or the host's")
-    return cache.buffer(value)
+    return cache.buffer(value, None, device)
 
 
-def graph_result(buffer: _tpuc.DeviceBuffer, dtype: torch.dtype, shape, device_type: str):
-    """A compiled graph's result as its traced value was: a device tensor holding the buffer, or
-    a host tensor."""
+def graph_result(buffer: _tpuc.DeviceBuffer, dtype: torch.dtype, shape, device_type: str, device: int):
+    """A compiled graph's result as its traced value was: a tensor of device number `device`
+    holding the buffer, or a host tensor."""
     if device_type == "cpu":
         out = torch.empty(shape, dtype=dtype)
         buffer.copy_to_host(out.data_ptr(), out.numel() * out.element_size())
         return out
-    return _tpuc_native.wrap(buffer.native_value(), dtype, list(shape), torch.tpuc.current_device())
+    return _tpuc_native.wrap(buffer.native_value(), dtype, list(shape), device)
 
 
 def _eager(module: torch.fx.GraphModule):
@@ -124,8 +134,10 @@ def register() -> None:
         accelerator.identify_in_dlpack()
         _connect()
         autocast.register()
+        process_group.register()
 
-    attach_device(DeviceHooks(session=_session, argument=graph_argument, result=graph_result, eager=_eager,
+    attach_device(DeviceHooks(session=_session, argument=graph_argument, result=graph_result,
+                              device_of=graph_device, eager=_eager,
                               hide_from_dynamo=hide_from_dynamo))
     accelerator.claim_device(native_backend)
 

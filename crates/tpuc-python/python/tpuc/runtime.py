@@ -30,10 +30,12 @@ class DeviceHooks(NamedTuple):
     enabled (`attach_device`): they never import it.
 
     session:          the device's `Session`.
-    argument:         `argument(value, cache)`, the buffer a compiled graph over the device's
-                      tensors runs on for its argument `value`.
-    result:           `result(buffer, dtype, shape, where)`, a compiled graph's result as its
-                      traced value was (a device or CPU tensor).
+    argument:         `argument(value, cache, device)`, the buffer a compiled graph over the
+                      device's tensors runs on, on device number `device`, for its argument `value`.
+    result:           `result(buffer, dtype, shape, where, device)`, a compiled graph's result as
+                      its traced value was (a tensor of device number `device`, or of the CPU).
+    device_of:        `device_of(values)`, the number of the device a compiled graph with these
+                      arguments runs on.
     eager:            `eager(module)`, a function running a partitioned graph over the device's
                       tensors with its uncompiled nodes op by op on the device.
     hide_from_dynamo: keeps Dynamo out of the device's own code.
@@ -42,6 +44,7 @@ class DeviceHooks(NamedTuple):
     session: Callable[[], "Session"]
     argument: Callable
     result: Callable
+    device_of: Callable[[list], int]
     eager: Callable
     hide_from_dynamo: Callable[[], None]
 
@@ -78,7 +81,7 @@ class Session:
         paths = [p for p in sys.path if p]
         if mesh is None:
             # The eager device's devices (`tpuc:0`, `tpuc:1`, ...), each running its own programs.
-            self.runtime = _tpuc.Runtime.each(plugin, paths, eager_devices())
+            self.runtime = _tpuc.Runtime.each(plugin, paths, eager_devices(plugin))
         else:
             self.runtime = _tpuc.Runtime(plugin, paths, mesh)
         self.mesh = mesh
@@ -120,11 +123,16 @@ class Session:
         return compiled
 
 
-def eager_devices() -> int | None:
+def eager_devices(plugin: str = "cpu") -> int | None:
     """How many devices the eager device has, as TPUC_DEVICES says (None: every device of the
-    plugin; for the CPU plugin, which has as many as it is asked for, one)."""
+    plugin). The CPU plugin has as many as it is asked for: one, or under torchrun as many as
+    the node has ranks (LOCAL_WORLD_SIZE), so that each rank's `set_device(local_rank)` finds
+    its device, as each CUDA process sees every GPU of its node."""
     text = os.environ.get("TPUC_DEVICES")
     if text is None or text == "":
+        local = os.environ.get("LOCAL_WORLD_SIZE", "")
+        if plugin == "cpu" and local.isdigit() and int(local) > 1:
+            return int(local)
         return None
     try:
         count = int(text)
@@ -171,12 +179,13 @@ class BufferCache:
             if entry is not None and entry[0] is ref:
                 del self.entries[tensor_id]
 
-    def buffer(self, tensor: torch.Tensor, spec=None) -> _tpuc.DeviceBuffer:
+    def buffer(self, tensor: torch.Tensor, spec=None, device: int | None = None) -> _tpuc.DeviceBuffer:
         """The tensor on the devices, each holding its part as `spec` lays it out (a tuple of
-        tuples of axes; whole when None)."""
+        tuples of axes; whole when None), or whole on device number `device` of the eager
+        device's devices."""
         # Hot path (every argument of every call): a dict read, atomic under the GIL.
         entry = self.entries.get(id(tensor))
-        if entry is not None and entry[0]() is tensor and entry[4] == spec:
+        if entry is not None and entry[0]() is tensor and entry[4] == spec and entry[5] == device:
             try:
                 unchanged = entry[1] == tensor._version and entry[2] == tensor.data_ptr()
             except RuntimeError:  # inference-mode tensors have no version counter
@@ -184,7 +193,7 @@ class BufferCache:
             if unchanged:
                 STATS["reused"] += 1
                 return entry[3]
-        return self._upload(tensor, spec)
+        return self._upload(tensor, spec, device)
 
     def donatable(self, tensor: torch.Tensor) -> "_tpuc.DonatedBuffer":
         """`tensor`'s memory for a graph that updates it in place (never cached: the graph
@@ -192,11 +201,12 @@ class BufferCache:
         STATS["uploads"] += 1
         return self.runtime.donatable_buffer(*_memory(tensor), tensor.untyped_storage())
 
-    def seed(self) -> _tpuc.DeviceBuffer:
-        """A fresh seed for a graph's random ops, drawn from torch's default generator, so
-        that torch.manual_seed makes compiled random ops repeatable (docs/random.md)."""
+    def seed(self, device: int | None = None) -> _tpuc.DeviceBuffer:
+        """A fresh seed for a graph's random ops (on device number `device` of the eager
+        device's), drawn from torch's default generator, so that torch.manual_seed makes
+        compiled random ops repeatable (docs/random.md)."""
         seed = torch.randint(-(2**63), 2**63 - 1, (2,), dtype=torch.int64)
-        return self.runtime.buffer(seed.data_ptr(), 16, "uint64", [2], seed.untyped_storage())
+        return self.runtime.buffer(seed.data_ptr(), 16, "uint64", [2], seed.untyped_storage(), None, device)
 
     def host_input(self, tensor: torch.Tensor) -> "_tpuc.HostInput":
         """`tensor`'s memory for one call, which uploads it (padded to the bucket's shape where
@@ -205,7 +215,7 @@ class BufferCache:
         STATS["uploads"] += 1
         return _tpuc.HostInput(*_memory(source), source.untyped_storage())
 
-    def _upload(self, tensor: torch.Tensor, spec=None) -> _tpuc.DeviceBuffer:
+    def _upload(self, tensor: torch.Tensor, spec=None, device: int | None = None) -> _tpuc.DeviceBuffer:
         try:
             version = tensor._version
         except RuntimeError:  # inference-mode tensors: never cached
@@ -213,14 +223,14 @@ class BufferCache:
         source = _plain(tensor)
         STATS["uploads"] += 1
         # The storage keeps the memory alive, not the tensor.
-        buffer = self.runtime.buffer(*_memory(source), source.untyped_storage(), _axes(spec))
+        buffer = self.runtime.buffer(*_memory(source), source.untyped_storage(), _axes(spec), device)
         # A tensor's version changes with every in-place update, including resizes; its data
         # pointer with set_(). Either makes the cached buffer stale.
         if version is not None and source.data_ptr() == tensor.data_ptr():
             tensor_id = id(tensor)
             ref = weakref.ref(tensor, lambda r, i=tensor_id: self._forget(i, r))
             with self.lock:
-                self.entries[tensor_id] = (ref, version, tensor.data_ptr(), buffer, spec)
+                self.entries[tensor_id] = (ref, version, tensor.data_ptr(), buffer, spec, device)
         return buffer
 
 
@@ -360,9 +370,10 @@ class CompiledGraph:
         out as the device's tensors, nothing copied (`device.graph_argument`, `graph_result`)."""
         hooks = device_hooks()
         given = list(args) + self.constants
-        arguments = [hooks.argument(given[i], self.cache) for i in self.inputs]
-        buffers = self.compiled.launch(arguments, self.cache.seed() if self.random else None)
-        results = [hooks.result(buffer, dtype, shape, where)
+        device = hooks.device_of([given[i] for i in self.inputs])
+        arguments = [hooks.argument(given[i], self.cache, device) for i in self.inputs]
+        buffers = self.compiled.launch(arguments, self.cache.seed(device) if self.random else None, device)
+        results = [hooks.result(buffer, dtype, shape, where, device)
                    for buffer, (dtype, shape), where in zip(buffers, self.specs, self.devices)]
         return self.returned(args, results)
 

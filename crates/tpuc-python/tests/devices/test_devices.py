@@ -61,6 +61,26 @@ def test_a_model_split_over_two_devices_by_hand_trains_as_on_the_cpu():
         _same(p, q)
 
 
+def test_compiled_graphs_run_on_the_device_of_their_tensors():
+    # A graph over tpuc:1's tensors runs there, random ops and host constants included, and a
+    # compiled training step leaves parameters and gradients there.
+    def f(x):
+        return torch.sin(x) * 2 + torch.rand(4, device=x.device) * 0 + torch.tensor(3.0)
+
+    x = torch.arange(4.0)
+    got = torch.compile(f, backend="tpuc")(x.to("tpuc:1"))
+    assert got.device == torch.device("tpuc", 1)
+    _same(got, torch.sin(x) * 2 + 3)
+    cpu = torch.nn.Linear(4, 3)
+    dev = copy.deepcopy(cpu).to("tpuc:1")
+    for model, inputs in ((cpu, x), (torch.compile(dev, backend="tpuc"), x.to("tpuc:1"))):
+        model(inputs).pow(2).sum().backward()
+    assert dev.weight.grad.device == torch.device("tpuc", 1)
+    _same(dev.weight.grad, cpu.weight.grad)
+    with pytest.raises(Exception, match="device"):
+        torch.compile(lambda a, b: a + b, backend="tpuc")(x.to("tpuc:0"), x.to("tpuc:1"))
+
+
 @pytest.mark.parametrize("name", ["llama", "qwen", "resnet18", "dlrm", "mingpt", "unet"])
 def test_the_zoo_trains_on_the_second_device_as_on_the_cpu(name):
     from zoo_training import assert_trains_as_on_the_cpu

@@ -1,0 +1,255 @@
+"""torch.distributed on the tpuc device, one process per rank (run by test_device_distributed.py
+under torchrun, gloo on 127.0.0.1): the process group picks the device's backend by itself, each
+rank on its own device (`set_device(local_rank)`). Rank 0 prints one JSON line per program.
+
+collectives  every collective on device tensors (views, several dtypes, async work, a rank using
+             its other device too, the functional collectives) against the same collective on
+             host tensors in a gloo group
+training     DDP, FSDP2 (resharding after forward or not) and tensor parallel (DTensor over
+             `init_device_mesh("tpuc", ...)`) training of an MLP on the device, against the
+             same steps on the CPU without torch.distributed
+mismatch     ranks calling all_reduce on tensors of different shapes: an error naming each call
+"""
+import datetime
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from distributed_programs import MLP
+
+
+def report(program: str, **figures) -> None:
+    if dist.get_rank() == 0:
+        print(json.dumps({"program": program, **figures}), flush=True)
+
+
+def collectives(host_group) -> None:
+    """Each collective's results on the device, compared exactly with gloo's on the host."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("tpuc", torch.tpuc.current_device())
+    checked = []
+
+    def same(name: str, run) -> None:
+        """`run(device)` returns the tensors a collective wrote; both runs must agree exactly."""
+        on_device = [t.cpu() for t in run(device, None)]
+        on_host = run(torch.device("cpu"), host_group)
+        assert all(d.dtype == h.dtype and torch.equal(d, h) for d, h in zip(on_device, on_host, strict=True)), \
+            (name, on_device, on_host)
+        checked.append(name)
+
+    def data(dev, dtype=torch.float32, n=6, scale=1):
+        return (torch.arange(n, dtype=torch.float64) * scale + 10 * rank).to(dtype).to(dev)
+
+    def all_reduce(dev, group):
+        outs = []
+        for dtype, op in ((torch.float32, dist.ReduceOp.SUM), (torch.int64, dist.ReduceOp.MAX),
+                          (torch.bfloat16, dist.ReduceOp.SUM), (torch.float32, dist.ReduceOp.PRODUCT)):
+            x = data(dev, dtype)
+            dist.all_reduce(x, op=op, group=group)
+            outs.append(x)
+        return outs
+
+    def all_gather(dev, group):
+        outs = [torch.empty(6, device=dev) for _ in range(world)]
+        dist.all_gather(outs, data(dev), group=group)
+        flat = torch.empty(6 * world, device=dev)
+        dist.all_gather_into_tensor(flat, data(dev), group=group)
+        return outs + [flat]
+
+    def reduce_scatter(dev, group):
+        out = torch.empty(3, device=dev)
+        dist.reduce_scatter_tensor(out, data(dev, n=3 * world), group=group)
+        outs = [torch.empty(2, device=dev)]
+        dist.reduce_scatter(outs[0], [data(dev, n=2, scale=r + 1) for r in range(world)], group=group)
+        return [out] + outs
+
+    def rooted(dev, group):
+        b = data(dev)
+        dist.broadcast(b, src=1, group=group)
+        r = data(dev)
+        dist.reduce(r, dst=0, group=group)
+        gathered = [torch.empty(6, device=dev) for _ in range(world)] if rank == 0 else None
+        dist.gather(data(dev), gathered, dst=0, group=group)
+        scattered = torch.empty(6, device=dev)
+        dist.scatter(scattered, [data(dev, scale=r + 2) for r in range(world)] if rank == 1 else None, src=1,
+                     group=group)
+        # A reduce's input on the other ranks is unspecified afterwards (gloo uses it as scratch).
+        return [b, scattered] + ([r] + gathered if rank == 0 else [])
+
+    def all_to_all(dev, group):
+        even = torch.empty(2 * world, device=dev)
+        dist.all_to_all_single(even, data(dev, n=2 * world), group=group)
+        # Uneven splits: rank r sends r + 1 + i elements to rank i.
+        sizes_in = [rank + 1 + i for i in range(world)]
+        sizes_out = [r + 1 + rank for r in range(world)]
+        uneven = torch.empty(sum(sizes_out), device=dev)
+        dist.all_to_all_single(uneven, data(dev, n=sum(sizes_in)), sizes_out, sizes_in, group=group)
+        lists = [torch.empty(2, device=dev) for _ in range(world)]
+        dist.all_to_all(lists, [data(dev, n=2, scale=i + 1) for i in range(world)], group=group)
+        return [even, uneven] + lists
+
+    def point_to_point(dev, group):
+        got = torch.empty(4, device=dev)
+        peer = 1 - rank
+        if rank == 0:
+            dist.send(data(dev, n=4), dst=peer, group=group)
+            dist.recv(got, src=peer, group=group)
+        else:
+            dist.recv(got, src=peer, group=group)
+            dist.send(data(dev, n=4), dst=peer, group=group)
+        sent = dist.isend(data(dev, n=4, scale=3), dst=peer, group=group)
+        again = torch.empty(4, device=dev)
+        received = dist.irecv(again, src=peer, group=group)
+        sent.wait()
+        received.wait()
+        return [got, again]
+
+    def async_work(dev, group):
+        x = data(dev)
+        work = dist.all_reduce(x, group=group, async_op=True)
+        assert work.wait()
+        result = work.get_future().wait()
+        assert len(result) == 1 and result[0] is x or torch.equal(result[0].cpu(), x.cpu())
+        return [x]
+
+    def coalesced(dev, group):
+        a, b = data(dev), data(dev, n=3, scale=2)
+        with dist._coalescing_manager(group=group):
+            dist.all_reduce(a, group=group)
+            dist.all_reduce(b, group=group)
+        gathered = [torch.empty(4 * world, device=dev), torch.empty(2 * world, device=dev)]
+        with dist._coalescing_manager(group=group):
+            dist.all_gather_into_tensor(gathered[0], data(dev, n=4), group=group)
+            dist.all_gather_into_tensor(gathered[1], data(dev, n=2, scale=3), group=group)
+        scattered = [torch.empty(2, device=dev), torch.empty(1, device=dev)]
+        with dist._coalescing_manager(group=group):
+            dist.reduce_scatter_tensor(scattered[0], data(dev, n=2 * world), group=group)
+            dist.reduce_scatter_tensor(scattered[1], data(dev, n=world, scale=5), group=group)
+        return [a, b] + gathered + scattered
+
+    same("all_reduce", all_reduce)
+    same("coalesced all_reduce, all_gather_into_tensor, reduce_scatter_tensor", coalesced)
+    same("all_gather", all_gather)
+    same("reduce_scatter", reduce_scatter)
+    same("broadcast, reduce, gather, scatter", rooted)
+    same("all_to_all", all_to_all)
+    same("send, recv, isend, irecv", point_to_point)
+    same("async work", async_work)
+
+    # A collective writing a view in the middle of a larger tensor leaves the rest alone (gloo
+    # itself reads a non-contiguous host tensor as if it were contiguous: not compared with it).
+    whole = torch.zeros(3, 4, device=device)
+    whole[:, 1] = data(device, n=3)
+    dist.all_reduce(whole[:, 1])
+    expected = torch.zeros(3, 4)
+    expected[:, 1] = sum(torch.arange(3.) + 10 * r for r in range(world))
+    assert torch.equal(whole.cpu(), expected), whole
+    checked.append("all_reduce into a view")
+
+    # The rank's other device: the backend reads and writes tensors of whichever device they are on.
+    other = torch.device("tpuc", 1 - torch.tpuc.current_device())
+    x = (torch.arange(4.) + rank).to(other)
+    dist.all_reduce(x)
+    assert x.device == other and torch.equal(x.cpu(), sum(torch.arange(4.) + r for r in range(world)))
+    checked.append("a rank's other device")
+
+    # The functional collectives (what DTensor and compiled programs call) on device tensors.
+    import torch.distributed._functional_collectives as funcol
+
+    y = funcol.all_reduce(torch.full((3,), float(rank + 1), device=device), "sum", dist.group.WORLD)
+    z = funcol.all_gather_tensor(torch.full((2,), float(rank), device=device), 0, dist.group.WORLD)
+    assert y.device.type == "tpuc" and torch.equal(y.cpu(), torch.full((3,), float(sum(range(1, world + 1)))))
+    assert torch.equal(z.cpu(), torch.arange(world, dtype=torch.float32).repeat_interleave(2))
+    checked.append("functional collectives")
+
+    dist.barrier()
+    report("collectives", checked=checked)
+
+
+def training() -> None:
+    """Two AdamW steps of the MLP on each rank's half of the batch, every way, against the CPU's
+    steps on the whole batch (the mean of the ranks' losses)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("tpuc", torch.tpuc.current_device())
+    torch.manual_seed(1)
+    batches = [(torch.randn(4, 8), torch.randn(4, 8)) for _ in range(2)]
+
+    def fresh() -> MLP:
+        torch.manual_seed(0)
+        return MLP()
+
+    def steps(model, shard_batch: bool) -> list[torch.Tensor]:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+        for x, y in batches:
+            if shard_batch:
+                half = x.shape[0] // world
+                x, y = x[rank * half:(rank + 1) * half], y[rank * half:(rank + 1) * half]
+            loss = ((model(x.to(device)) - y.to(device)) ** 2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return [(p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu() for p in model.parameters()]
+
+    reference = fresh()
+    optimizer = torch.optim.AdamW(reference.parameters(), lr=0.05)
+    for x, y in batches:
+        loss = sum(((reference(x[r * 2:(r + 1) * 2]) - y[r * 2:(r + 1) * 2]) ** 2).mean() for r in range(world)) / world
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    expected = [p.detach() for p in reference.parameters()]
+
+    def fsdp(reshard: bool):
+        model = fresh().to(device)
+        for layer in (model.up, model.down):
+            fully_shard(layer, reshard_after_forward=reshard)
+        return fully_shard(model, reshard_after_forward=reshard)
+
+    mesh = init_device_mesh("tpuc", (world,))
+    assert mesh.device_type == "tpuc"
+    runs = {
+        "ddp": lambda: (DistributedDataParallel(fresh().to(device)), True),
+        "fsdp2": lambda: (fsdp(True), True),
+        "fsdp2 keeping parameters": lambda: (fsdp(False), True),
+        # Tensor parallel: every rank sees the whole batch, whose loss is the mean of its halves'.
+        "tensor parallel": lambda: (parallelize_module(fresh().to(device), mesh,
+                                                       {"up": ColwiseParallel(), "down": RowwiseParallel()}), False),
+    }
+    differences = {}
+    for name, make in runs.items():
+        model, shard_batch = make()
+        got = steps(model, shard_batch)
+        differences[name] = max((g - e).abs().max().item() for g, e in zip(got, expected, strict=True))
+    report("training", differences=differences)
+
+
+def mismatch() -> None:
+    x = torch.ones(4 + dist.get_rank(), device="tpuc")
+    try:
+        dist.all_reduce(x)
+    except RuntimeError as error:
+        report("mismatch", error=str(error))
+        return
+    report("mismatch", error=None)
+
+
+def main() -> None:
+    torch.tpuc.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(timeout=datetime.timedelta(seconds=60))
+    assert dist.get_backend_config() == "tpuc:tpuc", dist.get_backend_config()
+    host_group = dist.new_group(backend="gloo")
+    for program in sys.argv[1:]:
+        {"collectives": lambda: collectives(host_group), "training": training, "mismatch": mismatch}[program]()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
