@@ -5,9 +5,10 @@ rank on its own device (`set_device(local_rank)`). Rank 0 prints one JSON line p
 collectives  every collective on device tensors (views, several dtypes, async work, a rank using
              its other device too, the functional collectives) against the same collective on
              host tensors in a gloo group
-training     DDP, FSDP2 (resharding after forward or not) and tensor parallel (DTensor over
-             `init_device_mesh("tpuc", ...)`) training of an MLP on the device, against the
-             same steps on the CPU without torch.distributed
+training=DIR DDP, FSDP2 (resharding after forward or not) and tensor parallel (DTensor over
+             `init_device_mesh("tpuc", ...)`) training of an MLP and the zoo's Llama on the
+             device, against the same steps on the CPU without torch.distributed; the FSDP2
+             Llama checkpointed in DIR (torch.distributed.checkpoint) and loaded again
 mismatch     ranks calling all_reduce on tensors of different shapes: an error naming each call
 """
 import datetime
@@ -168,66 +169,102 @@ def collectives(host_group) -> None:
     report("collectives", checked=checked)
 
 
-def training() -> None:
-    """Two AdamW steps of the MLP on each rank's half of the batch, every way, against the CPU's
-    steps on the whole batch (the mean of the ranks' losses)."""
+def _models() -> dict:
+    """name: (a fresh model from fixed weights, its batches, its FSDP units, its tensor-parallel
+    plan). The zoo's Llama shards its gated MLPs across the ranks (its attention stays whole)."""
+    from models import Llama
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    def seeded(make):
+        def fresh():
+            torch.manual_seed(0)
+            return make()
+        return fresh
+
+    torch.manual_seed(1)
+    mlp_batches = [torch.randn(4, 8) for _ in range(2)]
+    token_batches = [torch.randint(0, 64, (2, 16)) for _ in range(2)]
+    mlp_plan = {"up": ColwiseParallel(), "down": RowwiseParallel()}
+    llama_plan = {f"blocks.{i}.mlp.{name}": style for i in range(2)
+                  for name, style in (("gate", ColwiseParallel()), ("up", ColwiseParallel()), ("down", RowwiseParallel()))}
+    return {
+        "mlp": (seeded(MLP), mlp_batches, lambda m: [m.up, m.down], mlp_plan),
+        "llama": (seeded(Llama), token_batches, lambda m: list(m.blocks), llama_plan),
+    }
+
+
+def training(checkpoints: str) -> None:
+    """Two steps of SGD with momentum of each model on each rank's half of the batch (tensor parallel: the whole
+    batch), every way, against the CPU's steps on the whole batch, whose loss is the mean of its
+    halves'. The FSDP2 Llama is saved with torch.distributed.checkpoint and loaded again."""
+    import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import parallelize_module
     from torch.nn.parallel import DistributedDataParallel
 
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("tpuc", torch.tpuc.current_device())
-    torch.manual_seed(1)
-    batches = [(torch.randn(4, 8), torch.randn(4, 8)) for _ in range(2)]
+    mesh = init_device_mesh("tpuc", (world,))
+    assert mesh.device_type == "tpuc"
 
-    def fresh() -> MLP:
-        torch.manual_seed(0)
-        return MLP()
+    def loss_of(model, x):
+        return model(x).float().square().mean()
 
-    def steps(model, shard_batch: bool) -> list[torch.Tensor]:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
-        for x, y in batches:
+    def full(model) -> list[torch.Tensor]:
+        return [(p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu() for p in model.parameters()]
+
+    def steps(model, batches, shard_batch: bool) -> list[torch.Tensor]:
+        # One tensor at a time: a plan that leaves some parameters plain mixes them with DTensors.
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=False)
+        for x in batches:
             if shard_batch:
                 half = x.shape[0] // world
-                x, y = x[rank * half:(rank + 1) * half], y[rank * half:(rank + 1) * half]
-            loss = ((model(x.to(device)) - y.to(device)) ** 2).mean()
+                x = x[rank * half:(rank + 1) * half]
+            loss = loss_of(model, x.to(device))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        return [(p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu() for p in model.parameters()]
+        return full(model)
 
-    reference = fresh()
-    optimizer = torch.optim.AdamW(reference.parameters(), lr=0.05)
-    for x, y in batches:
-        loss = sum(((reference(x[r * 2:(r + 1) * 2]) - y[r * 2:(r + 1) * 2]) ** 2).mean() for r in range(world)) / world
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    expected = [p.detach() for p in reference.parameters()]
-
-    def fsdp(reshard: bool):
-        model = fresh().to(device)
-        for layer in (model.up, model.down):
-            fully_shard(layer, reshard_after_forward=reshard)
-        return fully_shard(model, reshard_after_forward=reshard)
-
-    mesh = init_device_mesh("tpuc", (world,))
-    assert mesh.device_type == "tpuc"
-    runs = {
-        "ddp": lambda: (DistributedDataParallel(fresh().to(device)), True),
-        "fsdp2": lambda: (fsdp(True), True),
-        "fsdp2 keeping parameters": lambda: (fsdp(False), True),
-        # Tensor parallel: every rank sees the whole batch, whose loss is the mean of its halves'.
-        "tensor parallel": lambda: (parallelize_module(fresh().to(device), mesh,
-                                                       {"up": ColwiseParallel(), "down": RowwiseParallel()}), False),
-    }
     differences = {}
-    for name, make in runs.items():
-        model, shard_batch = make()
-        got = steps(model, shard_batch)
-        differences[name] = max((g - e).abs().max().item() for g, e in zip(got, expected, strict=True))
+    for model_name, (fresh, batches, units, plan) in _models().items():
+        reference = fresh()
+        optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+        for x in batches:
+            half = x.shape[0] // world
+            loss = sum(loss_of(reference, x[r * half:(r + 1) * half]) for r in range(world)) / world
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        expected = [p.detach() for p in reference.parameters()]
+
+        def fsdp(reshard: bool, fresh=fresh, units=units):
+            model = fresh().to(device)
+            for unit in units(model):
+                fully_shard(unit, reshard_after_forward=reshard)
+            return fully_shard(model, reshard_after_forward=reshard)
+
+        runs = {
+            "ddp": lambda fresh=fresh: (DistributedDataParallel(fresh().to(device)), True),
+            "fsdp2": lambda fsdp=fsdp: (fsdp(True), True),
+            **({"fsdp2 keeping parameters": lambda fsdp=fsdp: (fsdp(False), True)} if model_name == "mlp" else {}),
+            "tensor parallel": lambda fresh=fresh, plan=plan: (parallelize_module(fresh().to(device), mesh, plan), False),
+        }
+        for name, make in runs.items():
+            model, shard_batch = make()
+            got = steps(model, batches, shard_batch)
+            differences[f"{model_name} {name}"] = max((g - e).abs().max().item()
+                                                      for g, e in zip(got, expected, strict=True))
+            if model_name == "llama" and name == "fsdp2":
+                dcp.save(model.state_dict(), checkpoint_id=checkpoints)
+                restored = fsdp(True)
+                state = restored.state_dict()
+                dcp.load(state, checkpoint_id=checkpoints)
+                restored.load_state_dict(state)
+                differences["llama fsdp2 checkpoint saved and loaded"] = max(
+                    (g - e).abs().max().item() for g, e in zip(full(restored), got, strict=True))
     report("training", differences=differences)
 
 
@@ -247,7 +284,10 @@ def main() -> None:
     assert dist.get_backend_config() == "tpuc:tpuc", dist.get_backend_config()
     host_group = dist.new_group(backend="gloo")
     for program in sys.argv[1:]:
-        {"collectives": lambda: collectives(host_group), "training": training, "mismatch": mismatch}[program]()
+        if program.startswith("training="):
+            training(program.partition("=")[2])
+        else:
+            {"collectives": lambda: collectives(host_group), "mismatch": mismatch}[program]()
     dist.destroy_process_group()
 
 

@@ -30,19 +30,30 @@ def torchrun(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
         capture_output=True, text=True, timeout=timeout, cwd=HERE, env=ENV)
 
 
-def test_collectives_and_training_on_two_ranks_of_the_device():
-    run = torchrun(os.path.join(HERE, "device_distributed.py"), "collectives", "training", "mismatch")
+def programs(*names: str) -> dict:
+    """The JSON lines of device_distributed.py's programs `names`, by program."""
+    run = torchrun(os.path.join(HERE, "device_distributed.py"), *names)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
     results = {r["program"]: r for r in map(json.loads, (line for line in run.stdout.splitlines() if line.startswith("{")))}
-    assert sorted(results) == ["collectives", "mismatch", "training"], run.stdout
+    assert sorted(results) == sorted(n.partition("=")[0] for n in names), run.stdout
+    # torch's warning that DDP's reducer has no timer for the device's type is gone.
+    assert "Time stats are currently only collected" not in run.stderr
+    return results
+
+
+def test_every_collective_on_two_ranks_of_the_device_and_a_mismatch_named():
+    results = programs("collectives", "mismatch")
     assert len(results["collectives"]["checked"]) == 11, results["collectives"]
-    for name, difference in results["training"]["differences"].items():
-        assert difference < 1e-5, (name, difference)
     error = results["mismatch"]["error"]
     assert error is not None and "called different collectives" in error, error
     assert "rank 0 (this one): all_reduce (sum) of float32[4]" in error and "rank 1: all_reduce (sum) of float32[5]" in error
-    # torch's warning that DDP's reducer has no timer for the device's type is gone.
-    assert "Time stats are currently only collected" not in run.stderr
+
+
+def test_ddp_fsdp2_and_tensor_parallel_train_on_the_device_as_on_the_cpu(tmp_path):
+    differences = programs(f"training={tmp_path / 'checkpoint'}")["training"]["differences"]
+    assert len(differences) == 8, differences
+    for name, difference in differences.items():
+        assert difference < 1e-5, (name, difference)
 
 
 DIES = textwrap.dedent("""
