@@ -14,7 +14,7 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SOURCES = ["runtime.cpp", "storage.cpp", "ops.cpp", "fusion.cpp", "kernels.cpp", "value_sized.cpp", "hooks.cpp",
-           "distributed.cpp", "module.cpp"]
+           "generator.cpp", "distributed.cpp", "module.cpp"]
 
 
 def main(out_dir: str) -> None:

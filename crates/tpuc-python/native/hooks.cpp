@@ -77,7 +77,8 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, Guard);
 struct Hooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
-  // The device's random ops draw their seeds from torch's default generator (docs/random.md).
+  // Host code asking for the device's generator (an op run on the host) gets the CPU's; the
+  // device's own programs are keyed by its random state (generator.h, docs/random.md).
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
     return at::detail::getDefaultCPUGenerator();
   }

@@ -11,6 +11,8 @@
 #include <ATen/ops/view_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <c10/core/DeviceGuard.h>
+
+#include <cstring>
 #include <torch/library.h>
 
 #include "ops.h"
@@ -113,8 +115,22 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
+// Storages up to this size are read whole for one element of theirs (below).
+constexpr size_t kReadWholeBytes = 1 << 20;
+
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   auto host = at::empty({}, self.options().device(c10::kCPU));
+  // An element of a small storage is picked from the storage read whole: a view's element
+  // read through a program would compile one per offset, and iterating a tensor reads each.
+  auto& slot = slot_of(self);
+  size_t offset = static_cast<size_t>(self.storage_offset()) * self.itemsize();
+  if (!self.is_conj() && !self.is_neg() && slot.nbytes <= kReadWholeBytes &&
+      offset + self.itemsize() <= slot.nbytes && ready(slot) != nullptr) {
+    std::vector<uint8_t> bytes(slot.nbytes);
+    download(*slot.value, bytes.data(), slot.nbytes);
+    std::memcpy(host.data_ptr(), bytes.data() + offset, self.itemsize());
+    return host.item();
+  }
   auto source = dense(self.reshape({}));
   download(*ready(slot_of(source)), host.data_ptr(), host.nbytes());
   return host.item();

@@ -7,6 +7,7 @@
 
 #include "distributed.h"
 #include "fusion.h"
+#include "generator.h"
 #include "ops.h"
 #include "storage.h"
 
@@ -326,6 +327,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("shutdown", &shutdown,
         "Stops releasing values into the runtime (at interpreter exit, when the plugin may be "
         "gone before the last tensors).");
+  m.def("random_state", [](int device) {
+        auto state = random_state(static_cast<c10::DeviceIndex>(device));
+        return std::make_pair(state.seed, state.offset);
+      }, "(seed, offset): device number `device`'s random state.");
+  m.def("set_random_state", [](int device, uint64_t seed, uint64_t offset) {
+        set_random_state(static_cast<c10::DeviceIndex>(device), {seed, offset});
+      }, "Sets device number `device`'s random state.");
   m.def("enable_distributed", [m]() mutable { register_distributed(m); },
         "Defines the device's torch.distributed backend (once torch.distributed is imported).");
   m.def("synchronize", []() {

@@ -1,6 +1,5 @@
 #include "ops.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Functions.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
@@ -10,6 +9,7 @@
 #include <unordered_map>
 
 #include "fusion.h"
+#include "generator.h"
 #include "storage.h"
 
 namespace tpuc {
@@ -152,18 +152,11 @@ void insert(const Key& key, std::shared_ptr<Entry> entry) {
   }
 }
 
-// A fresh seed for a program's random ops, drawn from torch's default generator, so that
-// torch.manual_seed makes the device's random ops repeatable (docs/random.md).
+// The key of a program's random ops: the device's random state, moved on past it (generator.h),
+// so that torch.manual_seed makes the device's random ops repeatable (docs/random.md).
 ValuePtr draw_seed(c10::DeviceIndex device) {
-  auto generator = at::detail::getDefaultCPUGenerator();
-  uint64_t seed[2];
-  {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    auto* cpu = generator.get<at::CPUGeneratorImpl>();
-    seed[0] = cpu->random64();
-    seed[1] = cpu->random64();
-  }
-  return upload(device, c10::ScalarType::UInt64, {2}, seed, sizeof seed);
+  auto key = next_random_key(device);
+  return upload(device, c10::ScalarType::UInt64, {2}, key.data(), sizeof key);
 }
 
 ValuePtr host_value(c10::DeviceIndex device, const at::Tensor& tensor) {

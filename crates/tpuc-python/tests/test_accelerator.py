@@ -95,6 +95,24 @@ def test_random_states_are_saved_and_restored_as_torch_does_it():
     torch.tpuc.set_rng_state(state)
     assert torch.equal(torch.rand(8, device="tpuc").cpu(), first)
     assert not torch.equal(again, first)
+    # The state is a seed and an offset, as CUDA's Philox state: DTensor's random ops read it
+    # and move the offset, and the device's draws follow the offset.
+    from torch.distributed.tensor._random import _PhiloxState
+
+    philox = _PhiloxState(torch.tpuc.get_rng_state())
+    assert state.dtype == torch.uint8 and state.numel() == 16 and philox.seed.item() == 3
+    philox.offset = philox.offset + 4
+    torch.tpuc.set_rng_state(philox.state)
+    assert not torch.equal(torch.rand(8, device="tpuc").cpu(), first)
+    # torch.manual_seed seeds the device too; the CPU's generator is not the device's.
+    torch.manual_seed(5)
+    on_device = torch.rand(8, device="tpuc").cpu()
+    torch.rand(100)
+    torch.manual_seed(5)
+    torch.randn(3)
+    assert torch.equal(torch.rand(8, device="tpuc").cpu(), on_device)
+    with pytest.raises(RuntimeError, match="16 bytes"):
+        torch.tpuc.set_rng_state(torch.default_generator.get_state())
 
 
 def test_the_device_names_itself_and_its_memory():

@@ -12,6 +12,7 @@ that generator's.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 import warnings
@@ -19,6 +20,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from . import _tpuc_native
 from .runtime import session
 
 NAME = "tpuc"
@@ -245,38 +247,48 @@ def _is_in_bad_fork() -> bool:
     return False
 
 
+# Each device has its own random state, as CUDA's Philox generators do: a seed and an offset
+# (the native layer's generator.h). torch.manual_seed seeds every device (manual_seed_all).
+_U64 = (1 << 64) - 1
+
+
 def manual_seed(seed: int) -> None:
-    # Random ops on the device draw their seeds from torch's default (CPU) generator.
-    torch.default_generator.manual_seed(seed)
+    _tpuc_native.set_random_state(current_device(), int(seed) & _U64, 0)
 
 
 def manual_seed_all(seed: int) -> None:
-    # torch.manual_seed calls this after seeding the default generator: nothing else to seed.
-    return None
+    for index in range(device_count()):
+        _tpuc_native.set_random_state(index, int(seed) & _U64, 0)
 
 
 def seed() -> None:
-    torch.default_generator.seed()
+    manual_seed(int.from_bytes(os.urandom(8), "little"))
 
 
 def seed_all() -> None:
-    torch.default_generator.seed()
+    manual_seed_all(int.from_bytes(os.urandom(8), "little"))
 
 
 def initial_seed() -> int:
-    return torch.default_generator.initial_seed()
+    return _tpuc_native.random_state(current_device())[0]
 
 
 def get_rng_state(device=None) -> torch.Tensor:
-    # The device's random ops draw from the default generator: its state is theirs (what torch's
-    # freeze_rng_state and fork_rng save and restore).
-    _index(device)
-    return torch.default_generator.get_state()
+    """Device `device`'s random state: 16 bytes, its seed and its offset (uint64 each), as a
+    CUDA device's Philox state is laid out (DTensor's random ops read and move its offset)."""
+    seed_, offset = _tpuc_native.random_state(_index(device))
+    return torch.frombuffer(bytearray(struct.pack("<QQ", seed_, offset)), dtype=torch.uint8)
 
 
 def set_rng_state(state: torch.Tensor, device=None) -> None:
-    _index(device)
-    torch.default_generator.set_state(state)
+    index = _index(device)
+    if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.numel() != 16:
+        what = f"a {state.dtype} tensor of {state.numel()} elements" if isinstance(state, torch.Tensor) else \
+            type(state).__name__
+        raise RuntimeError(f"tpuc: a device's random state is 16 bytes (uint8: its seed and offset, as "
+                           f"torch.tpuc.get_rng_state gives it), not {what}")
+    seed_, offset = struct.unpack("<QQ", bytes(state.cpu().contiguous().tolist()))
+    _tpuc_native.set_random_state(index, seed_, offset)
 
 
 def get_rng_state_all() -> list:
