@@ -9,6 +9,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/hash.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -24,13 +25,19 @@ constexpr const char* kName = "tpuc";
 
 bool on_device(const at::Tensor& tensor) { return tensor.device().type() == c10::DeviceType::PrivateUse1; }
 
+// What the backend did: collectives started, the bytes of the tensors handed to them, and the
+// bytes it copied from the device for the engine and back to the device from it.
+std::atomic<uint64_t> g_collectives{0}, g_tensor_bytes{0}, g_to_host_bytes{0}, g_to_device_bytes{0};
+
 // A collective's tensors as the host engine sees them, and the results it writes, copied back
 // into the device tensors they came from once the engine is done.
 class Staging {
  public:
   // `tensor` for the engine to read (and write when `written`).
   at::Tensor read(const at::Tensor& tensor, bool written) {
+    g_tensor_bytes += tensor.nbytes();
     if (!on_device(tensor)) return tensor;
+    g_to_host_bytes += tensor.nbytes();
     auto host = tensor.to(c10::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
     if (written) writes_.emplace_back(tensor, host);
     return host;
@@ -38,6 +45,7 @@ class Staging {
 
   // A host tensor like `tensor` for the engine to write only.
   at::Tensor write(const at::Tensor& tensor) {
+    g_tensor_bytes += tensor.nbytes();
     if (!on_device(tensor)) return tensor;
     auto host = at::empty(tensor.sizes(), tensor.options().device(c10::kCPU));
     writes_.emplace_back(tensor, host);
@@ -94,7 +102,10 @@ class StagedWork final : public c10d::Work {
     host_->wait(timeout);
     std::lock_guard<std::mutex> lock(copy_mutex_);
     if (!copied_) {
-      for (auto& [device, host] : writes_) device.copy_(host);
+      for (auto& [device, host] : writes_) {
+        device.copy_(host);
+        g_to_device_bytes += host.nbytes();
+      }
       writes_.clear();
       copied_ = true;
     }
@@ -129,6 +140,7 @@ class StagedWork final : public c10d::Work {
 };
 
 c10::intrusive_ptr<c10d::Work> Staging::finish(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> results) {
+  ++g_collectives;
   return c10::make_intrusive<StagedWork>(std::move(work), std::move(writes_), std::move(results));
 }
 
@@ -398,6 +410,15 @@ void register_distributed(pybind11::module_& m) {
   // c10d's Backend class is torch's (torch._C._distributed_c10d), imported before this runs.
   py::class_<DeviceBackend, c10d::Backend, c10::intrusive_ptr<DeviceBackend>>(
       m, "DeviceBackend", "The tpuc device's torch.distributed backend over a host backend (gloo).");
+  m.def("distributed_stats", []() {
+        py::dict out;
+        out["collectives"] = g_collectives.load();
+        out["tensor_bytes"] = g_tensor_bytes.load();
+        out["to_host_bytes"] = g_to_host_bytes.load();
+        out["to_device_bytes"] = g_to_device_bytes.load();
+        return out;
+      }, "What the device's torch.distributed backend did in this process: collectives started, the "
+         "bytes of the tensors handed to them, the bytes it copied to the host for gloo and back.");
   m.def("device_backend", [](const c10::intrusive_ptr<c10d::Backend>& host, std::chrono::milliseconds timeout) {
         return c10::make_intrusive<DeviceBackend>(host, timeout);
       }, py::arg("host"), py::arg("timeout"),

@@ -353,6 +353,15 @@ fn embed_along(
         ));
     }
     let src = cx.b.convert(src, cx.b.elem(x));
+    if step == 1 {
+        // One block: written in place of the operand's copy (XLA's dynamic-update-slice), not
+        // selected element by element from a padded copy and a padded mask, which costs a pass
+        // over the whole operand for each (writes into views of a large storage do this).
+        let zero = cx.b.scalar(DType::I64, 0.0);
+        let mut starts = vec![zero; rank];
+        starts[dim] = cx.b.scalar(DType::I64, start as f64);
+        return Ok(cx.b.dynamic_update_slice(x, src, &starts)?);
+    }
     let zero = cx.b.scalar(cx.b.elem(x), 0.0);
     let placed = cx.b.pad(src, zero, &low, &high, &interior)?;
     let inside = cx.full_like(src, 1.0, Some(DType::Bool));

@@ -5,9 +5,9 @@ and the current one, streams and events, random states, the device's name and pr
 The tpuc device runs its ops in order, on one queue per device (the runtime's executions,
 asynchronous): a stream is that queue, so every stream of a device is its default stream and
 waits between streams hold already; an event is a point in it, recorded once the work before it
-is done (its time is the host's clock then, which is what `elapsed_time` compares). Random ops
-on the device draw from torch's default generator (docs/random.md): the device's random state is
-that generator's.
+is done (its time is the host's clock then, which is what `elapsed_time` compares). Each device
+has its own random state, a seed and an offset as a CUDA device's Philox generator has them
+(docs/random.md).
 """
 from __future__ import annotations
 
