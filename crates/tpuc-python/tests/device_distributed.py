@@ -5,16 +5,18 @@ rank on its own device (`set_device(local_rank)`). Rank 0 prints one JSON line p
 collectives  every collective on device tensors (views, several dtypes, async work, a rank using
              its other device too, the functional collectives) against the same collective on
              host tensors in a gloo group
-training=DIR DDP, FSDP2 (resharding after forward or not) and tensor parallel (DTensor over
-             `init_device_mesh("tpuc", ...)`) training of an MLP and the zoo's Llama on the
-             device, against the same steps on the CPU without torch.distributed; the FSDP2
-             Llama checkpointed in DIR (torch.distributed.checkpoint) and loaded again
+training:MODEL[=DIR]  DDP, FSDP2 (resharding after forward or not) and tensor parallel (DTensor
+             over `init_device_mesh("tpuc", ...)`) training of the MLP (`mlp`) or the zoo's Llama
+             (`llama`) on the device, against the same steps on the CPU without
+             torch.distributed; the FSDP2 model checkpointed in DIR (torch.distributed.checkpoint)
+             and loaded again
 mismatch     ranks calling all_reduce on tensors of different shapes: an error naming each call
 """
 import datetime
 import json
 import os
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -165,6 +167,18 @@ def collectives(host_group) -> None:
     assert torch.equal(z.cpu(), torch.arange(world, dtype=torch.float32).repeat_interleave(2))
     checked.append("functional collectives")
 
+    # ... and inside a graph compiled by tpuc over device tensors (they run in torch between its
+    # compiled parts, on the device's backend).
+    def reduced(t):
+        return funcol.all_reduce(torch.sin(t) * 2, "sum", dist.group.WORLD) + 1
+
+    t = torch.arange(4.0, device=device) + rank
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the compiled graph names the collectives it leaves to torch
+        compiled = torch.compile(reduced, backend="tpuc")(t)
+    assert compiled.device == device and torch.allclose(compiled.cpu(), reduced(t).cpu())
+    checked.append("functional collectives in a graph compiled by tpuc")
+
     dist.barrier()
     report("collectives", checked=checked)
 
@@ -193,10 +207,12 @@ def _models() -> dict:
     }
 
 
-def training(checkpoints: str) -> None:
-    """Two steps of SGD with momentum of each model on each rank's half of the batch (tensor parallel: the whole
-    batch), every way, against the CPU's steps on the whole batch, whose loss is the mean of its
-    halves'. The FSDP2 Llama is saved with torch.distributed.checkpoint and loaded again."""
+def training(model_name: str, checkpoints: str | None = None) -> None:
+    """Two steps of SGD with momentum of model `model_name` on each rank's half of the batch,
+    every way, against the CPU's steps on the whole batch, whose loss is the mean of its halves';
+    tensor parallel (every rank sees the same batch) on the first half, against the CPU's steps on
+    it, so that every run has the same shapes. The FSDP2 Llama is saved with
+    torch.distributed.checkpoint in `checkpoints` and loaded again."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -219,52 +235,56 @@ def training(checkpoints: str) -> None:
         # One tensor at a time: a plan that leaves some parameters plain mixes them with DTensors.
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=False)
         for x in batches:
-            if shard_batch:
-                half = x.shape[0] // world
-                x = x[rank * half:(rank + 1) * half]
+            half = x.shape[0] // world
+            x = x[rank * half:(rank + 1) * half] if shard_batch else x[:half]
             loss = loss_of(model, x.to(device))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
         return full(model)
 
-    differences = {}
-    for model_name, (fresh, batches, units, plan) in _models().items():
-        reference = fresh()
-        optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    def reference(fresh, batches, ranks: int) -> list[torch.Tensor]:
+        """The CPU's steps on the first `ranks` halves of each batch (the mean of their losses)."""
+        model = fresh()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         for x in batches:
             half = x.shape[0] // world
-            loss = sum(loss_of(reference, x[r * half:(r + 1) * half]) for r in range(world)) / world
+            loss = sum(loss_of(model, x[r * half:(r + 1) * half]) for r in range(ranks)) / ranks
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        expected = [p.detach() for p in reference.parameters()]
+        return [p.detach() for p in model.parameters()]
 
-        def fsdp(reshard: bool, fresh=fresh, units=units):
-            model = fresh().to(device)
-            for unit in units(model):
-                fully_shard(unit, reshard_after_forward=reshard)
-            return fully_shard(model, reshard_after_forward=reshard)
+    differences = {}
+    fresh, batches, units, plan = _models()[model_name]
+    expected = {True: reference(fresh, batches, world), False: reference(fresh, batches, 1)}
 
-        runs = {
-            "ddp": lambda fresh=fresh: (DistributedDataParallel(fresh().to(device)), True),
-            "fsdp2": lambda fsdp=fsdp: (fsdp(True), True),
-            **({"fsdp2 keeping parameters": lambda fsdp=fsdp: (fsdp(False), True)} if model_name == "mlp" else {}),
-            "tensor parallel": lambda fresh=fresh, plan=plan: (parallelize_module(fresh().to(device), mesh, plan), False),
-        }
-        for name, make in runs.items():
-            model, shard_batch = make()
-            got = steps(model, batches, shard_batch)
-            differences[f"{model_name} {name}"] = max((g - e).abs().max().item()
-                                                      for g, e in zip(got, expected, strict=True))
-            if model_name == "llama" and name == "fsdp2":
-                dcp.save(model.state_dict(), checkpoint_id=checkpoints)
-                restored = fsdp(True)
-                state = restored.state_dict()
-                dcp.load(state, checkpoint_id=checkpoints)
-                restored.load_state_dict(state)
-                differences["llama fsdp2 checkpoint saved and loaded"] = max(
-                    (g - e).abs().max().item() for g, e in zip(full(restored), got, strict=True))
+    def fsdp(reshard: bool):
+        model = fresh().to(device)
+        for unit in units(model):
+            fully_shard(unit, reshard_after_forward=reshard)
+        return fully_shard(model, reshard_after_forward=reshard)
+
+    # (the model, whether each rank trains on its own half of the batch)
+    runs = {
+        "ddp": lambda: (DistributedDataParallel(fresh().to(device)), True),
+        "fsdp2": lambda: (fsdp(True), True),
+        "fsdp2 keeping parameters": lambda: (fsdp(False), True),
+        "tensor parallel": lambda: (parallelize_module(fresh().to(device), mesh, plan), False),
+    }
+    for name, make in runs.items():
+        model, shard_batch = make()
+        got = steps(model, batches, shard_batch)
+        differences[f"{model_name} {name}"] = max((g - e).abs().max().item()
+                                                  for g, e in zip(got, expected[shard_batch], strict=True))
+        if checkpoints is not None and name == "fsdp2":
+            dcp.save(model.state_dict(), checkpoint_id=checkpoints)
+            restored = fsdp(True)
+            state = restored.state_dict()
+            dcp.load(state, checkpoint_id=checkpoints)
+            restored.load_state_dict(state)
+            differences[f"{model_name} fsdp2 checkpoint saved and loaded"] = max(
+                (g - e).abs().max().item() for g, e in zip(full(restored), got, strict=True))
     report("training", differences=differences)
 
 
@@ -284,8 +304,9 @@ def main() -> None:
     assert dist.get_backend_config() == "tpuc:tpuc", dist.get_backend_config()
     host_group = dist.new_group(backend="gloo")
     for program in sys.argv[1:]:
-        if program.startswith("training="):
-            training(program.partition("=")[2])
+        if program.startswith("training:"):  # training:MODEL or training:MODEL=CHECKPOINTS
+            model_name, _, checkpoints = program.removeprefix("training:").partition("=")
+            training(model_name, checkpoints or None)
         else:
             {"collectives": lambda: collectives(host_group), "mismatch": mismatch}[program]()
     dist.destroy_process_group()

@@ -8,6 +8,10 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
+# Two ranks: on the worker that runs the other tests starting ranks (test_device_distributed.py).
+pytestmark = pytest.mark.xdist_group("ranks")
 PROGRAMS = ["ddp", "fsdp2", "tp", "simple_fsdp"]
 
 
