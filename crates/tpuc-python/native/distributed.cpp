@@ -15,6 +15,7 @@
 #include <sstream>
 #include <pybind11/chrono.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 
@@ -163,6 +164,35 @@ std::string reduction(const char* op, const c10d::ReduceOp& reduce) {
   return std::string(op) + " (" + (index < std::size(names) ? names[index] : "unknown op") + ")";
 }
 
+// gloo sums but does not pre-multiply (FSDP2 reduce-scatters gradients with a divide factor as
+// `premul_sum`): the staged tensors are multiplied by the factor here and gloo sums them. A
+// tensor is multiplied in place where it is the backend's own copy or the collective overwrites
+// it anyway; a host tensor the collective only reads is replaced by a multiplied copy.
+c10d::ReduceOp premultiplied(const c10d::ReduceOp& reduce, std::vector<at::Tensor>& staged,
+                             const std::vector<at::Tensor>& originals, bool written) {
+  if (reduce.op_ != c10d::ReduceOp::PREMUL_SUM) return reduce;
+  auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(reduce.supplement_.get());
+  TORCH_CHECK(supplement != nullptr, "tpuc: a premul_sum reduction without its factor");
+  for (size_t i = 0; i < staged.size(); ++i) {
+    auto& tensor = staged[i];
+    bool own = written || on_device(originals[i]);
+    if (supplement->tensor_factor.defined()) {
+      auto factor = supplement->tensor_factor.to(c10::kCPU);
+      tensor = own ? tensor.mul_(factor) : tensor.mul(factor);
+    } else {
+      tensor = own ? tensor.mul_(supplement->double_factor) : tensor.mul(supplement->double_factor);
+    }
+  }
+  return c10d::ReduceOp(c10d::ReduceOp::SUM);
+}
+
+template <class Options>
+Options summing(Options opts, std::vector<at::Tensor>& staged, const std::vector<at::Tensor>& originals,
+                bool written) {
+  opts.reduceOp = premultiplied(opts.reduceOp, staged, originals, written);
+  return opts;
+}
+
 std::vector<at::Tensor> flat(const std::vector<std::vector<at::Tensor>>& lists) {
   std::vector<at::Tensor> out;
   for (const auto& list : lists) out.insert(out.end(), list.begin(), list.end());
@@ -199,7 +229,7 @@ class DeviceBackend final : public c10d::Backend {
     agree(describe(reduction("all_reduce", opts.reduceOp), tensors));
     Staging staging;
     auto host = staging.read_all(tensors, true);
-    return staging.finish(host_->allreduce(host, opts), tensors);
+    return staging.finish(host_->allreduce(host, summing(opts, host, tensors, true)), tensors);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -207,7 +237,7 @@ class DeviceBackend final : public c10d::Backend {
     agree(describe(reduction("all_reduce_coalesced", opts.reduceOp), tensors));
     Staging staging;
     auto host = staging.read_all(tensors, true);
-    return staging.finish(host_->allreduce_coalesced(host, opts), tensors);
+    return staging.finish(host_->allreduce_coalesced(host, summing(opts, host, tensors, true)), tensors);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -215,7 +245,7 @@ class DeviceBackend final : public c10d::Backend {
     agree(describe(reduction("reduce", opts.reduceOp), tensors, opts.rootRank));
     Staging staging;
     auto host = staging.read_all(tensors, /*written=*/rank_ == opts.rootRank);
-    return staging.finish(host_->reduce(host, opts), tensors);
+    return staging.finish(host_->reduce(host, summing(opts, host, tensors, rank_ == opts.rootRank)), tensors);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -284,16 +314,19 @@ class DeviceBackend final : public c10d::Backend {
     Staging staging;
     auto host_in = staging.read_lists(inputs);
     auto host_out = staging.write_all(outputs);
-    return staging.finish(host_->reduce_scatter(host_out, host_in, opts), outputs);
+    auto summed = opts;
+    for (size_t i = 0; i < host_in.size(); ++i) summed = summing(opts, host_in[i], inputs[i], false);
+    return staging.finish(host_->reduce_scatter(host_out, host_in, summed), outputs);
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
     agree(describe(reduction("reduce_scatter_tensor", opts.reduceOp), {input}));
     Staging staging;
-    auto host_in = staging.read(input, false);
+    std::vector<at::Tensor> host_in{staging.read(input, false)};
     auto host_out = staging.write(output);
-    return staging.finish(host_->_reduce_scatter_base(host_out, host_in, opts), {output});
+    auto summed = summing(opts, host_in, {input}, false);
+    return staging.finish(host_->_reduce_scatter_base(host_out, host_in[0], summed), {output});
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -303,7 +336,8 @@ class DeviceBackend final : public c10d::Backend {
     Staging staging;
     auto host_in = staging.read_all(inputs, false);
     auto host_out = staging.write_all(outputs);
-    return staging.finish(host_->reduce_scatter_tensor_coalesced(host_out, host_in, opts), outputs);
+    auto summed = summing(opts, host_in, inputs, false);
+    return staging.finish(host_->reduce_scatter_tensor_coalesced(host_out, host_in, summed), outputs);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,

@@ -151,6 +151,18 @@ def collectives(host_group) -> None:
     assert torch.equal(whole.cpu(), expected), whole
     checked.append("all_reduce into a view")
 
+    # A sum of pre-multiplied tensors (FSDP2's gradient reduction with a divide factor), which gloo
+    # does not have: the backend multiplies, gloo sums.
+    premul = [dist._make_nccl_premul_sum(0.25), dist._make_nccl_premul_sum(torch.tensor(0.5, device=device))]
+    out = torch.empty(3, device=device)
+    dist.reduce_scatter_tensor(out, data(device, n=3 * world), op=premul[0])
+    summed = sum(torch.arange(3 * world, dtype=torch.float32) + 10 * r for r in range(world))
+    assert torch.equal(out.cpu(), (0.25 * summed)[3 * rank:3 * rank + 3]), out
+    x = data(device)
+    dist.all_reduce(x, op=premul[1])
+    assert torch.equal(x.cpu(), 0.5 * sum(torch.arange(6.) + 10 * r for r in range(world))), x
+    checked.append("premul_sum")
+
     # The rank's other device: the backend reads and writes tensors of whichever device they are on.
     other = torch.device("tpuc", 1 - torch.tpuc.current_device())
     x = (torch.arange(4.) + rank).to(other)

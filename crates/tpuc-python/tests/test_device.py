@@ -404,6 +404,64 @@ def test_training_on_the_device_matches_the_cpu(optimizer, mode):
         torch.testing.assert_close(q.cpu(), p, **TOL)
 
 
+OPTIMIZER_STEPS = {
+    "adamw_fused": (torch.optim.AdamW, {"fused": True, "weight_decay": 0.1}),
+    "adamw_fused_amsgrad_maximize": (torch.optim.AdamW, {"fused": True, "amsgrad": True, "maximize": True}),
+    "adam_fused_tensor_lr": (torch.optim.Adam, {"fused": True, "weight_decay": 0.1, "lr": torch.tensor(0.05)}),
+    "adamw_foreach": (torch.optim.AdamW, {"foreach": True}),
+    "sgd_fused": (torch.optim.SGD, {"fused": True, "momentum": 0.9}),
+    "sgd_foreach": (torch.optim.SGD, {"foreach": True, "momentum": 0.9, "nesterov": True}),
+    "adagrad_fused": (torch.optim.Adagrad, {"fused": True}),
+}
+
+
+@pytest.mark.parametrize("case", OPTIMIZER_STEPS)
+def test_every_optimizer_implementation_updates_every_parameter_as_the_cpu(case):
+    """The fused and foreach implementations write lists of tensors in one op (fused Adam(W) is
+    traced as its writes; fused SGD and Adagrad run on the host): every list's tensors are written."""
+    optimizer, options = OPTIMIZER_STEPS[case]
+    torch.manual_seed(0)
+    params, grads = [torch.randn(5, 3), torch.randn(7)], [torch.randn(5, 3), torch.randn(7)]
+
+    def trained(device):
+        on_device = [p.clone().to(device).requires_grad_() for p in params]
+        opt = optimizer(on_device, **{"lr": 0.1, **options, **({"lr": options["lr"].clone()} if "lr" in options else {})})
+        for _ in range(3):
+            for p, g in zip(on_device, grads):
+                p.grad = g.clone().to(device)  # SGD with nesterov writes into the gradients
+            opt.step()
+        return [p.detach().cpu() for p in on_device], opt.state_dict()["state"]
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "tpuc: aten._fused_(sgd|adagrad)_")
+        (got, got_state), (want, want_state) = trained("tpuc"), trained("cpu")
+    for p, q, initial in zip(got, want, params):
+        assert not torch.equal(q, initial)
+        torch.testing.assert_close(p, q, **TOL)
+    for index, state in want_state.items():
+        for name, value in state.items():
+            if isinstance(value, torch.Tensor):
+                torch.testing.assert_close(got_state[index][name].cpu(), value, **TOL)
+
+
+def test_fused_adamw_unscales_gradients_and_skips_a_step_with_infinities():
+    torch.manual_seed(0)
+    params, grads, exp_avgs, exp_avg_sqs = (torch.randn(4, 3) for _ in range(4))
+    tensors = [[params], [grads], [exp_avgs], [exp_avg_sqs.abs()]]
+    step = [torch.tensor(2.0)]
+    for found in (0.0, 1.0):
+        def run(device, found=found):
+            lists = [[t[0].clone().to(device)] for t in tensors]
+            torch.ops.aten._fused_adamw_(*lists, [], [s.to(device) for s in step], lr=0.1, beta1=0.9, beta2=0.99,
+                                         weight_decay=0.01, eps=1e-8, amsgrad=False, maximize=False,
+                                         grad_scale=torch.tensor(4.0, device=device),
+                                         found_inf=torch.tensor(found, device=device))
+            return [t[0].cpu() for t in lists]
+        for got, want, before in zip(run("tpuc"), run("cpu"), tensors):
+            torch.testing.assert_close(got, want, **TOL)
+            assert torch.equal(got, before[0]) == (found == 1.0)
+
+
 def test_python_numbers_are_inputs_of_an_ops_program():
     x = torch.randn(3, 5)
     d = x.to("tpuc")

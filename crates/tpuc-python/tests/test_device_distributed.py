@@ -46,7 +46,7 @@ def programs(*names: str) -> dict:
 
 def test_every_collective_on_two_ranks_of_the_device_and_a_mismatch_named():
     results = programs("collectives", "mismatch")
-    assert len(results["collectives"]["checked"]) == 12, results["collectives"]
+    assert len(results["collectives"]["checked"]) == 13, results["collectives"]
     error = results["mismatch"]["error"]
     assert error is not None and "called different collectives" in error, error
     assert "rank 0 (this one): all_reduce (sum) of float32[4]" in error and "rank 1: all_reduce (sum) of float32[5]" in error

@@ -105,3 +105,21 @@ def test_complex_op_without_complex_lowering_is_refused():
     f = torch.compile(lambda x: torch.fft.fft(x).exp(), backend="tpuc", options={"strict": True})
     with pytest.raises(Exception, match=r"not supported: aten\.exp\.default on complex tensors"):
         f(x)
+
+
+def test_complex_tensors_are_gathered_and_indexed():
+    """Rotary embeddings as complex numbers (TorchTitan's): a cache of unit complex numbers picked
+    by position, with `gather` and with advanced indexing, multiplied into the queries."""
+    def rotate(x, cache, positions):
+        pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+        batch, length = positions.shape
+        picked = torch.gather(cache[None, :, None, :].expand(batch, -1, -1, -1), 1,
+                              positions.view(batch, length, 1, 1).expand(batch, length, 1, cache.shape[-1]))
+        indexed = cache[positions[0]][None, :, None, :]
+        return torch.view_as_real(pairs * picked * indexed).flatten(3)
+
+    angles = torch.outer(torch.arange(16.0), torch.linspace(0.1, 1.0, 4))
+    cache = torch.polar(torch.ones_like(angles), angles)
+    x, positions = randn(2, 8, 3, 8), torch.randint(0, 16, (2, 8), generator=g)
+    compiled = torch.compile(rotate, backend="tpuc", options={"strict": True})
+    torch.testing.assert_close(compiled(x, cache, positions), rotate(x, cache, positions), atol=1e-5, rtol=1e-5)

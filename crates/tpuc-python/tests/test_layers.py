@@ -14,7 +14,7 @@ LAYERS = [
     {"runtime", "tolerance"},
     {"graph", "options", "decompositions", "custom_ops", "sharding"},
     {"compiler"},
-    {"accelerator", "autocast", "process_group", "op_tracing"},
+    {"accelerator", "autocast", "process_group", "op_tracing", "flex_attention", "default_compiler"},
     {"device", "planner", "plan_store", "fusion", "checks"},
     {"backend", "compare", "ranks", "exported"},
     {"__init__"},

@@ -909,8 +909,8 @@ pub fn register(r: &mut Registry) {
         triangle_indices,
     );
     r.add_complex(&["aten.index_select.default"], index_select);
-    r.add(&["aten.gather.default"], gather);
-    r.add(&["aten.index.Tensor"], index);
+    r.add_complex(&["aten.gather.default"], gather);
+    r.add_complex(&["aten.index.Tensor"], index);
     r.add(
         &["aten.index_put.default", "aten._index_put_impl.default"],
         index_put,

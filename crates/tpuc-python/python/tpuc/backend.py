@@ -15,7 +15,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import default_partition
 
-from . import custom_ops
+from . import custom_ops, flex_attention
 from .compiler import GraphCompiler, LoweredOps, decompositions
 from .graph import prim_views_as_aten
 from .options import Options
@@ -28,7 +28,7 @@ __all__ = ["Options", "tpuc_backend"]
 def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_ignored):
     """torch.compile(model, backend="tpuc", options={...}); see tpuc.Options."""
     opts = Options.parse(options)
-    gm = prim_views_as_aten(gm)
+    gm = flex_attention.as_math(prim_views_as_aten(gm))
     lowered = LoweredOps()
     if opts.decompositions != "none":
         gm = custom_ops.inline(gm, lowered)

@@ -10,7 +10,19 @@ import functools
 
 import torch
 
-from . import _tpuc, _tpuc_native, accelerator, autocast, checks, fusion, op_tracing, planner, process_group
+from . import (
+    _tpuc,
+    _tpuc_native,
+    accelerator,
+    autocast,
+    checks,
+    default_compiler,
+    flex_attention,
+    fusion,
+    op_tracing,
+    planner,
+    process_group,
+)
 from .runtime import DeviceHooks, attach_device, dtype_name, session
 
 NAME = accelerator.NAME
@@ -135,6 +147,8 @@ def register() -> None:
         _connect()
         autocast.register()
         process_group.register()
+        flex_attention.register()
+        default_compiler.register()
 
     attach_device(DeviceHooks(session=_session, argument=graph_argument, result=graph_result,
                               device_of=graph_device, eager=_eager,

@@ -44,7 +44,14 @@ class Schema:
         names = self.written
         if self.unmarked_writes is not None and bound.get(self.unmarked_writes[1]):
             names = names + list(self.unmarked_writes[0])
-        return [bound[name] for name in names if isinstance(bound.get(name), torch.Tensor)]
+        found = []
+        for name in names:
+            value = bound.get(name)
+            if isinstance(value, torch.Tensor):
+                found.append(value)
+            elif isinstance(value, (list, tuple)):  # `Tensor(a!)[]`: the foreach and fused optimizer ops
+                found += [item for item in value if isinstance(item, torch.Tensor)]
+        return found
 
 
 def schema(func) -> Schema:
@@ -152,6 +159,10 @@ def cannot_run(error: Exception) -> str | None:
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
     if isinstance(error, GuardOnDataDependentSymNode):
         return "what it returns depends on its tensors' values"
+    if isinstance(error, NotImplementedError) and "no fake impl or Meta kernel" in str(error):
+        return "torch has no shape function for it"
+    if isinstance(error, RuntimeError) and "mutating a non-functional tensor with a functional tensor" in str(error):
+        return "torch cannot make it functional"  # the fused optimizer ops that write lists of tensors
     return None
 
 

@@ -389,7 +389,10 @@ def _stand_ins() -> dict:
 
     # Helpers a device other than the CPU's and CUDA's reaches inside composite ops (cummax,
     # logcumsumexp), traced as the ops they implement, which tpuc lowers.
-    return {getattr(aten.random_, "from"): random_in_range,
+    return {**{getattr(op, overload): fused_adam(decoupled)
+               for op, decoupled in ((aten._fused_adam_, False), (aten._fused_adamw_, True))
+               for overload in ("default", "tensor_lr")},
+            getattr(aten.random_, "from"): random_in_range,
             aten.convolution_overrideable.default: aten.convolution.default,
             aten.native_batch_norm.default: batch_norm,
             # cholesky_solve's helper takes the operands it broadcast, which the op takes as well.
@@ -398,6 +401,50 @@ def _stand_ins() -> dict:
             aten._cummax_helper.default: running(aten.cummax.default),
             aten._cummin_helper.default: running(aten.cummin.default),
             aten._logcumsumexp.default: aten.logcumsumexp.default}
+
+
+def fused_adam(decoupled: bool):
+    """`torch.optim.Adam(W)(fused=True)`'s step (`_fused_adam(w)_`: every parameter in one op) as
+    the fused kernels compute it: in float32 for lower precisions; gradients unscaled by
+    `grad_scale` (and written back unscaled); nothing changed where `found_inf` is set. torch's
+    functionalization of the op itself fails, so it is traced as these writes."""
+    def step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
+             weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
+        maxima = max_exp_avg_sqs if amsgrad else [None] * len(params)
+        for param, grad, exp_avg, exp_avg_sq, maximum, count in zip(params, grads, exp_avgs, exp_avg_sqs, maxima,
+                                                                     state_steps):
+            p, g, m, v = (t.float() for t in (param, grad, exp_avg, exp_avg_sq))
+            if grad_scale is not None:
+                g = g / grad_scale
+            unscaled = g
+            if maximize:
+                g = -g
+            if weight_decay != 0:
+                if decoupled:
+                    p = p * (1 - lr * weight_decay)
+                else:
+                    g = g + weight_decay * p
+            m = beta1 * m + (1 - beta1) * g
+            v = beta2 * v + (1 - beta2) * g * g
+            count = count.float()
+            step_size = lr / (1 - torch.pow(beta1, count))
+            root_correction = torch.sqrt(1 - torch.pow(beta2, count))
+            if maximum is not None:
+                highest = torch.maximum(maximum.float(), v)
+                denominator = torch.sqrt(highest) / root_correction + eps
+            else:
+                denominator = torch.sqrt(v) / root_correction + eps
+            p = p - step_size * m / denominator
+            writes = [(param, p), (exp_avg, m), (exp_avg_sq, v)]
+            if maximum is not None:
+                writes.append((maximum, highest))
+            if grad_scale is not None:
+                writes.append((grad, unscaled))
+            for target, value in writes:
+                if found_inf is not None:
+                    value = torch.where(found_inf != 0, target.float(), value)
+                target.copy_(value)
+    return step
 
 
 def _padded(func, args, kwargs):
