@@ -11,6 +11,8 @@ training:MODEL[=DIR]  DDP, FSDP2 (resharding after forward or not) and tensor pa
              torch.distributed; the FSDP2 model checkpointed in DIR (torch.distributed.checkpoint)
              and loaded again
 mismatch     ranks calling all_reduce on tensors of different shapes: an error naming each call
+mesh_2d      (four ranks) FSDP2 over one dimension of a 2 x 2 device mesh, tensor parallel over the
+             other, against the CPU
 """
 import datetime
 import json
@@ -219,6 +221,30 @@ def _models() -> dict:
     }
 
 
+def loss_of(model, x):
+    return model(x).float().square().mean()
+
+
+def full(model) -> list[torch.Tensor]:
+    from torch.distributed.tensor import DTensor
+
+    return [(p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu() for p in model.parameters()]
+
+
+def reference(fresh, batches, parts: int, ranks: int) -> list[torch.Tensor]:
+    """The CPU's steps (SGD with momentum) on the first `ranks` of the `parts` parts of each batch
+    (the mean of their losses)."""
+    model = fresh()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for x in batches:
+        part = x.shape[0] // parts
+        loss = sum(loss_of(model, x[r * part:(r + 1) * part]) for r in range(ranks)) / ranks
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return [p.detach() for p in model.parameters()]
+
+
 def training(model_name: str, checkpoints: str | None = None) -> None:
     """Two steps of SGD with momentum of model `model_name` on each rank's half of the batch,
     every way, against the CPU's steps on the whole batch, whose loss is the mean of its halves';
@@ -228,7 +254,6 @@ def training(model_name: str, checkpoints: str | None = None) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import parallelize_module
     from torch.nn.parallel import DistributedDataParallel
 
@@ -236,12 +261,6 @@ def training(model_name: str, checkpoints: str | None = None) -> None:
     device = torch.device("tpuc", torch.tpuc.current_device())
     mesh = init_device_mesh("tpuc", (world,))
     assert mesh.device_type == "tpuc"
-
-    def loss_of(model, x):
-        return model(x).float().square().mean()
-
-    def full(model) -> list[torch.Tensor]:
-        return [(p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu() for p in model.parameters()]
 
     def steps(model, batches, shard_batch: bool) -> list[torch.Tensor]:
         # One tensor at a time: a plan that leaves some parameters plain mixes them with DTensors.
@@ -255,21 +274,9 @@ def training(model_name: str, checkpoints: str | None = None) -> None:
             optimizer.step()
         return full(model)
 
-    def reference(fresh, batches, ranks: int) -> list[torch.Tensor]:
-        """The CPU's steps on the first `ranks` halves of each batch (the mean of their losses)."""
-        model = fresh()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        for x in batches:
-            half = x.shape[0] // world
-            loss = sum(loss_of(model, x[r * half:(r + 1) * half]) for r in range(ranks)) / ranks
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        return [p.detach() for p in model.parameters()]
-
     differences = {}
     fresh, batches, units, plan = _models()[model_name]
-    expected = {True: reference(fresh, batches, world), False: reference(fresh, batches, 1)}
+    expected = {True: reference(fresh, batches, world, world), False: reference(fresh, batches, world, 1)}
 
     def fsdp(reshard: bool):
         model = fresh().to(device)
@@ -300,6 +307,34 @@ def training(model_name: str, checkpoints: str | None = None) -> None:
     report("training", differences=differences)
 
 
+def mesh_2d() -> None:
+    """Four ranks as a 2 x 2 mesh of the device (`dp`, `tp`): the MLP tensor parallel over `tp`,
+    FSDP2 over `dp`, each `dp` rank training on its half of the batch; against the CPU's steps on
+    the whole batch."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    device = torch.device("tpuc", torch.tpuc.current_device())
+    mesh = init_device_mesh("tpuc", (2, 2), mesh_dim_names=("dp", "tp"))
+    fresh, batches, units, plan = _models()["mlp"]
+    model = parallelize_module(fresh().to(device), mesh["tp"], plan)
+    for unit in units(model):
+        fully_shard(unit, mesh=mesh["dp"])
+    model = fully_shard(model, mesh=mesh["dp"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=False)
+    position = mesh["dp"].get_local_rank()
+    for x in batches:
+        half = x.shape[0] // 2
+        loss = loss_of(model, x[position * half:(position + 1) * half].to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    expected = reference(fresh, batches, 2, 2)
+    report("mesh_2d", placements=[str(p.placements) for p in model.parameters()],
+           difference=max((g - e).abs().max().item() for g, e in zip(full(model), expected, strict=True)))
+
+
 def mismatch() -> None:
     x = torch.ones(4 + dist.get_rank(), device="tpuc")
     try:
@@ -320,7 +355,7 @@ def main() -> None:
             model_name, _, checkpoints = program.removeprefix("training:").partition("=")
             training(model_name, checkpoints or None)
         else:
-            {"collectives": lambda: collectives(host_group), "mismatch": mismatch}[program]()
+            {"collectives": lambda: collectives(host_group), "mismatch": mismatch, "mesh_2d": mesh_2d}[program]()
     dist.destroy_process_group()
 
 

@@ -26,16 +26,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+def torchrun(*args: str, ranks: int = 2, timeout: int = 240) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-addr", "127.0.0.1",
          "--master-port", str(free_port()), *args],
         capture_output=True, text=True, timeout=timeout, cwd=HERE, env=ENV)
 
 
-def programs(*names: str) -> dict:
+def programs(*names: str, ranks: int = 2) -> dict:
     """The JSON lines of device_distributed.py's programs `names`, by program."""
-    run = torchrun(os.path.join(HERE, "device_distributed.py"), *names)
+    run = torchrun(os.path.join(HERE, "device_distributed.py"), *names, ranks=ranks)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
     results = {r["program"]: r for r in map(json.loads, (line for line in run.stdout.splitlines() if line.startswith("{")))}
     assert sorted(results) == sorted(n.partition("=")[0].partition(":")[0] for n in names), run.stdout
@@ -59,6 +59,13 @@ def test_ddp_fsdp2_and_tensor_parallel_train_on_the_device_as_on_the_cpu(model, 
     assert len(differences) == (5 if model == "llama" else 4), differences
     for name, difference in differences.items():
         assert difference < 1e-5, (name, difference)
+
+
+def test_fsdp2_and_tensor_parallel_over_a_2d_mesh_of_four_ranks_train_as_on_the_cpu():
+    result = programs("mesh_2d", ranks=4)["mesh_2d"]
+    # Each parameter is sharded over both dimensions of the mesh (FSDP2's dim 0 on dp, TP's on tp).
+    assert any("Shard" in p and p.count("Shard") == 2 for p in result["placements"]), result
+    assert result["difference"] < 1e-5, result
 
 
 DIES = textwrap.dedent("""
