@@ -11,9 +11,9 @@ import logging
 
 import torch
 
-NAME = "tpuc"
+from .accelerator import NAME
+
 _LOG = logging.getLogger(__name__)
-_ANNOUNCED: list = []
 
 
 def on_device(gm: torch.fx.GraphModule, example_inputs) -> bool:
@@ -32,6 +32,11 @@ def on_device(gm: torch.fx.GraphModule, example_inputs) -> bool:
 
 
 @functools.cache
+def _announce() -> None:
+    _LOG.info("tpuc: graphs over tpuc tensors given to torch.compile's default backend (inductor) are compiled by tpuc")
+
+
+@functools.cache
 def register() -> None:
     """Hands graphs over the device's tensors from torch.compile's inductor backend to tpuc's."""
     wrapper = torch._TorchCompileInductorWrapper
@@ -43,10 +48,7 @@ def register() -> None:
             return inductor_call(self, model_, inputs_, **kwargs)
         from torch._dynamo import lookup_backend
 
-        if not _ANNOUNCED:
-            _ANNOUNCED.append(True)
-            _LOG.info("tpuc: graphs over tpuc tensors given to torch.compile's default backend (inductor) are compiled "
-                      "by tpuc")
+        _announce()
         if self.config:
             _LOG.debug("tpuc: inductor's options %s do not apply to a graph tpuc compiles", sorted(self.config))
         return lookup_backend(NAME)(model_, inputs_)

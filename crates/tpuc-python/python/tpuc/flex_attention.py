@@ -12,7 +12,8 @@ import sys
 
 import torch
 
-NAME = "tpuc"
+from .accelerator import NAME
+
 _MODULE = "torch.nn.attention.flex_attention"
 
 
