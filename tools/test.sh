@@ -41,8 +41,11 @@ stage cargo cargo test --workspace --tests
 # The torch.compile backend, the model zoo (torch.compile and export -> tpuc compile -> tpuc run,
 # using the tpuc binary the step above built) and training against eager torch: on two worker
 # processes (pytest-xdist; tests sharing an expensive fixture are one group, run by one worker).
-# Tests marked `sweep` (minutes each) are left to tools/sweep.sh.
-stage pytest .venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=20 crates/tpuc-python/tests
+# Tests marked `sweep` (minutes each) are left to tools/sweep.sh; those marked `alone` (TorchTitan
+# under torchrun: ranks that need the cores to themselves) run next, one at a time.
+stage pytest .venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=20 -m "not sweep and not alone" \
+  crates/tpuc-python/tests
+stage alone .venv/bin/python -m pytest -q -n 0 --durations=10 -m alone crates/tpuc-python/tests
 # The tpuc device with two devices: a process of its own, as the CPU plugin's devices are chosen
 # when the device starts.
 stage devices env TPUC_DEVICES=2 .venv/bin/python -m pytest -q --durations=5 crates/tpuc-python/tests/devices

@@ -462,6 +462,30 @@ def test_fused_adamw_unscales_gradients_and_skips_a_step_with_infinities():
             assert torch.equal(got, before[0]) == (found == 1.0)
 
 
+@pytest.mark.parametrize("optimizer", [torch.optim.Adam, torch.optim.AdamW])
+def test_a_learning_rate_schedule_plans_fused_adam_once(optimizer):
+    """Every hyperparameter of the fused step is an input of its program: a schedule's new
+    learning rate each step (TorchTitan's warmup) plans and compiles nothing more."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(6, 5)
+    dev = torch.nn.Linear(6, 5).to("tpuc")
+    dev.load_state_dict(cpu.state_dict())
+    optimizers = [optimizer(m.parameters(), lr=1e-3, weight_decay=0.1, fused=True) for m in (cpu, dev)]
+    schedules = [torch.optim.lr_scheduler.LambdaLR(o, lambda step: step + 1.0) for o in optimizers]
+    x = torch.randn(4, 6)
+    plans = []
+    for _ in range(4):
+        for model, opt, schedule, data in zip((cpu, dev), optimizers, schedules, (x, x.to("tpuc"))):
+            opt.zero_grad()
+            model(data).square().sum().backward()
+            opt.step()
+            schedule.step()
+        plans.append(torch.tpuc.cache_stats()["plans"])
+    assert plans[1] == plans[2] == plans[3], plans
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), **TOL)
+
+
 def test_python_numbers_are_inputs_of_an_ops_program():
     x = torch.randn(3, 5)
     d = x.to("tpuc")

@@ -18,7 +18,9 @@ import subprocess
 import pytest
 from torchtitan_assets import make_assets
 
-pytestmark = pytest.mark.xdist_group("ranks")  # runs of two ranks, one after another on one worker
+# Each run compiles the device's op programs afresh (the session's cache starts empty), on as many
+# processes as ranks: beside another test worker they would take twice as long.
+pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("ranks")]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PYTHON = os.path.join(ROOT, ".venv-titan", "bin", "python")
 TRAIN = ["--module", "llama3", "--config", "llama3_debugmodel", "--debug.seed", "42", "--debug.deterministic",
@@ -40,9 +42,7 @@ def torchtitan(where: str, ranks: int, *flags: str, dump: str) -> subprocess.Com
          "--master-port", str(free_port()), "-m", "torchtitan.train", *TRAIN, *flags,
          "--dump_folder", os.path.join(where, dump)],
         capture_output=True, text=True, timeout=240, cwd=where,
-        # torchrun's default of one OpenMP thread makes eager steps on the device about ten times
-        # slower here (an open problem, docs/sharding.md); it keeps a value that is set.
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore", OMP_NUM_THREADS="2"))
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore"))
     assert run.returncode == 0, run.stdout[-3000:] + ANSI.sub("", run.stderr)[-8000:]
     return run
 

@@ -80,17 +80,19 @@ def compiler():
 _SENTINELS = (0.1234567890123457, 0.8765432109876543)
 
 
-def lifted(func, flat, spec, trace) -> tuple[torch.fx.GraphModule, torch.dtype] | None:
+def lifted(func, flat, spec, trace, operands: bool = False) -> tuple[torch.fx.GraphModule, torch.dtype] | None:
     """`func` traced (by `trace(func, flat, spec)`, which traces it alone) with its Python floats
     as 0-dimensional inputs (and their dtype), when its traces with two sentinel values differ
     only where the values stand, each an operand an op takes as a tensor; None when not (a value
-    that shapes the program, or one an op takes as a number)."""
+    that shapes the program, or one an op takes as a number). `operands`: the function traced is
+    written to take every float as such an operand (the planner's stand-ins that say so), so one
+    trace shows it (a second would only double the cost of a large op)."""
     floats = [i for i, v in enumerate(flat) if type(v) is float]
     tensors = [v for v in flat if isinstance(v, torch.Tensor)]
     if not floats or not tensors or not all(t.dtype.is_floating_point for t in tensors):
         return None
     # Each float its own stand-in, in each of the two traces.
-    stand_ins = [[sentinel + k * 1e-9 for k in range(len(floats))] for sentinel in _SENTINELS]
+    stand_ins = [[sentinel + k * 1e-9 for k in range(len(floats))] for sentinel in _SENTINELS[:1 if operands else 2]]
     traces, codes = [], []
     for values_of_floats in stand_ins:
         values = list(flat)
@@ -105,7 +107,7 @@ def lifted(func, flat, spec, trace) -> tuple[torch.fx.GraphModule, torch.dtype] 
             code = code.replace(repr(value), f"_lifted_{k}")
         traces.append(gm)
         codes.append(code)
-    if codes[0] != codes[1]:
+    if codes[0] != codes[-1]:
         return None
     gm = traces[0]
     dtype = max((t.dtype for t in tensors), key=lambda d: torch.finfo(d).bits)

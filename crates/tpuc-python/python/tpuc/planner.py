@@ -407,13 +407,21 @@ def fused_adam(decoupled: bool):
     """`torch.optim.Adam(W)(fused=True)`'s step (`_fused_adam(w)_`: every parameter in one op) as
     the fused kernels compute it: in float32 for lower precisions; gradients unscaled by
     `grad_scale` (and written back unscaled); nothing changed where `found_inf` is set. torch's
-    functionalization of the op itself fails, so it is traced as these writes."""
+    functionalization of the op itself fails, so it is traced as these writes.
+
+    Every hyperparameter is a tensor operand of an op, never folded into a Python number (`1 -
+    beta1`) nor an op's number argument (`pow(beta1, step)`): so one program, with them as its
+    inputs (`op_tracing.lifted`), serves every value, and a learning-rate schedule does not
+    make a program per step."""
     def step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
              weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
         maxima = max_exp_avg_sqs if amsgrad else [None] * len(params)
         for param, grad, exp_avg, exp_avg_sq, maximum, count in zip(params, grads, exp_avgs, exp_avg_sqs, maxima,
                                                                      state_steps):
             p, g, m, v = (t.float() for t in (param, grad, exp_avg, exp_avg_sq))
+            count = count.float()
+            one = torch.ones_like(count)
+            beta1_, beta2_ = one * beta1, one * beta2
             if grad_scale is not None:
                 g = g / grad_scale
             unscaled = g
@@ -421,14 +429,13 @@ def fused_adam(decoupled: bool):
                 g = -g
             if weight_decay != 0:
                 if decoupled:
-                    p = p * (1 - lr * weight_decay)
+                    p = p - p * lr * weight_decay
                 else:
-                    g = g + weight_decay * p
-            m = beta1 * m + (1 - beta1) * g
-            v = beta2 * v + (1 - beta2) * g * g
-            count = count.float()
-            step_size = lr / (1 - torch.pow(beta1, count))
-            root_correction = torch.sqrt(1 - torch.pow(beta2, count))
+                    g = g + p * weight_decay
+            m = m * beta1_ + g * (one - beta1_)
+            v = v * beta2_ + g * g * (one - beta2_)
+            step_size = (one - torch.pow(beta1_, count)).reciprocal() * lr
+            root_correction = torch.sqrt(one - torch.pow(beta2_, count))
             if maximum is not None:
                 highest = torch.maximum(maximum.float(), v)
                 denominator = torch.sqrt(highest) / root_correction + eps
@@ -444,6 +451,7 @@ def fused_adam(decoupled: bool):
                 if found_inf is not None:
                     value = torch.where(found_inf != 0, target.float(), value)
                 target.copy_(value)
+    step.floats_are_operands = True
     return step
 
 
@@ -646,7 +654,7 @@ def _program_plan(func, flat, spec, signature: _Signature, device: int, call=Non
     def trace(f, values, value_spec):
         return _trace_storages(f, values, value_spec, signature, out, call=call)
 
-    lifted = op_tracing.lifted(func, flat, spec, trace=trace)
+    lifted = op_tracing.lifted(func, flat, spec, trace=trace, operands=getattr(call, "floats_are_operands", False))
     floats = [v for v in flat if type(v) is float]
     if lifted is not None:
         gm, float_dtype = lifted
