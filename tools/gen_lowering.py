@@ -277,6 +277,43 @@ class Unsupported(nn.Module):
         return torch.special.i0(x) + torch.cdist(x, x).sum(), torch.special.i0(x * 2)
 
 
+class Branches(nn.Module):
+    """torch.cond on tensors' values, twice so that both branches run: several operands (a
+    weight among them), branches returning several tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x):
+        def wide(x, w):
+            return x @ w, x.sum(0)
+
+        def narrow(x, w):
+            return x - 1.0, x.amax(0) * w[0]
+
+        first = torch.cond(x.sum() > 0, wide, narrow, (x, self.w))
+        second = torch.cond(x.sum() <= 0, wide, narrow, (x, self.w))
+        return (*first, *second)
+
+
+class Loop(nn.Module):
+    """while_loop: an integer counter, a float state of another shape, and tensors of the
+    enclosing graph the condition and body read (its additional inputs)."""
+
+    def forward(self, x, steps):
+        from torch._higher_order_ops.while_loop import while_loop
+
+        def cond(i, state, total):
+            return i < steps
+
+        def body(i, state, total):
+            state = state * 0.5 + x
+            return i + 1, state, total + state.sum()
+
+        return while_loop(cond, body, (torch.zeros((), dtype=torch.int64), torch.zeros_like(x), x.sum() * 0))
+
+
 def seeded(*shape, dtype=torch.float32, lo=None, hi=None):
     if dtype.is_floating_point:
         return torch.randn(*shape).to(dtype)
@@ -311,6 +348,8 @@ def cases():
         seeded(4, 6),
     )
     yield "spectral", Spectral(), (seeded(2, 16),)
+    yield "cond_branches", Branches(), (seeded(3, 4),)
+    yield "while_loop", Loop(), (seeded(2, 3), torch.tensor(5))
     # A batch of 8, which meshes of up to 8 devices split (testdata/lowering/sharded).
     yield "llama_block_batch8", LlamaBlock(), (seeded(8, 8, 32),)
 

@@ -13,6 +13,7 @@ use melior::ir::block::BlockLike;
 use melior::ir::operation::{OperationBuilder, OperationLike, OperationPrintingFlags};
 use melior::ir::r#type::FunctionType;
 use melior::ir::RegionLike;
+use melior::ir::ValueLike;
 use melior::ir::{
     Attribute, Block, BlockRef, Identifier, Location, Module as MlirModule, Region, Type,
     Value as MlirValue,
@@ -264,13 +265,27 @@ impl<'c> Emitter<'c> {
         m: &Module,
         block: BlockRef<'c, 'b>,
     ) -> Result<Vec<MlirValue<'c, 'b>>, EmitError> {
-        let f = &m.main;
+        let args = (0..m.main.args().len())
+            .map(|i| block.argument(i).expect("argument exists").into())
+            .collect();
+        self.func_body(&m.main, m, block, args)
+    }
+
+    /// The ops of `f` (`main` or a region of one of `m`'s ops) appended to `block`, its
+    /// arguments standing for `args`; what `f` returns.
+    fn func_body<'b>(
+        &mut self,
+        f: &Func,
+        m: &Module,
+        block: BlockRef<'c, 'b>,
+        args: Vec<MlirValue<'c, 'b>>,
+    ) -> Result<Vec<MlirValue<'c, 'b>>, EmitError> {
         let mut values: Vec<Option<MlirValue<'c, 'b>>> = vec![None; f.value_count()];
-        for (i, &a) in f.args().iter().enumerate() {
-            values[a.index()] = Some(block.argument(i).expect("argument exists").into());
+        for (&a, value) in f.args().iter().zip(args) {
+            values[a.index()] = Some(value);
         }
         for op in f.ops() {
-            let built = self.op(op, m, &values)?;
+            let built = self.op(op, f, m, &values)?;
             let op_ref = block.append_operation(built);
             for (i, &r) in op.results().iter().enumerate() {
                 values[r.index()] = Some(op_ref.result(i).expect("result exists").into());
@@ -390,10 +405,10 @@ impl<'c> Emitter<'c> {
     fn op<'a>(
         &mut self,
         op: &Op,
+        f: &Func,
         m: &Module,
         values: &[Option<MlirValue<'c, 'a>>],
     ) -> Result<melior::ir::Operation<'c>, EmitError> {
-        let f = &m.main;
         let loc = self.loc(op.loc());
         let node = op.loc().node.as_str();
         let operands: Vec<MlirValue> = op
@@ -406,13 +421,22 @@ impl<'c> Emitter<'c> {
             .iter()
             .map(|&r| self.ty(f.ty(r)))
             .collect::<Result<Vec<_>, _>>()?;
-        let (name, attrs, regions) = self.describe(op, f, m.sharding.as_ref(), m.manual)?;
+        let (name, attrs, regions) = match op.kind() {
+            OpKind::While { .. } | OpKind::Case { .. } => self.control_flow(op, m, &operands)?,
+            _ => self.describe(op, f, m.sharding.as_ref(), m.manual)?,
+        };
         let attrs = attrs
             .into_iter()
             .map(|(k, v)| Ok((Identifier::new(self.ctx, k), self.attr(&v, node)?)))
             .collect::<Result<Vec<_>, EmitError>>()?;
+        // A branch reads the `case`'s other operands from the enclosing block: the op itself
+        // takes only the index.
+        let taken = match op.kind() {
+            OpKind::Case { .. } => &operands[..1],
+            _ => &operands[..],
+        };
         OperationBuilder::new(name, loc)
-            .add_operands(&operands)
+            .add_operands(taken)
             .add_results(&result_types)
             .add_attributes(&attrs)
             .add_regions_vec(regions)
@@ -773,6 +797,13 @@ impl<'c> Emitter<'c> {
                 ]);
                 ("stablehlo.all_to_all", attrs, vec![])
             }
+            OpKind::While { .. } | OpKind::Case { .. } => {
+                return Err(EmitError::Invalid(format!(
+                    "{} (at {}) has regions: `control_flow` emits it",
+                    op.kind().name(),
+                    loc.node
+                )))
+            }
             OpKind::ShardingConstraint(s) => {
                 let Some(mesh) = sharding else {
                     return Err(EmitError::Invalid(format!(
@@ -793,6 +824,52 @@ impl<'c> Emitter<'c> {
                 }
             }
         })
+    }
+
+    /// A loop or a choice: its name and its regions, each a function of the IR emitted as a
+    /// block. A loop's blocks take the carried values as arguments; a branch's block takes none
+    /// (as StableHLO's `case` has it) and reads the op's operands after the index where the
+    /// branch's function reads its arguments.
+    #[allow(clippy::type_complexity)]
+    fn control_flow(
+        &mut self,
+        op: &Op,
+        m: &Module,
+        operands: &[MlirValue<'c, '_>],
+    ) -> Result<(&'static str, Vec<(&'static str, String)>, Vec<Region<'c>>), EmitError> {
+        let unknown = Location::unknown(self.ctx);
+        let is_loop = matches!(op.kind(), OpKind::While { .. });
+        let mut regions = Vec::new();
+        for r in op.kind().regions() {
+            let f = r.func();
+            let region = Region::new();
+            let block = if is_loop {
+                let types = f
+                    .args()
+                    .iter()
+                    .map(|&a| Ok((self.ty(f.ty(a))?, unknown)))
+                    .collect::<Result<Vec<_>, EmitError>>()?;
+                region.append_block(Block::new(&types))
+            } else {
+                region.append_block(Block::new(&[]))
+            };
+            let args: Vec<MlirValue> = if is_loop {
+                (0..f.args().len())
+                    .map(|i| block.argument(i).expect("argument exists").into())
+                    .collect()
+            } else {
+                // SAFETY: the operands are values of the block the op is appended to, which
+                // encloses this region and outlives every op in it.
+                operands[1..]
+                    .iter()
+                    .map(|v| unsafe { MlirValue::from_raw(v.to_raw()) })
+                    .collect()
+            };
+            let results = self.func_body(f, m, block, args)?;
+            block.append_operation(build("stablehlo.return", unknown, &results)?);
+            regions.push(region);
+        }
+        Ok((op.kind().name(), vec![], regions))
     }
 
     /// A region with one block of scalar arguments; `build` appends ops and returns results.

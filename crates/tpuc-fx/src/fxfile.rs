@@ -19,7 +19,10 @@ pub mod proto {
 }
 
 pub const MAGIC: &[u8; 8] = b"TPUCFX1\n";
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest format version: 2 carries subgraph arguments. A program without them is written
+/// as version 1, which every reader reads; both are read.
+pub const FORMAT_VERSION: u32 = 2;
+const FIRST_FORMAT_VERSION: u32 = 1;
 /// Alignment of each weight in a side file: what memory maps and zero-copy buffers need.
 pub const WEIGHT_ALIGNMENT: usize = 64;
 
@@ -73,7 +76,11 @@ pub fn write_fx(program: &Program, path: &Path, storage: WeightStorage) -> Resul
         })
         .collect();
     let message = proto::Program {
-        format_version: FORMAT_VERSION,
+        format_version: if has_subgraphs(&program.graph) {
+            FORMAT_VERSION
+        } else {
+            FIRST_FORMAT_VERSION
+        },
         graph: Some(graph_to_proto(&program.graph)),
         weights,
     };
@@ -125,9 +132,9 @@ pub fn read_fx(path: &Path) -> Result<Program> {
         .ok_or_else(|| bad("missing the TPUCFX1 header".into()))?;
     let message = proto::Program::decode(body)
         .map_err(|e| bad(format!("corrupt or truncated protobuf: {e}")))?;
-    if message.format_version != FORMAT_VERSION {
+    if !(FIRST_FORMAT_VERSION..=FORMAT_VERSION).contains(&message.format_version) {
         return Err(bad(format!(
-            "format version {} is not supported (this tpuc reads version {FORMAT_VERSION})",
+            "format version {} is not supported (this tpuc reads versions {FIRST_FORMAT_VERSION} to {FORMAT_VERSION})",
             message.format_version
         )));
     }
@@ -311,6 +318,10 @@ fn arg_to_proto(a: &Arg) -> proto::Arg {
             kind: kind.clone(),
             index: *index,
         }),
+        Arg::Graph(sub) => K::Subgraph(proto::Subgraph {
+            name: sub.name.clone(),
+            graph: Some(graph_to_proto(&sub.graph)),
+        }),
     };
     proto::Arg { kind: Some(kind) }
 }
@@ -355,7 +366,26 @@ fn arg_from_proto(a: proto::Arg) -> Result<Arg, String> {
             kind: d.kind,
             index: d.index,
         },
+        K::Subgraph(sub) => {
+            let graph = sub
+                .graph
+                .ok_or_else(|| format!("subgraph {} has no graph", sub.name))?;
+            let graph = graph_from_proto(graph).map_err(|(context, message)| {
+                format!("subgraph {}: {context}: {message}", sub.name)
+            })?;
+            Arg::Graph(Arc::new(Subgraph {
+                name: sub.name,
+                graph,
+            }))
+        }
     })
+}
+
+/// Whether a node of `g` takes a subgraph (which only format version 2 carries).
+fn has_subgraphs(g: &Graph) -> bool {
+    g.nodes
+        .iter()
+        .any(|n| n.inputs.iter().any(|a| matches!(a.arg, Arg::Graph(_))))
 }
 
 fn graph_to_proto(g: &Graph) -> proto::Graph {
@@ -626,4 +656,77 @@ fn graph_from_proto(g: proto::Graph) -> Result<Graph, (String, String)> {
         sym_ints,
         symbol_ranges,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph() -> Graph {
+        crate::testing::neg_graph("x", "y")
+    }
+
+    fn written(program: &Program, name: &str) -> (PathBuf, u32) {
+        let path = std::env::temp_dir().join(format!("tpuc-fx-{}-{name}.fx", std::process::id()));
+        write_fx(program, &path, WeightStorage::Inline).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let message = proto::Program::decode(&bytes[MAGIC.len()..]).unwrap();
+        (path, message.format_version)
+    }
+
+    #[test]
+    fn subgraphs_need_version_2_and_both_versions_read_back() {
+        let plain = Program::new(graph(), HashMap::new()).unwrap();
+        let mut nested = graph();
+        nested.nodes[0].inputs.push(NamedArg {
+            name: String::new(),
+            arg: Arg::Graph(Arc::new(Subgraph {
+                name: "body".into(),
+                graph: graph(),
+            })),
+            keyword: false,
+        });
+        let nested = Program::new(nested, HashMap::new()).unwrap();
+        for (program, name, version) in [(&plain, "plain", 1), (&nested, "nested", 2)] {
+            let (path, written_version) = written(program, name);
+            assert_eq!(written_version, version, "{name}");
+            assert_eq!(&read_fx(&path).unwrap(), program, "{name}");
+            std::fs::remove_file(path).unwrap();
+        }
+        // A version from the future is refused by name.
+        let future = proto::Program {
+            format_version: FORMAT_VERSION + 1,
+            graph: Some(graph_to_proto(&plain.graph)),
+            weights: Vec::new(),
+        };
+        let path = std::env::temp_dir().join(format!("tpuc-fx-{}-future.fx", std::process::id()));
+        std::fs::write(&path, [MAGIC.as_slice(), &future.encode_to_vec()].concat()).unwrap();
+        let message = read_fx(&path).unwrap_err().to_string();
+        std::fs::remove_file(path).unwrap();
+        assert!(
+            message.contains("format version 3 is not supported"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_subgraph_is_validated_as_a_graph_of_its_own() {
+        let mut broken = graph();
+        broken.nodes[0].inputs[0].arg = Arg::Tensor("z".into());
+        let mut outer = graph();
+        outer.nodes[0].inputs.push(NamedArg {
+            name: String::new(),
+            arg: Arg::Graph(Arc::new(Subgraph {
+                name: "body".into(),
+                graph: broken,
+            })),
+            keyword: false,
+        });
+        let (at, what) = Program::new(outer, HashMap::new()).unwrap_err();
+        assert_eq!(
+            at,
+            "node neg (aten.neg.default), subgraph body: node neg (aten.neg.default)"
+        );
+        assert!(what.contains("undefined value z"), "{what}");
+    }
 }

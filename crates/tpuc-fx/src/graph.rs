@@ -98,6 +98,18 @@ pub enum Arg {
         kind: String,
         index: Option<i64>,
     },
+    /// A graph the operator runs (`torch.cond`'s branches, a loop's condition and body).
+    Graph(Arc<Subgraph>),
+}
+
+/// A graph an operator takes as an argument: closed (it reads only its inputs, which the
+/// operator passes it), its tensor names its own; its inputs are user inputs and its outputs
+/// what it returns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Subgraph {
+    /// Its name in the exported program (`true_graph_0`).
+    pub name: String,
+    pub graph: Graph,
 }
 
 impl Arg {
@@ -124,10 +136,12 @@ impl Arg {
             Arg::MemoryFormat(_) => "memory format",
             Arg::Layout(_) => "layout",
             Arg::Device { .. } => "device",
+            Arg::Graph(_) => "graph",
         }
     }
 
-    /// Names of every tensor this argument refers to.
+    /// Names of every tensor this argument refers to (a subgraph refers to none of the graph
+    /// it is in: it is closed).
     pub fn tensor_refs(&self) -> Vec<&str> {
         match self {
             Arg::Tensor(t) => vec![t.as_str()],

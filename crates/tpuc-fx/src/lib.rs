@@ -10,6 +10,8 @@ mod pt2;
 mod schema;
 pub mod source;
 pub mod symbolic;
+#[cfg(test)]
+mod testing;
 pub mod validate;
 
 pub use dtype::DType;

@@ -268,24 +268,8 @@ impl Converter<'_> {
     }
 
     fn graph(&self, g: schema::Graph, sig: schema::Signature) -> Result<Graph> {
-        let mut tensors = HashMap::with_capacity(g.tensor_values.len());
-        for (name, meta) in &g.tensor_values {
-            tensors.insert(
-                name.clone(),
-                self.tensor_meta(&format!("tensor {name}"), meta)?,
-            );
-        }
-        let sym_ints = g
-            .sym_int_values
-            .into_iter()
-            .map(|(name, s)| (name, sym_int_dim(&s)))
-            .collect();
-        let nodes = g
-            .nodes
-            .into_iter()
-            .enumerate()
-            .map(|(i, n)| self.node(i, n))
-            .collect::<Result<Vec<_>>>()?;
+        let (graph_inputs, graph_outputs) = (g.inputs.len(), g.outputs.len());
+        let mut graph = self.body("", g)?;
         let inputs = sig
             .input_specs
             .into_iter()
@@ -298,26 +282,98 @@ impl Converter<'_> {
             .enumerate()
             .map(|(i, spec)| self.output(i, spec))
             .collect::<Result<Vec<_>>>()?;
-        if inputs.len() != g.inputs.len() || outputs.len() != g.outputs.len() {
+        if inputs.len() != graph_inputs || outputs.len() != graph_outputs {
             return Err(self.invalid(
                 "signature",
                 format!(
                     "describes {} inputs and {} outputs but the graph has {} and {}",
                     inputs.len(),
                     outputs.len(),
-                    g.inputs.len(),
-                    g.outputs.len()
+                    graph_inputs,
+                    graph_outputs
                 ),
             ));
         }
+        graph.inputs = inputs;
+        graph.outputs = outputs;
+        Ok(graph)
+    }
+
+    /// A graph's values and nodes (its inputs and outputs left to the caller); `within` names
+    /// the subgraph it is, for errors ("" for the program's own).
+    fn body(&self, within: &str, g: schema::Graph) -> Result<Graph> {
+        let mut tensors = HashMap::with_capacity(g.tensor_values.len());
+        for (name, meta) in &g.tensor_values {
+            tensors.insert(
+                name.clone(),
+                self.tensor_meta(&format!("{within}tensor {name}"), meta)?,
+            );
+        }
+        let sym_ints = g
+            .sym_int_values
+            .into_iter()
+            .map(|(name, s)| (name, sym_int_dim(&s)))
+            .collect();
+        let nodes = g
+            .nodes
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| self.node(within, i, n))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Graph {
-            inputs,
+            inputs: Vec::new(),
             nodes,
-            outputs,
+            outputs: Vec::new(),
             tensors,
             sym_ints,
             symbol_ranges: Default::default(),
         })
+    }
+
+    /// A graph a node takes as an argument: its inputs are tensors it is passed, its outputs
+    /// what it returns.
+    fn subgraph(&self, context: &str, a: schema::GraphArgument) -> Result<Arg> {
+        let within = format!("{context}, subgraph {}: ", a.name);
+        let (inputs, outputs) = (a.graph.inputs, a.graph.outputs);
+        let mut graph = self.body(
+            &within,
+            schema::Graph {
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                ..a.graph
+            },
+        )?;
+        for (i, input) in inputs.into_iter().enumerate() {
+            match self.arg(&within, input)? {
+                Arg::Tensor(name) => graph.inputs.push(GraphInput {
+                    name,
+                    kind: InputKind::UserInput,
+                }),
+                other => {
+                    return Err(self.invalid(
+                        &format!("{within}input {i}"),
+                        format!(
+                            "an input of kind {} is not supported (only tensors)",
+                            other.kind_name()
+                        ),
+                    ))
+                }
+            }
+        }
+        for output in outputs {
+            let value = match self.arg(&within, output)? {
+                Arg::Tensor(t) => OutputValue::Tensor(t),
+                other => OutputValue::Constant(other),
+            };
+            graph.outputs.push(GraphOutput {
+                value,
+                kind: OutputKind::User,
+            });
+        }
+        Ok(Arg::Graph(Arc::new(Subgraph {
+            name: a.name,
+            graph,
+        })))
     }
 
     fn tensor_meta(&self, context: &str, m: &schema::TensorMeta) -> Result<TensorMeta> {
@@ -394,6 +450,7 @@ impl Converter<'_> {
                 schema::OptionalTensorArgument::AsTensor(t) => Arg::Tensor(t.name),
                 schema::OptionalTensorArgument::AsNone(_) => Arg::None,
             },
+            A::AsGraph(g) => self.subgraph(context, *g)?,
         })
     }
 
@@ -409,9 +466,9 @@ impl Converter<'_> {
         }
     }
 
-    fn node(&self, index: usize, n: schema::Node) -> Result<Node> {
+    fn node(&self, within: &str, index: usize, n: schema::Node) -> Result<Node> {
         let name = n.name.unwrap_or_else(|| format!("node{index}"));
-        let context = format!("node {name} ({})", n.target);
+        let context = format!("{within}node {name} ({})", n.target);
         let target = n
             .target
             .strip_prefix("torch.ops.")

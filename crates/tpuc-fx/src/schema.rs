@@ -145,6 +145,15 @@ pub enum Argument {
     AsBools(Vec<bool>),
     AsOptionalTensors(Vec<OptionalTensorArgument>),
     AsOptionalTensor(OptionalTensorArgument),
+    AsGraph(Box<GraphArgument>),
+}
+
+/// A graph a higher-order operator takes (its branches, its body), with its own namespace of
+/// values.
+#[derive(Deserialize)]
+pub struct GraphArgument {
+    pub name: String,
+    pub graph: Graph,
 }
 
 #[derive(Deserialize)]

@@ -2,12 +2,17 @@
 
 use crate::graph::SourceLoc;
 
-/// The innermost frame outside installed packages (torch, torchvision, ...): the user's line.
-/// Falls back to the innermost frame when every frame is library code.
+/// The innermost frame outside installed packages (torch, torchvision, ...) and code torch
+/// generated (`<eval_with_key>.5`: the graph modules a higher-order operator's branches are
+/// traced through): the user's line. Falls back to the innermost frame when every frame is
+/// library code.
 pub fn user_frame(stack_trace: &str) -> Option<SourceLoc> {
     let frames: Vec<SourceLoc> = stack_trace.lines().filter_map(parse_frame).collect();
-    let is_library =
-        |f: &SourceLoc| f.file.contains("/site-packages/") || f.file.contains("/dist-packages/");
+    let is_library = |f: &SourceLoc| {
+        f.file.contains("/site-packages/")
+            || f.file.contains("/dist-packages/")
+            || f.file.starts_with("<eval_with_key>")
+    };
     frames
         .iter()
         .rev()
@@ -38,6 +43,12 @@ mod tests {
         let loc = user_frame(trace).unwrap();
         assert_eq!(loc.file, "/home/u/model.py");
         assert_eq!(loc.line, 6);
+    }
+
+    #[test]
+    fn skips_code_torch_generated() {
+        let trace = "File \"/home/u/m.py\", line 6, in forward\n  File \"<eval_with_key>.5\", line 10, in forward\n    cond = torch.ops.higher_order.cond(a)\n  File \"<eval_with_key>.6\", line 7, in forward\n    child = x + y";
+        assert_eq!(user_frame(trace).unwrap().line, 6);
     }
 
     #[test]

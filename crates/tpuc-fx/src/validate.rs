@@ -18,8 +18,18 @@ pub fn validated(path: &Path, program: Program) -> Result<Program> {
 }
 
 /// On failure: (where, what), e.g. ("node add_1 (aten.add.Tensor)", "uses undefined value x").
+/// Subgraphs a node takes are checked as graphs of their own (they read only their inputs).
 pub fn validate(program: &Program) -> std::result::Result<(), (String, String)> {
-    let g = &program.graph;
+    validate_graph(&program.graph, Some(program), "")
+}
+
+/// `g`'s checks; its weights are `program`'s (None: a subgraph, whose inputs are all passed to
+/// it); `within` prefixes every place named ("" for the program's own graph).
+fn validate_graph(
+    g: &Graph,
+    program: Option<&Program>,
+    within: &str,
+) -> std::result::Result<(), (String, String)> {
     let mut defined: HashSet<&str> = HashSet::with_capacity(g.tensors.len());
     let all_defs: HashSet<&str> = g
         .inputs
@@ -29,7 +39,7 @@ pub fn validate(program: &Program) -> std::result::Result<(), (String, String)> 
         .collect();
 
     for input in &g.inputs {
-        let context = format!("graph input {}", input.name);
+        let context = format!("{within}graph input {}", input.name);
         if !defined.insert(&input.name) {
             return Err((context, "is defined twice".into()));
         }
@@ -38,7 +48,7 @@ pub fn validate(program: &Program) -> std::result::Result<(), (String, String)> 
             .ok_or_else(|| (context.clone(), "has no tensor metadata".to_string()))?;
         if input.kind != InputKind::UserInput {
             let weight = program
-                .weight_for(input)
+                .and_then(|p| p.weight_for(input))
                 .ok_or_else(|| (context.clone(), "has no data in the archive".to_string()))?;
             if Some(&weight.sizes) != meta.static_sizes().as_ref() || weight.dtype != meta.dtype {
                 return Err((
@@ -54,8 +64,15 @@ pub fn validate(program: &Program) -> std::result::Result<(), (String, String)> 
         }
     }
     for node in &g.nodes {
-        let context = || format!("node {} ({})", node.name, node.target);
+        let context = || format!("{within}node {} ({})", node.name, node.target);
         for input in &node.inputs {
+            if let Arg::Graph(sub) = &input.arg {
+                validate_graph(
+                    &sub.graph,
+                    None,
+                    &format!("{}, subgraph {}: ", context(), sub.name),
+                )?;
+            }
             for r in input.arg.tensor_refs() {
                 if !defined.contains(r) {
                     let why = if all_defs.contains(r) {
@@ -83,7 +100,7 @@ pub fn validate(program: &Program) -> std::result::Result<(), (String, String)> 
         if let OutputValue::Tensor(t) = &out.value {
             if !defined.contains(t.as_str()) {
                 return Err((
-                    format!("graph output {i}"),
+                    format!("{within}graph output {i}"),
                     format!("refers to undefined value {t}"),
                 ));
             }
@@ -97,43 +114,8 @@ mod tests {
     use std::collections::HashMap;
 
     use crate::graph::*;
-    use crate::DType;
 
-    fn meta() -> TensorMeta {
-        TensorMeta {
-            dtype: DType::F32,
-            sizes: vec![Dim::Static(2)],
-            strides: vec![Dim::Static(1)],
-            storage_offset: 0,
-        }
-    }
-
-    /// `x -> neg(arg) -> output`, with `arg` and the output naming what they are given.
-    fn graph(arg: &str, output: &str) -> Graph {
-        let mut g = Graph::default();
-        g.inputs.push(GraphInput {
-            name: "x".into(),
-            kind: InputKind::UserInput,
-        });
-        g.nodes.push(Node {
-            name: "neg".into(),
-            target: "aten.neg.default".into(),
-            inputs: vec![NamedArg {
-                name: "self".into(),
-                arg: Arg::Tensor(arg.into()),
-                keyword: false,
-            }],
-            outputs: vec![NodeOutput::Tensor("y".into())],
-            stack_trace: None,
-        });
-        g.outputs.push(GraphOutput {
-            value: OutputValue::Tensor(output.into()),
-            kind: OutputKind::User,
-        });
-        g.tensors.insert("x".into(), meta());
-        g.tensors.insert("y".into(), meta());
-        g
-    }
+    use crate::testing::neg_graph as graph;
 
     /// A `Program` exists only once validated: the one constructor outside the readers refuses
     /// what the readers refuse.

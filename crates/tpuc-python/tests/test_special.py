@@ -113,12 +113,9 @@ def test_regularized_incomplete_gamma_functions_match_torch(upper):
     torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-12, equal_nan=True)
 
 
-@pytest.mark.sweep
 @pytest.mark.parametrize("upper", [False, True])
 def test_regularized_incomplete_gamma_functions_in_float32_match_torch(upper):
-    # float32 (16-bit floats take the same path: computed in float64, rounded once). The same
-    # program as float64's, but XLA:CPU's code generator takes minutes on its float32 form (15
-    # times the LLVM IR: the 600 unrolled steps), so it runs in tools/sweep.sh, not the suite,
-    # until the series and the continued fraction are loops in tpuc's IR.
+    # float32 (16-bit floats take the same path: computed in float64, rounded once). The series
+    # and the continued fraction are loops (one body compiled): unrolled, XLA:CPU took minutes.
     got, want = incomplete_gamma_case(upper, torch.float32)
     torch.testing.assert_close(got, want, equal_nan=True)

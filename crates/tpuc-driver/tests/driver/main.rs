@@ -5,6 +5,7 @@
 //! (testdata/lowering/<case>.pt2 -> <case>.mlir) are crates/tpuc-filetests'; the `tpuc` command
 //! is crates/tpuc-cli/tests/cli's.
 
+mod control_flow;
 mod dynamic;
 mod execution;
 mod pipeline;
@@ -260,6 +261,7 @@ fn main() {
         ),
     ];
     trials.extend(execution::trials(&cases));
+    trials.extend(control_flow::trials());
     trials.extend(dynamic::trials());
     trials.extend(pipeline::trials());
     trials.extend(sharded::trials());

@@ -42,7 +42,13 @@ fn determinism() -> Result<(), Failed> {
 
 fn fx_round_trip() -> Result<(), Failed> {
     let dir = tempfile::tempdir()?;
-    for case in ["resnet_cnn_core", "llama_block", "dtype_mix"] {
+    for case in [
+        "resnet_cnn_core",
+        "llama_block",
+        "dtype_mix",
+        "cond_branches",
+        "while_loop_core",
+    ] {
         let pt2 = lowering_dir().join(format!("{case}.pt2"));
         let original = tpuc_fx::read_program(&pt2)?;
         for storage in [

@@ -62,6 +62,15 @@ impl Builder {
 
     /// Adds `kind` applied to `operands`; its typing rule gives the results' types.
     pub fn op(&mut self, kind: OpKind, operands: &[Value]) -> BuildResult<Vec<Value>> {
+        if let Some(v) = operands.iter().find(|v| !self.func.defines(**v)) {
+            return Err(TypeError {
+                op: kind.name(),
+                message: format!(
+                    "operand %{} is not a value of this function (a region reads only its arguments)",
+                    v.index()
+                ),
+            });
+        }
         let types: Vec<&TensorType> = operands.iter().map(|&v| self.func.ty(v)).collect();
         let result_types = infer(&kind, &types).map_err(|message| TypeError {
             op: kind.name(),
@@ -94,6 +103,98 @@ impl Builder {
 
     pub fn arg(&mut self, ty: TensorType, attrs: ArgAttrs) -> Value {
         self.func.add_arg(ty, attrs)
+    }
+
+    /// A builder of a region of an op of this function: its values are numbered after this
+    /// function's, so that one of them used inside the region (regions are closed) is caught
+    /// by the verifier rather than read as another value.
+    pub fn nested(&self) -> Builder {
+        Builder {
+            func: Func::numbered_from(self.func.value_count() as u32),
+            loc: self.loc.clone(),
+        }
+    }
+
+    /// A region taking arguments of `args`' types, whose ops and results `build` makes (on a
+    /// builder of its own, from the region's arguments).
+    pub fn region(
+        &self,
+        args: &[TensorType],
+        build: impl FnOnce(&mut Builder, &[Value]) -> BuildResult<Vec<Value>>,
+    ) -> BuildResult<Region> {
+        let mut inner = self.nested();
+        let values: Vec<Value> = args
+            .iter()
+            .map(|t| inner.arg(t.clone(), ArgAttrs::default()))
+            .collect();
+        let results = build(&mut inner, &values)?;
+        Ok(Region::new(inner.finish(results, vec![])))
+    }
+
+    /// The ops of `f` appended here, its arguments standing for `args`: what it returns.
+    pub fn inline(&mut self, f: &Func, args: &[Value]) -> BuildResult<Vec<Value>> {
+        if args.len() != f.args().len() {
+            return Err(TypeError {
+                op: "inline",
+                message: format!(
+                    "{} arguments for a function of {}",
+                    args.len(),
+                    f.args().len()
+                ),
+            });
+        }
+        let mut map: Vec<Option<Value>> = vec![None; f.value_count()];
+        for (&a, &v) in f.args().iter().zip(args) {
+            map[a.index()] = Some(v);
+        }
+        let lookup = |map: &[Option<Value>], v: Value| {
+            map[v.index()].ok_or_else(|| TypeError {
+                op: "inline",
+                message: format!("%{} is used before it is defined", v.index()),
+            })
+        };
+        for op in f.ops() {
+            let operands = op
+                .operands()
+                .iter()
+                .map(|&v| lookup(&map, v))
+                .collect::<BuildResult<Vec<_>>>()?;
+            let saved = std::mem::replace(&mut self.loc, op.loc().clone());
+            let results = self.op(op.kind().clone(), &operands);
+            self.loc = saved;
+            for (&old, new) in op.results().iter().zip(results?) {
+                map[old.index()] = Some(new);
+            }
+        }
+        f.results().iter().map(|&r| lookup(&map, r)).collect()
+    }
+
+    /// `stablehlo.while` from the values `init`: `cond` builds the condition (a boolean scalar)
+    /// and `body` the next values, each from the values of the current iteration, on builders
+    /// of their own. Values of this function a region needs are carried through it.
+    pub fn while_loop(
+        &mut self,
+        init: &[Value],
+        cond: impl FnOnce(&mut Builder, &[Value]) -> BuildResult<Value>,
+        body: impl FnOnce(&mut Builder, &[Value]) -> BuildResult<Vec<Value>>,
+    ) -> BuildResult<Vec<Value>> {
+        let types: Vec<TensorType> = init.iter().map(|&v| self.ty(v).clone()).collect();
+        let cond = self.region(&types, |b, values| Ok(vec![cond(b, values)?]))?;
+        let body = self.region(&types, body)?;
+        self.op(OpKind::While { cond, body }, init)
+    }
+
+    /// `stablehlo.case`: `index` (an i32 scalar) picks one of `branches`, each taking
+    /// `operands`.
+    pub fn case(
+        &mut self,
+        index: Value,
+        operands: &[Value],
+        branches: Vec<Region>,
+    ) -> BuildResult<Vec<Value>> {
+        let mut all = vec![index];
+        all.extend_from_slice(operands);
+        self.op(OpKind::Case { branches }, &all)
     }
 
     /// The function returning `results` (their attributes default when fewer are given).

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::attrs::{ArgAttrs, MeshSharding};
-use super::ops::{Loc, OpKind, Value};
+use super::ops::{Loc, OpKind, Region, Value};
 use super::types::TensorType;
 use super::typing::infer;
 use crate::ir::TypeError;
@@ -55,11 +55,32 @@ pub struct Func {
     pub(super) results: Vec<Value>,
     pub(super) result_attrs: Vec<ArgAttrs>,
     pub(super) types: Vec<TensorType>,
+    /// The number of this function's first value: a region's values are numbered after those
+    /// its enclosing function had when it was built, so that a value of one used in the other
+    /// is caught (the verifier's "used before it is defined") rather than read as another.
+    pub(super) first_value: u32,
 }
 
 impl Func {
+    /// A function whose values are numbered from `first_value` on.
+    pub(super) fn numbered_from(first_value: u32) -> Func {
+        Func {
+            first_value,
+            ..Func::default()
+        }
+    }
+
+    /// Whether `v` is numbered among this function's values.
+    pub fn defines(&self, v: Value) -> bool {
+        (self.first_value as usize..self.value_count()).contains(&v.index())
+    }
+
     pub fn ty(&self, v: Value) -> &TensorType {
-        &self.types[v.index()]
+        let own = v
+            .index()
+            .checked_sub(self.first_value as usize)
+            .and_then(|i| self.types.get(i));
+        own.unwrap_or_else(|| panic!("%{} is not a value of this function", v.index()))
     }
 
     pub fn args(&self) -> &[Value] {
@@ -85,7 +106,7 @@ impl Func {
     /// How many values the function has numbered (arguments and results of ops, including
     /// those of ops since removed).
     pub fn value_count(&self) -> usize {
-        self.types.len()
+        self.first_value as usize + self.types.len()
     }
 
     /// The index of the op defining each value; None for the arguments.
@@ -180,6 +201,32 @@ impl Func {
         Ok(())
     }
 
+    /// The function with `pass` applied to the function of every region of its ops, innermost
+    /// first, so that a pass over one function reaches every function a module runs. Refused
+    /// when `pass` changes a region's signature.
+    pub fn map_regions(mut self, pass: &mut dyn FnMut(Func) -> Func) -> Result<Func, TypeError> {
+        for index in 0..self.ops.len() {
+            let regions: Vec<Region> = self.ops[index]
+                .kind
+                .regions()
+                .into_iter()
+                .cloned()
+                .collect();
+            if regions.is_empty() {
+                continue;
+            }
+            let mut rewritten = Vec::with_capacity(regions.len());
+            for region in regions {
+                let inner = region.func().clone().map_regions(pass)?;
+                rewritten.push(Region::new(pass(inner)));
+            }
+            let kind = self.ops[index].kind.with_regions(rewritten);
+            let operands = self.ops[index].operands.clone();
+            self.replace_op(index, kind, operands)?;
+        }
+        Ok(self)
+    }
+
     /// Appends an argument.
     pub fn add_arg(&mut self, ty: TensorType, attrs: ArgAttrs) -> Value {
         let v = self.add_value(ty);
@@ -223,7 +270,7 @@ impl Func {
     /// A new value of this type, for an op or argument about to be added.
     pub(super) fn add_value(&mut self, ty: TensorType) -> Value {
         self.types.push(ty);
-        Value(self.types.len() as u32 - 1)
+        Value(self.value_count() as u32 - 1)
     }
 }
 

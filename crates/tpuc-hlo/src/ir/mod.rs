@@ -9,6 +9,8 @@ mod func;
 mod literal;
 mod ops;
 mod print;
+#[cfg(test)]
+mod region_tests;
 mod types;
 mod typing;
 mod verify;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tpuc_dtype::DType;
 
 use super::attrs::{ConvAttrs, DotDims, GatherDims, Precision, ScatterDims, Sharding};
+use super::func::Func;
 use super::types::TensorType;
 
 /// A value of a function: an argument or an op's result.
@@ -313,6 +314,38 @@ impl FftKind {
     }
 }
 
+/// A function an op runs: a loop's condition or body, a branch. Closed: it reads only its
+/// arguments, which the op passes it (values of the enclosing function are passed as operands,
+/// never read across the boundary), and its values are numbered apart from the enclosing
+/// function's. Clones of the op share it; it equals only itself (the same function, by
+/// pointer), so kinds stay cheap to compare and hash.
+#[derive(Clone, Debug)]
+pub struct Region(Arc<Func>);
+
+impl Region {
+    pub fn new(func: Func) -> Region {
+        Region(Arc::new(func))
+    }
+
+    pub fn func(&self) -> &Func {
+        &self.0
+    }
+}
+
+impl PartialEq for Region {
+    fn eq(&self, other: &Region) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Region {}
+
+impl std::hash::Hash for Region {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.0), state)
+    }
+}
+
 /// A dense constant: little-endian element bytes, one element when `splat`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Literal {
@@ -472,6 +505,19 @@ pub enum OpKind {
         concat_dim: i64,
         groups: Vec<Vec<i64>>,
     },
+    /// A loop: the operands are its values' first values; while `cond` (their types to a
+    /// boolean scalar) says true, `body` (their types to their types) computes the next ones;
+    /// the results are the values `cond` said false of.
+    While {
+        cond: Region,
+        body: Region,
+    },
+    /// A choice: operand 0, a 32-bit integer scalar, picks the branch run (one out of range
+    /// picks the last, as StableHLO says); every branch takes the other operands and returns
+    /// values of the result types.
+    Case {
+        branches: Vec<Region>,
+    },
 }
 
 impl OpKind {
@@ -517,19 +563,56 @@ impl OpKind {
             OpKind::AllGather { .. } => "stablehlo.all_gather",
             OpKind::ReduceScatter { .. } => "stablehlo.reduce_scatter",
             OpKind::AllToAll { .. } => "stablehlo.all_to_all",
+            OpKind::While { .. } => "stablehlo.while",
+            OpKind::Case { .. } => "stablehlo.case",
         }
+    }
+
+    /// The functions the op runs (its regions), in the order StableHLO writes them.
+    pub fn regions(&self) -> Vec<&Region> {
+        match self {
+            OpKind::While { cond, body } => vec![cond, body],
+            OpKind::Case { branches } => branches.iter().collect(),
+            _ => vec![],
+        }
+    }
+
+    /// The same op running `regions` instead (as many, in the order of [`OpKind::regions`]).
+    pub fn with_regions(&self, mut regions: Vec<Region>) -> OpKind {
+        match self {
+            OpKind::While { .. } if regions.len() == 2 => {
+                let body = regions.pop().expect("two regions");
+                let cond = regions.pop().expect("two regions");
+                OpKind::While { cond, body }
+            }
+            OpKind::Case { branches } if regions.len() == branches.len() => {
+                OpKind::Case { branches: regions }
+            }
+            _ => self.clone(),
+        }
+    }
+
+    /// Whether the op, or an op of a function it runs, satisfies `test`.
+    fn any_within(&self, test: &dyn Fn(&OpKind) -> bool) -> bool {
+        test(self)
+            || self
+                .regions()
+                .iter()
+                .any(|r| r.func().ops().iter().any(|op| op.kind().any_within(test)))
     }
 
     /// Communicates between devices: only in a module whose body runs per device, and never
     /// computed when compiling or once for several calls.
     pub fn is_collective(&self) -> bool {
-        matches!(
-            self,
-            OpKind::AllReduce { .. }
-                | OpKind::AllGather { .. }
-                | OpKind::ReduceScatter { .. }
-                | OpKind::AllToAll { .. }
-        )
+        self.any_within(&|k| {
+            matches!(
+                k,
+                OpKind::AllReduce { .. }
+                    | OpKind::AllGather { .. }
+                    | OpKind::ReduceScatter { .. }
+                    | OpKind::AllToAll { .. }
+            )
+        })
     }
 
     /// Cheap for the device to produce wherever it is used (XLA fuses it into its consumers):
@@ -544,7 +627,7 @@ impl OpKind {
     /// Draws random numbers: its results differ from call to call, so it is never computed
     /// once for several calls.
     pub fn is_random(&self) -> bool {
-        matches!(self, OpKind::RngBitGenerator { .. })
+        self.any_within(&|k| matches!(k, OpKind::RngBitGenerator { .. }))
     }
 
     /// Only moves, selects or relabels data, or converts it: no arithmetic. XLA folds such ops

@@ -35,7 +35,7 @@ pub fn print(module: &Module) -> String {
         let per_device = if module.manual { ", per device" } else { "" };
         let _ = writeln!(out, "mesh [{}] ({dialect}{per_device})", axes.join(", "));
     }
-    print_func(&mut out, &module.main);
+    print_func(&mut out, &module.main, "func @main", "");
     out
 }
 
@@ -63,17 +63,19 @@ fn with_attrs(f: &Func, v: Value, attrs: &ArgAttrs) -> String {
     }
 }
 
-fn print_func(out: &mut String, f: &Func) {
+/// `f` as `header(arguments) { ops; return }`, each line after `indent`; an op's regions
+/// follow it, indented below it.
+fn print_func(out: &mut String, f: &Func, header: &str, indent: &str) {
     let args: Vec<String> = f
         .args()
         .iter()
         .zip(f.arg_attrs())
         .map(|(&a, attrs)| with_attrs(f, a, attrs))
         .collect();
-    let _ = writeln!(out, "func @main({}) {{", args.join(", "));
+    let _ = writeln!(out, "{indent}{header}({}) {{", args.join(", "));
     for op in f.ops() {
         let types: Vec<String> = op.results().iter().map(|&r| f.ty(r).to_string()).collect();
-        let mut line = format!("  {} = {}", values(op.results()), op.kind().name());
+        let mut line = format!("{indent}  {} = {}", values(op.results()), op.kind().name());
         if !op.operands().is_empty() {
             let _ = write!(line, " {}", values(op.operands()));
         }
@@ -89,6 +91,10 @@ fn print_func(out: &mut String, f: &Func) {
             }
         }
         let _ = writeln!(out, "{line}");
+        let names = region_names(op.kind());
+        for (region, name) in op.kind().regions().into_iter().zip(names) {
+            print_func(out, region.func(), &name, &format!("{indent}    "));
+        }
     }
     let results: Vec<String> = f
         .results()
@@ -99,8 +105,17 @@ fn print_func(out: &mut String, f: &Func) {
             None => value(r),
         })
         .collect();
-    let _ = writeln!(out, "  return {}", results.join(", "));
-    out.push_str("}\n");
+    let _ = writeln!(out, "{indent}  return {}", results.join(", "));
+    let _ = writeln!(out, "{indent}}}");
+}
+
+/// What each region of an op is called in the text.
+fn region_names(kind: &OpKind) -> Vec<String> {
+    match kind {
+        OpKind::While { .. } => vec!["cond".into(), "body".into()],
+        OpKind::Case { branches } => (0..branches.len()).map(|i| format!("branch {i}")).collect(),
+        _ => vec![],
+    }
 }
 
 fn list<T: std::fmt::Debug>(v: &[T]) -> String {
@@ -244,6 +259,7 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
             ("concat", concat_dim.to_string()),
             ("groups", list(groups)),
         ],
+        OpKind::While { .. } | OpKind::Case { .. } => vec![],
         OpKind::Unary(_)
         | OpKind::Binary(_)
         | OpKind::Select

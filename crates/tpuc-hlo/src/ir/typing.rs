@@ -489,7 +489,61 @@ pub fn infer(kind: &OpKind, operands: &[&TensorType]) -> Rule {
             }
             one(operands[0].clone())
         }
+        OpKind::While { cond, body } => {
+            let carried: Vec<TensorType> = operands.iter().map(|&t| t.clone()).collect();
+            let condition = TensorType::scalar(DType::Bool);
+            signature("the condition", cond.func(), &carried, &[condition])?;
+            signature("the body", body.func(), &carried, &carried)?;
+            Ok(carried)
+        }
+        OpKind::Case { branches } => {
+            let Some((index, passed)) = operands.split_first() else {
+                return Err("takes an index operand".into());
+            };
+            if **index != TensorType::scalar(DType::I32) {
+                return Err(format!("its index is a tensor<i32>, got {index}"));
+            }
+            let Some(first) = branches.first() else {
+                return Err("has at least one branch".into());
+            };
+            let passed: Vec<TensorType> = passed.iter().map(|&t| t.clone()).collect();
+            let results = first.func().result_types();
+            for (i, branch) in branches.iter().enumerate() {
+                signature(&format!("branch {i}"), branch.func(), &passed, &results)?;
+            }
+            Ok(results)
+        }
     }
+}
+
+/// Checks that a region's function takes `args` and returns `results`.
+fn signature(
+    what: &str,
+    f: &super::func::Func,
+    args: &[TensorType],
+    results: &[TensorType],
+) -> Result<(), String> {
+    let (takes, returns) = (f.arg_types(), f.result_types());
+    if takes != args {
+        return Err(format!(
+            "{what} takes {}, the op passes {}",
+            types_text(&takes),
+            types_text(args)
+        ));
+    }
+    if returns != results {
+        return Err(format!(
+            "{what} returns {}, the op needs {}",
+            types_text(&returns),
+            types_text(results)
+        ));
+    }
+    Ok(())
+}
+
+fn types_text(types: &[TensorType]) -> String {
+    let each: Vec<String> = types.iter().map(ToString::to_string).collect();
+    format!("({})", each.join(", "))
 }
 
 /// The size of every group of a collective: groups of one size, of distinct non-negative ids.

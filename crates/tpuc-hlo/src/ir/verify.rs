@@ -8,6 +8,9 @@
 //!   operands, so attribute values fit their operands (permutations, dimension numbers,
 //!   windows, comparison types, region arities);
 //! - each argument and result has one attribute set;
+//! - the function an op runs (a region) keeps these invariants itself, reads only its own
+//!   arguments (a value of the enclosing function inside it is "used before it is defined"),
+//!   has no argument or result attributes, and has the signature the op's rule asks;
 //! - shardings of arguments and results appear only in a module with a mesh; every sharding
 //!   (constraints included, once the module has a mesh) names the mesh's axes, each at most once
 //!   per tensor, and has one entry per dimension (a dimension the axes do not divide is padded,
@@ -20,7 +23,7 @@
 //!   existing result of its type, and no other argument names that result.
 
 use super::attrs::{ArgAttrs, Mesh, Sharding, ShardingDialect};
-use super::func::Module;
+use super::func::{Func, Module};
 use super::ops::OpKind;
 use super::typing::infer;
 
@@ -54,84 +57,7 @@ fn fail(place: impl Into<String>, invariant: impl Into<String>) -> Result<(), Ve
 /// Checks every invariant of `module` (see the module's documentation).
 pub fn verify(module: &Module) -> Result<(), VerifyError> {
     let f = &module.main;
-    let mut defined = vec![false; f.value_count()];
-    if f.arg_attrs().len() != f.args().len() || f.result_attrs().len() != f.results().len() {
-        return fail("main", "one attribute set per argument and per result");
-    }
-    for (i, &a) in f.args().iter().enumerate() {
-        if std::mem::replace(&mut defined[a.index()], true) {
-            return fail(format!("argument {i}"), "a value is defined once");
-        }
-    }
-    for (index, op) in f.ops().iter().enumerate() {
-        let place = || {
-            let node = &op.loc().node;
-            if node.is_empty() {
-                format!("op {index} ({})", op.kind().name())
-            } else {
-                format!("op {index} ({}, node {node})", op.kind().name())
-            }
-        };
-        for o in op.operands() {
-            if !defined[o.index()] {
-                return fail(
-                    place(),
-                    format!("operand %{} is used before it is defined", o.index()),
-                );
-            }
-        }
-        let operand_types: Vec<_> = op.operands().iter().map(|&o| f.ty(o)).collect();
-        let expected = infer(op.kind(), &operand_types).map_err(|e| VerifyError {
-            place: place(),
-            invariant: format!("its typing rule fails: {e}"),
-            after: None,
-        })?;
-        let actual: Vec<_> = op.results().iter().map(|&r| f.ty(r).clone()).collect();
-        if expected != actual {
-            return fail(
-                place(),
-                format!(
-                    "results must have the types its rule gives: {} (the rule) against {}",
-                    list(&expected),
-                    list(&actual)
-                ),
-            );
-        }
-        // A constraint is checked against the mesh once the module has one (the sharding pass
-        // gives it); the emitter refuses one in a module that never gets a mesh.
-        if let (OpKind::ShardingConstraint(s), Some(m)) = (op.kind(), &module.sharding) {
-            check_sharding(Some(&m.mesh), s, &actual[0].shape).map_err(|why| VerifyError {
-                place: place(),
-                invariant: why,
-                after: None,
-            })?;
-        }
-        // Like constraints, collectives are checked once the module has its mesh (a rank's
-        // program is lowered first, then made per device); the emitter refuses them elsewhere.
-        if let (Some(groups), Some(m)) = (collective_groups(op.kind()), &module.sharding) {
-            if !module.manual {
-                return fail(
-                    place(),
-                    "collectives appear only in a module whose body runs per device (manual)",
-                );
-            }
-            check_groups(groups, m.mesh.devices()).map_err(|why| VerifyError {
-                place: place(),
-                invariant: why,
-                after: None,
-            })?;
-        }
-        for r in op.results() {
-            if std::mem::replace(&mut defined[r.index()], true) {
-                return fail(place(), format!("%{} is defined once", r.index()));
-            }
-        }
-    }
-    for (i, r) in f.results().iter().enumerate() {
-        if !defined[r.index()] {
-            return fail(format!("result {i}"), "returned values are defined");
-        }
-    }
+    verify_func(module, f, "")?;
     let mesh = module.sharding.as_ref().map(|m| &m.mesh);
     if module.manual {
         match &module.sharding {
@@ -187,6 +113,107 @@ pub fn verify(module: &Module) -> Result<(), VerifyError> {
                 invariant,
                 after: None,
             });
+        }
+    }
+    Ok(())
+}
+
+/// The invariants of one function, `main` or a region of an op (`within` says which, for
+/// errors: empty for `main`), and of the regions of its ops.
+fn verify_func(module: &Module, f: &Func, within: &str) -> Result<(), VerifyError> {
+    let name = if within.is_empty() { "main" } else { within };
+    let mut defined = vec![false; f.value_count()];
+    if f.arg_attrs().len() != f.args().len() || f.result_attrs().len() != f.results().len() {
+        return fail(name, "one attribute set per argument and per result");
+    }
+    for (i, &a) in f.args().iter().enumerate() {
+        if std::mem::replace(&mut defined[a.index()], true) {
+            return fail(format!("{within}argument {i}"), "a value is defined once");
+        }
+    }
+    for (index, op) in f.ops().iter().enumerate() {
+        let place = || {
+            let node = &op.loc().node;
+            if node.is_empty() {
+                format!("{within}op {index} ({})", op.kind().name())
+            } else {
+                format!("{within}op {index} ({}, node {node})", op.kind().name())
+            }
+        };
+        // A region is checked first: the op's typing rule reads its signature.
+        for (k, region) in op.kind().regions().into_iter().enumerate() {
+            let inner = region.func();
+            if inner
+                .arg_attrs()
+                .iter()
+                .chain(inner.result_attrs())
+                .any(|a| *a != ArgAttrs::default())
+            {
+                return fail(
+                    place(),
+                    "a region's arguments and results have no attributes",
+                );
+            }
+            verify_func(module, inner, &format!("{} region {k}: ", place()))?;
+        }
+        for o in op.operands() {
+            if !defined.get(o.index()).copied().unwrap_or(false) {
+                return fail(
+                    place(),
+                    format!("operand %{} is used before it is defined", o.index()),
+                );
+            }
+        }
+        let operand_types: Vec<_> = op.operands().iter().map(|&o| f.ty(o)).collect();
+        let expected = infer(op.kind(), &operand_types).map_err(|e| VerifyError {
+            place: place(),
+            invariant: format!("its typing rule fails: {e}"),
+            after: None,
+        })?;
+        let actual: Vec<_> = op.results().iter().map(|&r| f.ty(r).clone()).collect();
+        if expected != actual {
+            return fail(
+                place(),
+                format!(
+                    "results must have the types its rule gives: {} (the rule) against {}",
+                    list(&expected),
+                    list(&actual)
+                ),
+            );
+        }
+        // A constraint is checked against the mesh once the module has one (the sharding pass
+        // gives it); the emitter refuses one in a module that never gets a mesh.
+        if let (OpKind::ShardingConstraint(s), Some(m)) = (op.kind(), &module.sharding) {
+            check_sharding(Some(&m.mesh), s, &actual[0].shape).map_err(|why| VerifyError {
+                place: place(),
+                invariant: why,
+                after: None,
+            })?;
+        }
+        // Like constraints, collectives are checked once the module has its mesh (a rank's
+        // program is lowered first, then made per device); the emitter refuses them elsewhere.
+        if let (Some(groups), Some(m)) = (collective_groups(op.kind()), &module.sharding) {
+            if !module.manual {
+                return fail(
+                    place(),
+                    "collectives appear only in a module whose body runs per device (manual)",
+                );
+            }
+            check_groups(groups, m.mesh.devices()).map_err(|why| VerifyError {
+                place: place(),
+                invariant: why,
+                after: None,
+            })?;
+        }
+        for r in op.results() {
+            if std::mem::replace(&mut defined[r.index()], true) {
+                return fail(place(), format!("%{} is defined once", r.index()));
+            }
+        }
+    }
+    for (i, r) in f.results().iter().enumerate() {
+        if !defined.get(r.index()).copied().unwrap_or(false) {
+            return fail(format!("{within}result {i}"), "returned values are defined");
         }
     }
     Ok(())

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tpuc_fx::{Arg, DType, Dim, Node, OutputValue, Program};
+use tpuc_fx::{Arg, DType, Dim, Graph, Node, OutputValue};
 
 use super::promote::Participant;
 use super::semantics::broadcast_shapes;
@@ -37,7 +37,8 @@ pub enum Operand {
 pub struct Ctx<'p> {
     pub b: Builder,
     pub opts: &'p LowerOptions,
-    pub(super) program: &'p Program,
+    /// The graph being lowered: the program's, or a subgraph a node runs (a region).
+    pub(super) graph: &'p Graph,
     pub(super) values: HashMap<&'p str, Option<Value>>,
     /// The generator state after the last random op; the seed argument is made at the first.
     pub(super) rng_state: Option<Value>,
@@ -47,9 +48,8 @@ pub struct Ctx<'p> {
     pub(super) used: HashSet<&'p str>,
 }
 
-/// The tensors of `program` that a node reads or the graph returns, found in one pass.
-pub(super) fn used_tensors(program: &Program) -> HashSet<&str> {
-    let g = program.graph();
+/// The tensors of `g` that a node reads or the graph returns, found in one pass.
+pub(super) fn used_tensors(g: &Graph) -> HashSet<&str> {
     let returned = g.outputs.iter().filter_map(|o| match &o.value {
         OutputValue::Tensor(t) => Some(t.as_str()),
         OutputValue::Constant(_) => None,
@@ -152,7 +152,7 @@ impl<'p> Ctx<'p> {
     fn sym_int(&self, s: &tpuc_fx::SymIntArg) -> OpResult<i64> {
         match s {
             tpuc_fx::SymIntArg::Int(v) => Ok(*v),
-            tpuc_fx::SymIntArg::Name(name) => match self.program.graph().sym_ints.get(name) {
+            tpuc_fx::SymIntArg::Name(name) => match self.graph.sym_ints.get(name) {
                 Some(Dim::Static(v)) => Ok(*v),
                 _ => err(format!(
                     "symbolic size {name} is not supported (export with static shapes)"
@@ -298,8 +298,7 @@ impl<'p> Ctx<'p> {
             return Ok(None);
         };
         let meta = self
-            .program
-            .graph()
+            .graph
             .tensor(name)
             .ok_or_else(|| OpError(format!("output {name} has no type")))?;
         meta_type(meta).map(Some).map_err(OpError)
@@ -368,6 +367,76 @@ impl<'p> Ctx<'p> {
         let wide = self.b.elem(v);
         let narrow = self.b.convert(v, elem);
         self.b.convert(narrow, wide)
+    }
+
+    /// A loop of a lowering's own (a series summed to a fixed number of terms): from the
+    /// values `init`, `cond` builds the condition and `body` the next values, each on this
+    /// context with its builder swapped for the region's (the lowering's helpers work
+    /// unchanged). Values of the enclosing function a region needs are carried in `init`.
+    pub fn while_loop(
+        &mut self,
+        init: &[Value],
+        cond: impl FnOnce(&mut Ctx<'p>, &[Value]) -> OpResult<Value>,
+        body: impl FnOnce(&mut Ctx<'p>, &[Value]) -> OpResult<Vec<Value>>,
+    ) -> OpResult<Vec<Value>> {
+        let types: Vec<TensorType> = init.iter().map(|&v| self.b.ty(v).clone()).collect();
+        let cond = self.region(&types, |cx, values| Ok(vec![cond(cx, values)?]))?;
+        let body = self.region(&types, body)?;
+        Ok(self.b.op(OpKind::While { cond, body }, init)?)
+    }
+
+    /// `count` steps of `step` over the values `init` as one loop: `step` gets the step's
+    /// number (a float64 scalar: 0, 1, ..., `count` - 1) and the values, and returns their next
+    /// ones. The loop's body is compiled once, however many the steps.
+    pub fn repeated(
+        &mut self,
+        count: u32,
+        init: &[Value],
+        step: impl FnOnce(&mut Ctx<'p>, Value, &[Value]) -> OpResult<Vec<Value>>,
+    ) -> OpResult<Vec<Value>> {
+        let start = self.b.scalar(DType::F64, 0.0);
+        let mut carried = vec![start];
+        carried.extend_from_slice(init);
+        let results = self.while_loop(
+            &carried,
+            |cx, values| {
+                let end = cx.b.scalar(DType::F64, f64::from(count));
+                Ok(cx.b.compare(CompareDir::Lt, values[0], end)?)
+            },
+            |cx, values| {
+                let mut next = step(cx, values[0], &values[1..])?;
+                let one = cx.b.scalar(DType::F64, 1.0);
+                next.insert(0, cx.b.binary(BinaryOp::Add, values[0], one)?);
+                Ok(next)
+            },
+        )?;
+        Ok(results[1..].to_vec())
+    }
+
+    /// A region taking arguments of `args`' types, whose results `build` makes on this context
+    /// with its builder swapped for the region's. Random draws inside one are refused: the
+    /// generator's state is a value of the enclosing function.
+    pub fn region(
+        &mut self,
+        args: &[TensorType],
+        build: impl FnOnce(&mut Ctx<'p>, &[Value]) -> OpResult<Vec<Value>>,
+    ) -> OpResult<Region> {
+        let nested = self.b.nested();
+        let outer = std::mem::replace(&mut self.b, nested);
+        let rng_state = self.rng_state;
+        let values: Vec<Value> = args
+            .iter()
+            .map(|t| self.b.arg(t.clone(), ArgAttrs::default()))
+            .collect();
+        let results = build(self, &values);
+        let inner = std::mem::replace(&mut self.b, outer);
+        let drew = self.rng_state != rng_state;
+        self.rng_state = rng_state;
+        let results = results?;
+        if drew {
+            return err("random numbers drawn inside a loop or a branch are not supported");
+        }
+        Ok(Region::new(inner.finish(results, vec![])))
     }
 
     /// `v * factor` (`v` itself when the factor is 1).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tpuc_fx::{Arg, DType, Dim, GraphInput, InputKind, Node, OutputValue, Program};
 
-use super::ctx::{meta_type, output_slots, Ctx, OpResult};
+use super::ctx::{meta_type, output_slots, Ctx, OpError, OpResult};
 use super::registry::{is_collective, is_pointwise, is_supported, lowering, Lowering, Variant};
 use super::{in_place, padding, LowerError, LowerOptions, Lowered, Unsupported, WeightsMode};
 use crate::ir::*;
@@ -77,13 +77,13 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
     let mut cx = Ctx {
         b: Builder::new(),
         opts,
-        program,
+        graph: g,
         values: HashMap::with_capacity(g.tensors.len()),
         rng_state: None,
         sizes: HashMap::new(),
-        used: super::ctx::used_tensors(program),
+        used: super::ctx::used_tensors(g),
     };
-    let mut args = bind_inputs(&mut cx)?;
+    let mut args = bind_inputs(&mut cx, program)?;
     args.extend(bind_sizes(&mut cx));
     let mut spread = padding::Spread::default();
     for n in g.nodes.iter().filter(|n| !computes_static_sizes(g, n)) {
@@ -104,6 +104,73 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
     })
 }
 
+/// The region of a subgraph a node runs: its inputs the region's arguments, of `arg_types`
+/// (what the node passes it: each must be the type torch recorded for the input), its nodes
+/// lowered as the program's are, its outputs the region's results. An error inside names the
+/// subgraph and its node.
+pub(super) fn lower_subgraph(
+    cx: &mut Ctx<'_>,
+    sub: &tpuc_fx::Subgraph,
+    arg_types: &[TensorType],
+) -> OpResult<Region> {
+    let g = &sub.graph;
+    if cx.opts.padding.is_some() {
+        return Err(OpError(format!(
+            "subgraph {}: control flow in a program padded to buckets is not supported;              compile it for each size",
+            sub.name
+        )));
+    }
+    if g.inputs.len() != arg_types.len() {
+        return Err(OpError(format!(
+            "subgraph {} takes {} inputs, the node passes {}",
+            sub.name,
+            g.inputs.len(),
+            arg_types.len()
+        )));
+    }
+    let mut inner = Ctx {
+        b: cx.b.nested(),
+        opts: cx.opts,
+        graph: g,
+        values: HashMap::with_capacity(g.tensors.len()),
+        rng_state: None,
+        sizes: HashMap::new(),
+        used: super::ctx::used_tensors(g),
+    };
+    let within = |e: LowerError| OpError(format!("subgraph {}: {e}", sub.name));
+    for (input, ty) in g.inputs.iter().zip(arg_types) {
+        let recorded = g
+            .tensor(&input.name)
+            .ok_or_else(|| {
+                OpError(format!(
+                    "subgraph {}: input {} has no type",
+                    sub.name, input.name
+                ))
+            })
+            .and_then(|m| meta_type(m).map_err(OpError))?;
+        if recorded != *ty {
+            return Err(OpError(format!(
+                "subgraph {}: input {} is a {recorded}, the node passes a {ty}",
+                sub.name, input.name
+            )));
+        }
+        let v = inner.b.arg(ty.clone(), ArgAttrs::default());
+        inner.values.insert(input.name.as_str(), Some(v));
+    }
+    let mut spread = padding::Spread::default();
+    for n in g.nodes.iter().filter(|n| !computes_static_sizes(g, n)) {
+        lower_node(&mut inner, n, &mut spread).map_err(within)?;
+    }
+    if inner.rng_state.is_some() {
+        return Err(OpError(format!(
+            "subgraph {}: random numbers drawn inside a branch or a loop are not supported",
+            sub.name
+        )));
+    }
+    let (results, _) = gather_outputs(&inner, &spread).map_err(within)?;
+    Ok(Region::new(inner.b.finish(results, Vec::new())))
+}
+
 /// A program with symbolic sizes is specialised before lowering; one whose sizes tensor values
 /// decide cannot be.
 fn refuse_dynamic_sizes(program: &Program) -> Result<(), LowerError> {
@@ -120,21 +187,11 @@ fn refuse_dynamic_sizes(program: &Program) -> Result<(), LowerError> {
     }
 }
 
-/// Every node without a lowering, reported at once.
+/// Every node without a lowering, in the graph and the subgraphs its nodes run, reported at
+/// once.
 fn refuse_unsupported(g: &tpuc_fx::Graph) -> Result<(), LowerError> {
-    let mut unsupported: Vec<Unsupported> = g
-        .nodes
-        .iter()
-        // Collectives lower (or say why not: outside a rank program) node by node.
-        .filter(|n| {
-            !is_supported(&n.target) && !is_collective(&n.target) && !computes_static_sizes(g, n)
-        })
-        .map(|n| Unsupported {
-            target: n.target.clone(),
-            node: n.name.clone(),
-            source: n.source(),
-        })
-        .collect();
+    let mut unsupported = Vec::new();
+    find_unsupported(g, &mut unsupported);
     if unsupported.is_empty() {
         return Ok(());
     }
@@ -142,10 +199,28 @@ fn refuse_unsupported(g: &tpuc_fx::Graph) -> Result<(), LowerError> {
     Err(LowerError::Unsupported(unsupported))
 }
 
+fn find_unsupported(g: &tpuc_fx::Graph, found: &mut Vec<Unsupported>) {
+    for n in &g.nodes {
+        // Collectives lower (or say why not: outside a rank program) node by node.
+        if !is_supported(&n.target) && !is_collective(&n.target) && !computes_static_sizes(g, n) {
+            found.push(Unsupported {
+                target: n.target.clone(),
+                node: n.name.clone(),
+                source: n.source(),
+            });
+        }
+        for a in &n.inputs {
+            if let Arg::Graph(sub) = &a.arg {
+                find_unsupported(&sub.graph, found);
+            }
+        }
+    }
+}
+
 /// The module's arguments for the graph's inputs: weights first (as arguments or, inline,
 /// constants), then user inputs, each in signature order; what each argument stands for.
-fn bind_inputs(cx: &mut Ctx<'_>) -> Result<Vec<ArgRole>, LowerError> {
-    let (program, opts) = (cx.program, cx.opts);
+fn bind_inputs<'p>(cx: &mut Ctx<'p>, program: &'p Program) -> Result<Vec<ArgRole>, LowerError> {
+    let opts = cx.opts;
     let g = program.graph();
     let mut args = Vec::new();
     let (weights, users): (Vec<&GraphInput>, Vec<&GraphInput>) = g
@@ -222,7 +297,7 @@ fn lower_node<'p>(
     n: &'p Node,
     spread: &mut padding::Spread,
 ) -> Result<(), LowerError> {
-    let g = cx.program.graph();
+    let g = cx.graph;
     cx.b.set_loc(node_loc(n));
     let node_err = |message: String| node_error(n, message);
     let Lowering {
@@ -363,7 +438,7 @@ fn gather_outputs(
 ) -> Result<(Vec<Value>, Vec<ResultRole>), LowerError> {
     let mut results = Vec::new();
     let mut roles = Vec::new();
-    for (i, out) in cx.program.graph().outputs.iter().enumerate() {
+    for (i, out) in cx.graph.outputs.iter().enumerate() {
         match &out.value {
             OutputValue::Tensor(t) if spread.holds(t) => {
                 return Err(LowerError::NotPaddable {

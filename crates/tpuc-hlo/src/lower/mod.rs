@@ -11,6 +11,7 @@
 mod bessel;
 mod collectives;
 mod complex;
+mod control_flow;
 mod conv;
 mod ctx;
 mod distance;

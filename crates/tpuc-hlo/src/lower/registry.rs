@@ -38,6 +38,7 @@ pub(super) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     super::polynomials::register(&mut r);
     super::sharding::register(&mut r);
     super::collectives::register(&mut r);
+    super::control_flow::register(&mut r);
     r
 });
 

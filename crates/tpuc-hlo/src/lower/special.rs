@@ -433,8 +433,17 @@ fn lcm(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 
 /// Terms of the incomplete gamma function's series and steps of its continued fraction: both
 /// converge to float64's precision within them for a up to about 1000; where they have
-/// not (larger a near x), the result is NaN rather than a wrong number.
+/// not (larger a near x), the result is NaN rather than a wrong number. Each is a loop (one
+/// body compiled, however many the terms).
 const INCOMPLETE_GAMMA_TERMS: u32 = 300;
+
+/// `v`, or `tiny` where its magnitude is below it: Lentz's method keeps its terms off zero so.
+fn off_zero(cx: &mut Ctx, v: Value) -> OpResult<Value> {
+    let tiny = cx.full_like(v, 1e-300, None);
+    let magnitude = cx.b.unary(UnaryOp::Abs, v)?;
+    let small = cx.b.compare(CompareDir::Lt, magnitude, tiny)?;
+    Ok(cx.b.select(small, tiny, v)?)
+}
 
 /// The regularized incomplete gamma functions P(a, x) (lower) and Q(a, x) = 1 - P (upper), in
 /// float64: P by its series x^a e^-x / Gamma(a+1) sum_n x^n / ((a+1)...(a+n)) for x < a + 1,
@@ -445,16 +454,17 @@ fn incomplete_gamma(cx: &mut Ctx, a: Value, x: Value, upper: bool) -> OpResult<V
     let log_x = cx.b.unary(UnaryOp::Log, x)?;
     let a_log_x = cx.b.binary(BinaryOp::Mul, a, log_x)?;
     let power_decay = cx.b.binary(BinaryOp::Sub, a_log_x, x)?;
-    // The series.
-    let mut denominator = a;
-    let mut term = one;
-    let mut sum = one;
-    for _ in 1..INCOMPLETE_GAMMA_TERMS {
-        denominator = cx.b.binary(BinaryOp::Add, denominator, one)?;
+    // The series: each step adds the next term, x / (a + n) times the one before.
+    let series = cx.repeated(INCOMPLETE_GAMMA_TERMS - 1, &[a, one, one, x], |cx, _, v| {
+        let (denominator, term, sum, x) = (v[0], v[1], v[2], v[3]);
+        let one = cx.full_like(x, 1.0, None);
+        let denominator = cx.b.binary(BinaryOp::Add, denominator, one)?;
         let ratio = cx.b.binary(BinaryOp::Div, x, denominator)?;
-        term = cx.b.binary(BinaryOp::Mul, term, ratio)?;
-        sum = cx.b.binary(BinaryOp::Add, sum, term)?;
-    }
+        let term = cx.b.binary(BinaryOp::Mul, term, ratio)?;
+        let sum = cx.b.binary(BinaryOp::Add, sum, term)?;
+        Ok(vec![denominator, term, sum, x])
+    })?;
+    let (term, sum) = (series[1], series[2]);
     let a_plus_one = cx.b.binary(BinaryOp::Add, a, one)?;
     let log_gamma = cx.b.unary(UnaryOp::Lgamma, a_plus_one)?;
     let log_prefactor = cx.b.binary(BinaryOp::Sub, power_decay, log_gamma)?;
@@ -462,37 +472,39 @@ fn incomplete_gamma(cx: &mut Ctx, a: Value, x: Value, upper: bool) -> OpResult<V
     let lower_series = cx.b.binary(BinaryOp::Mul, prefactor, sum)?;
     let series_residual = cx.b.binary(BinaryOp::Div, term, sum)?;
     // The continued fraction for Q: 1 / (x+1-a - 1(1-a) / (x+3-a - 2(2-a) / (x+5-a - ...))).
-    let tiny = cx.full_like(x, 1e-300, None);
-    let guarded = |cx: &mut Ctx, v: Value| -> OpResult<Value> {
-        let magnitude = cx.b.unary(UnaryOp::Abs, v)?;
-        let small = cx.b.compare(CompareDir::Lt, magnitude, tiny)?;
-        Ok(cx.b.select(small, tiny, v)?)
-    };
     let x_minus_a = cx.b.binary(BinaryOp::Sub, x, a)?;
-    let mut b = cx.b.binary(BinaryOp::Add, x_minus_a, one)?;
-    let mut c = cx.full_like(x, 1e300, None);
-    let b0 = guarded(cx, b)?;
-    let mut d = cx.b.binary(BinaryOp::Div, one, b0)?;
-    let mut fraction = d;
-    let mut step = one;
-    let two = cx.full_like(x, 2.0, None);
-    for i in 1..INCOMPLETE_GAMMA_TERMS {
-        let i = f64::from(i);
-        // a_i = -i (i - a) = i a - i^2.
-        let ia = cx.scaled(a, i)?;
-        let square = cx.full_like(x, -i * i, None);
+    let b = cx.b.binary(BinaryOp::Add, x_minus_a, one)?;
+    let c = cx.full_like(x, 1e300, None);
+    let b0 = off_zero(cx, b)?;
+    let d = cx.b.binary(BinaryOp::Div, one, b0)?;
+    let init = [a, b, c, d, d, one];
+    let fraction = cx.repeated(INCOMPLETE_GAMMA_TERMS - 1, &init, |cx, k, v| {
+        let (a, b, c, d, fraction) = (v[0], v[1], v[2], v[3], v[4]);
+        let shape = cx.b.shape(a).to_vec();
+        // a_i = -i (i - a) = i a - i^2, for i = k + 1.
+        let one = cx.b.scalar(DType::F64, 1.0);
+        let i = cx.b.binary(BinaryOp::Add, k, one)?;
+        let square = cx.b.binary(BinaryOp::Mul, i, i)?;
+        let square = cx.b.unary(UnaryOp::Neg, square)?;
+        let i = cx.b.broadcast_to(i, &shape)?;
+        let square = cx.b.broadcast_to(square, &shape)?;
+        let ia = cx.b.binary(BinaryOp::Mul, a, i)?;
         let an = cx.b.binary(BinaryOp::Add, ia, square)?;
-        b = cx.b.binary(BinaryOp::Add, b, two)?;
+        let two = cx.full_like(a, 2.0, None);
+        let b = cx.b.binary(BinaryOp::Add, b, two)?;
         let ad = cx.b.binary(BinaryOp::Mul, an, d)?;
         let dn = cx.b.binary(BinaryOp::Add, ad, b)?;
-        let dn = guarded(cx, dn)?;
+        let dn = off_zero(cx, dn)?;
         let ac = cx.b.binary(BinaryOp::Div, an, c)?;
         let cn = cx.b.binary(BinaryOp::Add, b, ac)?;
-        c = guarded(cx, cn)?;
-        d = cx.b.binary(BinaryOp::Div, one, dn)?;
-        step = cx.b.binary(BinaryOp::Mul, d, c)?;
-        fraction = cx.b.binary(BinaryOp::Mul, fraction, step)?;
-    }
+        let c = off_zero(cx, cn)?;
+        let one = cx.full_like(a, 1.0, None);
+        let d = cx.b.binary(BinaryOp::Div, one, dn)?;
+        let step = cx.b.binary(BinaryOp::Mul, d, c)?;
+        let fraction = cx.b.binary(BinaryOp::Mul, fraction, step)?;
+        Ok(vec![a, b, c, d, fraction, step])
+    })?;
+    let (fraction, step) = (fraction[4], fraction[5]);
     let log_gamma_a = cx.b.unary(UnaryOp::Lgamma, a)?;
     let log_prefactor = cx.b.binary(BinaryOp::Sub, power_decay, log_gamma_a)?;
     let prefactor = cx.b.unary(UnaryOp::Exp, log_prefactor)?;

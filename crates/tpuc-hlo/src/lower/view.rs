@@ -20,7 +20,7 @@ fn storage_order(cx: &Ctx, n: &Node, arg: &str) -> OpResult<(Vec<i64>, i64)> {
     let Some(Arg::Tensor(name)) = n.arg(arg) else {
         return err(format!("argument {arg} should be a tensor"));
     };
-    let Some(meta) = cx.program.graph().tensor(name) else {
+    let Some(meta) = cx.graph.tensor(name) else {
         return err(format!("{name} has no recorded layout"));
     };
     let sizes = meta.static_sizes();

@@ -72,11 +72,11 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
         Ok(())
     };
     check(&module, "lowering")?;
-    let module = fold::fold_constants(module);
+    let module = everywhere(module, fold::fold_constants, "constant folding")?;
     check(&module, "constant folding")?;
-    let module = canonicalize::canonicalize(module);
+    let module = everywhere(module, canonicalize::canonicalize, "canonical forms")?;
     check(&module, "canonical forms")?;
-    let module = dead_code::dead_code(module);
+    let module = everywhere(module, dead_code::dead_code, "dead code")?;
     check(&module, "dead code")?;
     if let Some(mesh) = &options.per_device {
         if options.sharding.is_some() || options.hoist.is_some() {
@@ -89,7 +89,7 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
         let main = sharding::per_device(module, mesh).map_err(|e| built(e, "per-device module"))?;
         check(&main, "making the module per device")?;
         let main = donation::donate(main, &options.donate)?;
-        let main = for_the_plugin(main);
+        let main = for_the_plugin(main)?;
         check(&main, "the plugin's legalisations")?;
         return Ok(Pipelined {
             main,
@@ -130,11 +130,11 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
         }
     }
     let main = donation::donate(main, &options.donate)?;
-    let main = for_the_plugin(main);
+    let main = for_the_plugin(main)?;
     check(&main, "the plugin's legalisations")?;
     let prepared = match prepared {
         Some(p) => {
-            let module = for_the_plugin(p.module);
+            let module = for_the_plugin(p.module)?;
             check(&module, "the plugin's legalisations of the prepared module")?;
             Some(Prepared {
                 module,
@@ -149,9 +149,48 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
 /// The last passes: what the plugin needs to compile the module as meant (narrow float
 /// arithmetic computed in float32 and rounded explicitly, divisions by constants kept exact,
 /// boolean constants it can parse).
-fn for_the_plugin(module: Module) -> Module {
-    let module = narrow_arithmetic::arithmetic_in_float32(module);
-    bool_constants::bool_constants_as_bytes(exact_division::exact_division(module))
+fn for_the_plugin(module: Module) -> Result<Module, VerifyError> {
+    let module = everywhere(
+        module,
+        narrow_arithmetic::arithmetic_in_float32,
+        "narrow arithmetic",
+    )?;
+    let module = everywhere(module, exact_division::exact_division, "exact division")?;
+    everywhere(
+        module,
+        bool_constants::bool_constants_as_bytes,
+        "boolean constants",
+    )
+}
+
+/// `pass`, a pass over one function (`main`), run on every function of `module`: the regions
+/// of its ops, each as the `main` of a module like it, then `main`. The hoisting, sharding and
+/// donation passes instead see an op with regions whole: what it computes from its operands.
+fn everywhere(
+    module: Module,
+    pass: fn(Module) -> Module,
+    name: &str,
+) -> Result<Module, VerifyError> {
+    let Module {
+        main,
+        sharding,
+        manual,
+    } = module;
+    let main = main
+        .map_regions(&mut |f| {
+            pass(Module {
+                main: f,
+                sharding: sharding.clone(),
+                manual,
+            })
+            .main
+        })
+        .map_err(|e| built(e, name).after(name))?;
+    Ok(pass(Module {
+        main,
+        sharding,
+        manual,
+    }))
 }
 
 /// A pass that could not build what it meant to, as the pipeline reports it.
