@@ -763,13 +763,18 @@ def _lift_constants(gm: torch.fx.GraphModule, name: str):
     tensors, which the compiled graph is then called with after the graph's own arguments."""
     import operator
 
-    if not any(n.op == "get_attr" for n in gm.graph.nodes):
+    def is_constant(node):
+        # A graph module is a subgraph a higher-order operator runs (torch.cond's branches),
+        # serialized with it, not a constant.
+        return node.op == "get_attr" and not isinstance(operator.attrgetter(node.target)(gm), torch.fx.GraphModule)
+
+    if not any(is_constant(n) for n in gm.graph.nodes):
         return gm, []
     gm = _copy_module(gm)
     nodes = list(gm.graph.nodes)
     anchor = next((n for n in reversed(nodes) if n.op == "placeholder"), None)
     constants = []
-    for node in [n for n in nodes if n.op == "get_attr"]:
+    for node in [n for n in nodes if is_constant(n)]:
         value = operator.attrgetter(node.target)(gm)
         if not isinstance(value, torch.Tensor):
             raise _tpuc.TpucError(f"{name}: constant {node.target} is a {type(value).__name__}, not a tensor")

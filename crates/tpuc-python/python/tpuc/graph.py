@@ -29,11 +29,27 @@ prims = torch.ops.prims
 
 
 def op_name(node: torch.fx.Node) -> str:
-    """`aten.add.Tensor` for an ATen/prims overload, the Python name for anything else."""
+    """`aten.add.Tensor` for an ATen/prims overload, `higher_order.cond` for a higher-order
+    operator (as the compiler names them), the Python name for anything else."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         return str(target)
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"higher_order.{target.name()}"
     return getattr(target, "__qualname__", None) or str(target)
+
+
+def subgraphs(node: torch.fx.Node) -> list[torch.fx.GraphModule]:
+    """The graphs a higher-order operator's node runs (`torch.cond`'s branches, a loop's body):
+    the graph modules its `get_attr` arguments name."""
+    owner = node.graph.owning_module
+    found = []
+    for a in node.args:
+        if isinstance(a, torch.fx.Node) and a.op == "get_attr":
+            sub = owner.get_submodule(a.target) if owner is not None else None
+            if isinstance(sub, torch.fx.GraphModule):
+                found.append(sub)
+    return found
 
 
 def call_target(node: torch.fx.Node) -> torch._ops.OpOverload | None:
@@ -103,8 +119,10 @@ def unsupported_ops(gm: torch.fx.GraphModule, supported: Container[str]) -> Coun
 
 
 def lowerable(node: torch.fx.Node, supported: Container[str]) -> bool:
-    """Whether tpuc compiles `node`: its op is lowered and its sizes are known before the call."""
-    return op_name(node) in supported and not data_dependent_sizes(node)
+    """Whether tpuc compiles `node`: its op is lowered, its sizes are known before the call,
+    and so is every node of the graphs it runs."""
+    return (op_name(node) in supported and not data_dependent_sizes(node)
+            and not any(unsupported_ops(sub, supported) for sub in subgraphs(node)))
 
 
 def source_line(node: torch.fx.Node) -> str | None:
@@ -126,6 +144,10 @@ def serialize(gm: torch.fx.GraphModule, tensor_outputs: list[int]) -> bytes:
             break
         copy = graph.node_copy(node, lambda n: env[n])
         copy.meta = {k: v for k, v in node.meta.items() if k in _KEPT_META}
+        if isinstance(node.target, torch._ops.HigherOrderOperator) and isinstance(copy.meta.get("val"), list):
+            # aot_autograd records a higher-order operator's results (a backward `cond`'s) as a
+            # list, which torch's serializer takes only as a tuple.
+            copy.meta["val"] = tuple(copy.meta["val"])
         origin = node.meta.get("custom", {}).get(CUSTOM_OP)
         if origin is not None:
             # A node traced from a custom op's implementation is named after that op too: its

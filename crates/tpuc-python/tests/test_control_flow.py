@@ -1,0 +1,94 @@
+"""torch's control-flow operators (`torch.cond`, `while_loop`) through the compile backend in
+strict mode, forward and backward, and through `tpuc.compile_exported`, against eager torch."""
+import pytest
+import torch
+from torch._higher_order_ops.while_loop import while_loop
+
+import tpuc
+
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def compiled(model):
+    torch._dynamo.reset()
+    return torch.compile(model, backend="tpuc", options={"strict": True}, dynamic=False)
+
+
+class Branches(torch.nn.Module):
+    """A branch on a tensor's value: two operands (a weight among them), two results."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x):
+        def positive(x, w):
+            return (x @ w).tanh(), x.sum(0)
+
+        def negative(x, w):
+            return (x @ w.t()).sin(), x.amax(0)
+
+        return torch.cond(x.sum() > 0, positive, negative, (x, self.w))
+
+
+class Generation(torch.nn.Module):
+    """A generation loop: a counter, the tokens so far and a state, for as many steps as a
+    tensor says, reading the model's weight from the enclosing graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4) * 0.5)
+
+    def forward(self, state, steps):
+        def more(i, tokens, state):
+            return i < steps
+
+        def step(i, tokens, state):
+            state = torch.tanh(state @ self.w)
+            token = state.argmax(-1)
+            tokens = torch.where(torch.arange(8) == i, token, tokens)
+            return i + 1, tokens, state
+
+        start = (torch.zeros((), dtype=torch.int64), torch.zeros(8, dtype=torch.int64), state)
+        return while_loop(more, step, start)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_cond_runs_and_trains_through_the_branch_its_predicate_picks(sign):
+    torch.manual_seed(0)
+    model = Branches()
+    x = torch.randn(2, 3).abs() * sign
+    fast = compiled(model)
+    for got, want in zip(fast(x), model(x)):
+        torch.testing.assert_close(got, want, **TOL)
+    grads = []
+    for run in (fast, model):
+        model.zero_grad()
+        xg = x.clone().requires_grad_()
+        sum(r.sum() for r in run(xg)).backward()
+        grads.append((xg.grad, model.w.grad.clone()))
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, **TOL)
+
+
+@pytest.mark.parametrize("steps", [0, 1, 5])
+def test_a_generation_loop_runs_as_many_steps_as_a_tensor_says(steps):
+    torch.manual_seed(0)
+    model = Generation()
+    state = torch.randn(4)
+    with torch.no_grad():
+        got = compiled(model)(state, torch.tensor(steps))
+        want = model(state, torch.tensor(steps))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **TOL)
+    assert got[0].item() == steps
+
+
+def test_an_exported_program_with_control_flow_compiles_ahead_of_time(tmp_path):
+    torch.manual_seed(0)
+    model = Branches()
+    x = torch.randn(2, 3)
+    program = tpuc.compile_exported(torch.export.export(model, (x,)))
+    for inputs in (x.abs(), -x.abs()):
+        for got, want in zip(program(inputs), model(inputs)):
+            torch.testing.assert_close(got, want, **TOL)
