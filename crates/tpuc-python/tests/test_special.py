@@ -90,6 +90,26 @@ def test_chebyshev_polynomials_of_tensor_degrees_match_torch(name):
     torch.testing.assert_close(compiled(fn)(x, n + 0.7), fn(x, n + 0.7), rtol=1e-9, atol=1e-9, equal_nan=True)
 
 
+RECURRENCES = ["hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"]
+
+
+@pytest.mark.parametrize("name", RECURRENCES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_polynomials_of_recurrences_match_torch_to_its_degrees_and_edges(name, dtype):
+    """One loop to the largest degree, each element keeping its value at its own degree, in
+    torch's arithmetic: its values at 0, +-1, NaN and infinities, for negative, fractional and
+    non-finite degrees and Hermite's beyond its limit (NaN past 128 in float32, 512 in float64)."""
+    fn = getattr(torch.special, name)
+    xs = torch.tensor([-2.0, -1.0, -0.5, 0.0, 0.3, 1.0, 1.7, math.nan, math.inf, -math.inf], dtype=dtype)
+    ns = torch.tensor([-1.0, 0, 1, 2, 3, 7, 12, 130, 600, 5.7, math.nan, math.inf], dtype=dtype)
+    x, n = torch.meshgrid(xs, ns, indexing="ij")
+    torch.testing.assert_close(compiled(fn)(x, n), fn(x, n), rtol=1e-5, atol=1e-6, equal_nan=True)
+    # Integer degrees and a Python number for either argument.
+    torch.testing.assert_close(compiled(lambda v: fn(v, 4))(x), fn(x, 4), equal_nan=True)
+    torch.testing.assert_close(compiled(lambda v: fn(0.25, v))(ns.nan_to_num().long()), fn(0.25, ns.nan_to_num().long()),
+                               equal_nan=True)
+
+
 INCOMPLETE_GAMMA_A = [0.0, 0.3, 1.0, 2.5, 7.0, 10.0, 50.0, 200.0, math.inf, -1.0, 5.0, 1e5]
 INCOMPLETE_GAMMA_X = [0.0, 0.1, 1.0, 3.0, 9.0, 11.0, 48.0, 230.0, math.inf, 1.0, -2.0, 1e5]
 

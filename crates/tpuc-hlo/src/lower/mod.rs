@@ -30,6 +30,7 @@ mod prelude;
 mod promote;
 mod quant;
 mod random;
+mod recurrences;
 mod reduction;
 mod registry;
 mod resample;

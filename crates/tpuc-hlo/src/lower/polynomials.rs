@@ -120,40 +120,45 @@ fn lower(cx: &mut Ctx, node: &Node, kind: Kind, shifted: bool) -> OpResult<Vec<O
     Ok(vec![Some(cx.b.convert(r, elem))])
 }
 
-/// Each polynomial's op names: tensor degree and argument, or either a Python number.
-macro_rules! overloads {
-    ($op:literal) => {
-        [
-            concat!("aten.", $op, ".default"),
-            concat!("aten.", $op, ".x_scalar"),
-            concat!("aten.", $op, ".n_scalar"),
-        ]
-    };
-}
-
 pub fn register(r: &mut Registry) {
     for (names, kind, shifted) in [
-        (overloads!("special_chebyshev_polynomial_t"), Kind::T, false),
-        (overloads!("special_chebyshev_polynomial_u"), Kind::U, false),
-        (overloads!("special_chebyshev_polynomial_v"), Kind::V, false),
-        (overloads!("special_chebyshev_polynomial_w"), Kind::W, false),
         (
-            overloads!("special_shifted_chebyshev_polynomial_t"),
+            scalar_overloads!("special_chebyshev_polynomial_t"),
+            Kind::T,
+            false,
+        ),
+        (
+            scalar_overloads!("special_chebyshev_polynomial_u"),
+            Kind::U,
+            false,
+        ),
+        (
+            scalar_overloads!("special_chebyshev_polynomial_v"),
+            Kind::V,
+            false,
+        ),
+        (
+            scalar_overloads!("special_chebyshev_polynomial_w"),
+            Kind::W,
+            false,
+        ),
+        (
+            scalar_overloads!("special_shifted_chebyshev_polynomial_t"),
             Kind::T,
             true,
         ),
         (
-            overloads!("special_shifted_chebyshev_polynomial_u"),
+            scalar_overloads!("special_shifted_chebyshev_polynomial_u"),
             Kind::U,
             true,
         ),
         (
-            overloads!("special_shifted_chebyshev_polynomial_v"),
+            scalar_overloads!("special_shifted_chebyshev_polynomial_v"),
             Kind::V,
             true,
         ),
         (
-            overloads!("special_shifted_chebyshev_polynomial_w"),
+            scalar_overloads!("special_shifted_chebyshev_polynomial_w"),
             Kind::W,
             true,
         ),

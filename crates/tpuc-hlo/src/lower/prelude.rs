@@ -6,6 +6,6 @@ pub(super) use tpuc_fx::{Arg, DType, Dim};
 
 pub(super) use super::ctx::{err, output_slots, Ctx, OpError, OpResult, Operand};
 pub(super) use super::promote::promote_types;
-pub(super) use super::registry::{LowerFn, Registry};
+pub(super) use super::registry::{scalar_overloads, LowerFn, Registry};
 pub(super) use super::semantics::*;
 pub(super) use crate::ir::*;

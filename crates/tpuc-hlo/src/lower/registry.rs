@@ -36,6 +36,7 @@ pub(super) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     super::special::register(&mut r);
     super::bessel::register(&mut r);
     super::polynomials::register(&mut r);
+    super::recurrences::register(&mut r);
     super::sharding::register(&mut r);
     super::collectives::register(&mut r);
     super::control_flow::register(&mut r);
@@ -210,3 +211,16 @@ pub(super) fn lowering(target: &str) -> Option<Lowering> {
     let functional = name.strip_suffix('_').filter(|f| !f.ends_with('_'))?;
     find(&format!("aten.{functional}.{overload}"), Variant::InPlace)
 }
+
+/// A special polynomial's op names, of a tensor degree and argument or either a Python number
+/// (`.default`, `.x_scalar`, `.n_scalar`).
+macro_rules! scalar_overloads {
+    ($op:literal) => {
+        [
+            concat!("aten.", $op, ".default"),
+            concat!("aten.", $op, ".x_scalar"),
+            concat!("aten.", $op, ".n_scalar"),
+        ]
+    };
+}
+pub(super) use scalar_overloads;
