@@ -1,5 +1,6 @@
 """torch's control-flow operators (`torch.cond`, `while_loop`) through the compile backend in
-strict mode, forward and backward, and through `tpuc.compile_exported`, against eager torch."""
+strict mode, forward and backward, through `tpuc.compile_exported`, and on the tpuc device in
+strict and fused eager modes, against eager torch on the CPU."""
 import pytest
 import torch
 from torch._higher_order_ops.while_loop import while_loop
@@ -46,10 +47,11 @@ class Generation(torch.nn.Module):
         def step(i, tokens, state):
             state = torch.tanh(state @ self.w)
             token = state.argmax(-1)
-            tokens = torch.where(torch.arange(8) == i, token, tokens)
+            tokens = torch.where(torch.arange(8, device=state.device) == i, token, tokens)
             return i + 1, tokens, state
 
-        start = (torch.zeros((), dtype=torch.int64), torch.zeros(8, dtype=torch.int64), state)
+        start = (torch.zeros((), dtype=torch.int64, device=state.device), torch.zeros(8, dtype=torch.int64, device=state.device),
+                 state)
         return while_loop(more, step, start)
 
 
@@ -92,3 +94,26 @@ def test_an_exported_program_with_control_flow_compiles_ahead_of_time(tmp_path):
     for inputs in (x.abs(), -x.abs()):
         for got, want in zip(program(inputs), model(inputs)):
             torch.testing.assert_close(got, want, **TOL)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_control_flow_runs_on_the_device_in_eager(fused):
+    """In eager, torch.cond reads its predicate (a value read back: a fused run ends there) and
+    runs the branch it picks; while_loop reads its condition each step."""
+    torch.manual_seed(0)
+    model, loop = Branches(), Generation()
+    device_model, device_loop = Branches().to("tpuc"), Generation().to("tpuc")
+    device_model.load_state_dict(model.state_dict())
+    device_loop.load_state_dict(loop.state_dict())
+    x, state = torch.randn(2, 3), torch.randn(4)
+    tpuc.device.fused(fused)
+    try:
+        with torch.no_grad():
+            for inputs in (x.abs(), -x.abs()):
+                for got, want in zip(device_model(inputs.to("tpuc")), model(inputs)):
+                    torch.testing.assert_close(got.cpu(), want, **TOL)
+            got, want = device_loop(state.to("tpuc"), torch.tensor(3).to("tpuc")), loop(state, torch.tensor(3))
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g.cpu(), w, **TOL)
+    finally:
+        tpuc.device.fused(False)

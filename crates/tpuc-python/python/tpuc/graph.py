@@ -42,11 +42,15 @@ def op_name(node: torch.fx.Node) -> str:
 def subgraphs(node: torch.fx.Node) -> list[torch.fx.GraphModule]:
     """The graphs a higher-order operator's node runs (`torch.cond`'s branches, a loop's body):
     the graph modules its `get_attr` arguments name."""
+    import operator
+
     owner = node.graph.owning_module
+    if not isinstance(node.target, torch._ops.HigherOrderOperator) or owner is None:
+        return []
     found = []
     for a in node.args:
         if isinstance(a, torch.fx.Node) and a.op == "get_attr":
-            sub = owner.get_submodule(a.target) if owner is not None else None
+            sub = operator.attrgetter(a.target)(owner)
             if isinstance(sub, torch.fx.GraphModule):
                 found.append(sub)
     return found
