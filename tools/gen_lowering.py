@@ -314,6 +314,36 @@ class Loop(nn.Module):
         return while_loop(cond, body, (torch.zeros((), dtype=torch.int64), torch.zeros_like(x), x.sum() * 0))
 
 
+class Rnn(nn.Module):
+    """An RNN written with scan, forward and reverse: a carried hidden state, the step's outputs
+    stacked, the weights read from the enclosing graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.w_in = nn.Parameter(torch.randn(3, 4) * 0.5)
+        self.w_h = nn.Parameter(torch.randn(4, 4) * 0.5)
+
+    def forward(self, xs, h):
+        from torch._higher_order_ops.scan import scan
+
+        def step(h, x):
+            h = torch.tanh(x @ self.w_in + h @ self.w_h)
+            return h, h.sum(-1)
+
+        last, sums = scan(step, h, xs)
+        first, states = scan(lambda h, x: (h + x @ self.w_in, h.clone()), h, xs, reverse=True)
+        return last, sums, first, states
+
+
+class MapRows(nn.Module):
+    """map over the rows of a tensor, with an input read by every row."""
+
+    def forward(self, xs, y):
+        from torch._higher_order_ops.map import map as map_rows
+
+        return map_rows(lambda x, y: (x * y + 1, x.amax()), xs, y)
+
+
 def seeded(*shape, dtype=torch.float32, lo=None, hi=None):
     if dtype.is_floating_point:
         return torch.randn(*shape).to(dtype)
@@ -350,6 +380,8 @@ def cases():
     yield "spectral", Spectral(), (seeded(2, 16),)
     yield "cond_branches", Branches(), (seeded(3, 4),)
     yield "while_loop", Loop(), (seeded(2, 3), torch.tensor(5))
+    yield "scan_rnn", Rnn(), (seeded(5, 2, 3), seeded(2, 4))
+    yield "map_rows", MapRows(), (seeded(4, 3), seeded(3))
     # A batch of 8, which meshes of up to 8 devices split (testdata/lowering/sharded).
     yield "llama_block_batch8", LlamaBlock(), (seeded(8, 8, 32),)
 

@@ -572,6 +572,11 @@ impl<'c> Emitter<'c> {
                 vec![],
             ),
             OpKind::DynamicUpdateSlice => ("stablehlo.dynamic_update_slice", vec![], vec![]),
+            OpKind::DynamicSlice { sizes } => (
+                "stablehlo.dynamic_slice",
+                vec![("slice_sizes", array_i64(sizes))],
+                vec![],
+            ),
             OpKind::Reverse { dims } => (
                 "stablehlo.reverse",
                 vec![("dimensions", array_i64(dims))],

@@ -476,6 +476,22 @@ impl Builder {
         self.op1(OpKind::DynamicUpdateSlice, &operands)
     }
 
+    /// The part of `x` of `sizes` starting at `starts` (integer scalars, one per dimension).
+    pub fn dynamic_slice(
+        &mut self,
+        x: Value,
+        starts: &[Value],
+        sizes: &[i64],
+    ) -> BuildResult<Value> {
+        let operands: Vec<Value> = std::iter::once(x).chain(starts.iter().copied()).collect();
+        self.op1(
+            OpKind::DynamicSlice {
+                sizes: sizes.to_vec(),
+            },
+            &operands,
+        )
+    }
+
     // ----- linear algebra --------------------------------------------------------------------
 
     pub fn dot_general(

@@ -435,6 +435,11 @@ pub enum OpKind {
     /// The operand with `update` written at the start indices given by the trailing operands
     /// (one integer scalar per dimension, clamped so that the update fits).
     DynamicUpdateSlice,
+    /// The part of the operand of `sizes` at the start indices given by the trailing operands
+    /// (one integer scalar per dimension, clamped so that the part fits).
+    DynamicSlice {
+        sizes: Vec<i64>,
+    },
     DotGeneral {
         dims: DotDims,
         precision: Precision,
@@ -546,6 +551,7 @@ impl OpKind {
             OpKind::Pad { .. } => "stablehlo.pad",
             OpKind::Reverse { .. } => "stablehlo.reverse",
             OpKind::DynamicUpdateSlice => "stablehlo.dynamic_update_slice",
+            OpKind::DynamicSlice { .. } => "stablehlo.dynamic_slice",
             OpKind::DotGeneral { .. } => "stablehlo.dot_general",
             OpKind::Convolution(_) => "stablehlo.convolution",
             OpKind::Reduce { .. } => "stablehlo.reduce",
@@ -645,6 +651,7 @@ impl OpKind {
                 | OpKind::Pad { .. }
                 | OpKind::Reverse { .. }
                 | OpKind::DynamicUpdateSlice
+                | OpKind::DynamicSlice { .. }
                 | OpKind::Convert { .. }
         )
     }

@@ -188,6 +188,7 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
         ],
         OpKind::Reverse { dims } => vec![("dims", list(dims))],
         OpKind::DynamicUpdateSlice => vec![],
+        OpKind::DynamicSlice { sizes } => vec![("sizes", list(sizes))],
         OpKind::DotGeneral { dims, precision } => vec![
             (
                 "batch",

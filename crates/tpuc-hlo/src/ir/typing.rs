@@ -287,16 +287,23 @@ pub fn infer(kind: &OpKind, operands: &[&TensorType]) -> Rule {
             if !fits {
                 return Err(format!("update {update} does not fit in {ty}"));
             }
-            if starts.len() != ty.rank() {
-                return Err(format!("{} start indices for {ty}", starts.len()));
-            }
-            if let Some(bad) = starts
-                .iter()
-                .find(|s| s.rank() != 0 || !s.elem.is_integer())
-            {
-                return Err(format!("start index {bad} is not an integer scalar"));
-            }
+            start_indices(starts, ty)?;
             one((*ty).clone())
+        }
+        OpKind::DynamicSlice { sizes } => {
+            let [ty, starts @ ..] = operands else {
+                return Err("takes an operand and start indices".into());
+            };
+            let fits = sizes.len() == ty.rank()
+                && sizes
+                    .iter()
+                    .zip(&ty.shape)
+                    .all(|(&s, &d)| (0..=d).contains(&s));
+            if !fits {
+                return Err(format!("a part of sizes {sizes:?} does not fit in {ty}"));
+            }
+            start_indices(starts, ty)?;
+            one(ty.with_shape(sizes.clone()))
         }
         OpKind::DotGeneral { dims, .. } => {
             arity(2)?;
@@ -513,6 +520,23 @@ pub fn infer(kind: &OpKind, operands: &[&TensorType]) -> Rule {
             }
             Ok(results)
         }
+    }
+}
+
+/// Checks a dynamic slice's or update's start indices: one integer scalar per dimension of
+/// `ty`, all of one type.
+fn start_indices(starts: &[&TensorType], ty: &TensorType) -> Result<(), String> {
+    if starts.len() != ty.rank() {
+        return Err(format!("{} start indices for {ty}", starts.len()));
+    }
+    match starts
+        .iter()
+        .find(|s| s.rank() != 0 || !s.elem.is_integer() || s.elem != starts[0].elem)
+    {
+        Some(bad) => Err(format!(
+            "start index {bad} is not an integer scalar of the others' type"
+        )),
+        None => Ok(()),
     }
 }
 
@@ -888,6 +912,16 @@ mod tests {
             Ok(types) => panic!("{kind:?} on {operands:?} typed as {types:?}"),
             Err(why) => assert!(why.contains(needle), "{kind:?}: {why}"),
         }
+    }
+
+    #[test]
+    fn a_dynamic_slice_has_its_sizes_and_fitting_integer_starts() {
+        let (x, i) = (t(&[5, 3], DType::F32), t(&[], DType::I64));
+        let sliced = OpKind::DynamicSlice { sizes: vec![1, 3] };
+        assert_eq!(infer(&sliced, &[&x, &i, &i]).unwrap(), vec![t(&[1, 3], DType::F32)]);
+        refused(OpKind::DynamicSlice { sizes: vec![6, 3] }, &[&x, &i, &i], "does not fit");
+        refused(sliced.clone(), &[&x, &i], "1 start indices");
+        refused(sliced, &[&x, &i, &t(&[], DType::I32)], "of the others' type");
     }
 
     #[test]

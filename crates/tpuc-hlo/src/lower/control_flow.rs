@@ -1,6 +1,7 @@
 //! torch's control-flow operators, whose arguments are graphs: `torch.cond` as a `case` of two
-//! branches, `while_loop` as a `while`. Each subgraph is lowered as a region by the same driver
-//! as the program (`driver::lower_subgraph`): closed, its inputs passed as the op's operands.
+//! branches, `while_loop` as a `while`, `scan` and `map` as a `while` over the leading
+//! dimension of their inputs. Each subgraph is lowered as a region by the same driver as the
+//! program (`driver::lower_subgraph`): closed, its inputs passed as the op's operands.
 
 use tpuc_fx::{Arg, Node, Subgraph};
 
@@ -152,6 +153,129 @@ fn while_loop(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(results[..carried.len()].iter().copied().map(Some).collect())
 }
 
+/// `scan(combine_fn, init, xs, additional_inputs)`: along the leading dimension of the inputs
+/// `xs`, `combine_fn(carries, x slices, additional)` gives the next carries and one slice of
+/// each output; the results are the last carries and the outputs stacked. (torch.export writes
+/// a reverse scan as flips around a forward one.)
+fn scan(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let combine = subgraph(n, 0, "combine function")?;
+    let init = tensors(cx, n, 1, "initial carries")?;
+    let xs = tensors(cx, n, 2, "scanned inputs")?;
+    let extra = tensors(cx, n, 3, "additional inputs")?;
+    along_leading_dimension(cx, combine, &init, &xs, &extra)
+}
+
+/// `map(f, xs, additional_inputs)`: `f` of each slice of the inputs along their leading
+/// dimension (and the additional inputs), the results stacked: a scan without carries.
+fn map(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let body = subgraph(n, 0, "body")?;
+    let xs = tensors(cx, n, 1, "mapped inputs")?;
+    let extra = tensors(cx, n, 2, "additional inputs")?;
+    along_leading_dimension(cx, body, &[], &xs, &extra)
+}
+
+/// `step(carries, slice i of each of xs, extra)` for i along the inputs' leading dimension, as
+/// one `while`: the last carries, then each of the step's other results stacked.
+fn along_leading_dimension(
+    cx: &mut Ctx,
+    step: &Subgraph,
+    init: &[Value],
+    xs: &[Value],
+    extra: &[Value],
+) -> OpResult<Vec<Option<Value>>> {
+    let Some(&first) = xs.first() else {
+        return err("it has no input to go along");
+    };
+    let length = match cx.b.shape(first).first() {
+        Some(&d) => d,
+        None => {
+            return err(format!(
+                "its input is a {}, which has no dimension to go along",
+                cx.b.ty(first)
+            ))
+        }
+    };
+    let mut slice_types = Vec::new();
+    for &x in xs {
+        let ty = cx.b.ty(x).clone();
+        if ty.shape.first() != Some(&length) {
+            return err(format!(
+                "its inputs differ in length: {} and {ty}",
+                cx.b.ty(first)
+            ));
+        }
+        slice_types.push(ty.with_shape(ty.shape[1..].to_vec()));
+    }
+    let carried_types: Vec<TensorType> = init.iter().map(|&v| cx.b.ty(v).clone()).collect();
+    let extra_types: Vec<TensorType> = extra.iter().map(|&v| cx.b.ty(v).clone()).collect();
+    let arg_types: Vec<TensorType> = [&carried_types[..], &slice_types, &extra_types].concat();
+    let body = lower_subgraph(cx, step, &arg_types)?;
+    let results = body.func().result_types();
+    if results.len() < init.len() || results[..init.len()] != carried_types[..] {
+        return err(format!(
+            "its step {} returns {}, which must begin with the carries {}: a loop's values keep \
+             their shapes and dtypes",
+            step.name,
+            listed(&results),
+            listed(&carried_types)
+        ));
+    }
+    // Each output stacked: zeros to write the slices into.
+    let stacked: Vec<Value> = results[init.len()..]
+        .iter()
+        .map(|t| {
+            let whole = t.with_shape([&[length][..], &t.shape].concat());
+            cx.b.splat(&whole, 0.0)
+        })
+        .collect();
+    let i0 = cx.b.scalar(DType::I64, 0.0);
+    let (c, s, x) = (init.len(), stacked.len(), xs.len());
+    let all: Vec<Value> = [&[i0][..], init, &stacked, xs, extra].concat();
+    let types: Vec<TensorType> = all.iter().map(|&v| cx.b.ty(v).clone()).collect();
+    let cond = cx.b.region(&types, |b, v| {
+        let end = b.scalar(DType::I64, length as f64);
+        Ok(vec![b.compare(CompareDir::Lt, v[0], end)?])
+    })?;
+    let step_body = cx.b.region(&types, |b, v| {
+        let i = v[0];
+        let (carries, outputs) = (&v[1..1 + c], &v[1 + c..1 + c + s]);
+        let (inputs, extra) = (&v[1 + c + s..1 + c + s + x], &v[1 + c + s + x..]);
+        let zero = b.scalar(DType::I64, 0.0);
+        let mut args = carries.to_vec();
+        for &input in inputs {
+            let shape = b.shape(input).to_vec();
+            let mut starts = vec![zero; shape.len()];
+            starts[0] = i;
+            let mut sizes = shape.clone();
+            sizes[0] = 1;
+            let part = b.dynamic_slice(input, &starts, &sizes)?;
+            args.push(b.reshape(part, &shape[1..])?);
+        }
+        args.extend_from_slice(extra);
+        let results = b.inline(body.func(), &args)?;
+        let one = b.scalar(DType::I64, 1.0);
+        let mut next = vec![b.binary(BinaryOp::Add, i, one)?];
+        next.extend_from_slice(&results[..c]);
+        for (&whole, &slice) in outputs.iter().zip(&results[c..]) {
+            let shape = b.shape(whole).to_vec();
+            let mut starts = vec![zero; shape.len()];
+            starts[0] = i;
+            let one_slice = b.reshape(slice, &[&[1][..], &shape[1..]].concat())?;
+            next.push(b.dynamic_update_slice(whole, one_slice, &starts)?);
+        }
+        next.extend_from_slice(&v[1 + c + s..]);
+        Ok(next)
+    })?;
+    let results = cx.b.op(
+        OpKind::While {
+            cond,
+            body: step_body,
+        },
+        &all,
+    )?;
+    Ok(results[1..1 + c + s].iter().copied().map(Some).collect())
+}
+
 fn listed(types: &[TensorType]) -> String {
     let each: Vec<String> = types.iter().map(ToString::to_string).collect();
     format!("({})", each.join(", "))
@@ -160,4 +284,6 @@ fn listed(types: &[TensorType]) -> String {
 pub fn register(r: &mut Registry) {
     r.add(&["higher_order.cond"], cond);
     r.add(&["higher_order.while_loop"], while_loop);
+    r.add(&["higher_order.scan"], scan);
+    r.add(&["higher_order.map_impl"], map);
 }
