@@ -918,10 +918,21 @@ mod tests {
     fn a_dynamic_slice_has_its_sizes_and_fitting_integer_starts() {
         let (x, i) = (t(&[5, 3], DType::F32), t(&[], DType::I64));
         let sliced = OpKind::DynamicSlice { sizes: vec![1, 3] };
-        assert_eq!(infer(&sliced, &[&x, &i, &i]).unwrap(), vec![t(&[1, 3], DType::F32)]);
-        refused(OpKind::DynamicSlice { sizes: vec![6, 3] }, &[&x, &i, &i], "does not fit");
+        assert_eq!(
+            infer(&sliced, &[&x, &i, &i]).unwrap(),
+            vec![t(&[1, 3], DType::F32)]
+        );
+        refused(
+            OpKind::DynamicSlice { sizes: vec![6, 3] },
+            &[&x, &i, &i],
+            "does not fit",
+        );
         refused(sliced.clone(), &[&x, &i], "1 start indices");
-        refused(sliced, &[&x, &i, &t(&[], DType::I32)], "of the others' type");
+        refused(
+            sliced,
+            &[&x, &i, &t(&[], DType::I32)],
+            "of the others' type",
+        );
     }
 
     #[test]
