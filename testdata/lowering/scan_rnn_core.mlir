@@ -4,56 +4,56 @@
 module {
   func.func @main(%arg0: tensor<3x4xf32> loc(unknown), %arg1: tensor<4x4xf32> loc(unknown), %arg2: tensor<5x2x3xf32> loc(unknown), %arg3: tensor<2x4xf32> loc(unknown)) -> (tensor<2x4xf32>, tensor<5x2xf32>, tensor<2x4xf32>, tensor<5x2x4xf32>) {
     %0 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<5x2xf32>} : () -> tensor<5x2xf32> loc(#loc3)
-    %1 = "stablehlo.constant"() {value = dense<0> : tensor<i64>} : () -> tensor<i64> loc(#loc3)
-    %2:6 = "stablehlo.while"(%1, %arg3, %0, %arg2, %arg0, %arg1) ({
-    ^bb0(%arg4: tensor<i64> loc(unknown), %arg5: tensor<2x4xf32> loc(unknown), %arg6: tensor<5x2xf32> loc(unknown), %arg7: tensor<5x2x3xf32> loc(unknown), %arg8: tensor<3x4xf32> loc(unknown), %arg9: tensor<4x4xf32> loc(unknown)):
-      %8 = "stablehlo.constant"() {value = dense<5> : tensor<i64>} : () -> tensor<i64> loc(#loc3)
-      %9 = "stablehlo.compare"(%arg4, %8) {compare_type = #stablehlo<comparison_type SIGNED>, comparison_direction = #stablehlo<comparison_direction LT>} : (tensor<i64>, tensor<i64>) -> tensor<i1> loc(#loc3)
-      "stablehlo.return"(%9) : (tensor<i1>) -> () loc(#loc)
+    %1 = "stablehlo.constant"() {value = dense<5> : tensor<i64>} : () -> tensor<i64> loc(#loc3)
+    %2 = "stablehlo.constant"() {value = dense<0> : tensor<i64>} : () -> tensor<i64> loc(#loc3)
+    %3:7 = "stablehlo.while"(%2, %1, %arg3, %0, %arg2, %arg0, %arg1) ({
+    ^bb0(%arg4: tensor<i64> loc(unknown), %arg5: tensor<i64> loc(unknown), %arg6: tensor<2x4xf32> loc(unknown), %arg7: tensor<5x2xf32> loc(unknown), %arg8: tensor<5x2x3xf32> loc(unknown), %arg9: tensor<3x4xf32> loc(unknown), %arg10: tensor<4x4xf32> loc(unknown)):
+      %10 = "stablehlo.compare"(%arg4, %arg5) {compare_type = #stablehlo<comparison_type SIGNED>, comparison_direction = #stablehlo<comparison_direction LT>} : (tensor<i64>, tensor<i64>) -> tensor<i1> loc(#loc3)
+      "stablehlo.return"(%10) : (tensor<i1>) -> () loc(#loc)
     }, {
-    ^bb0(%arg4: tensor<i64> loc(unknown), %arg5: tensor<2x4xf32> loc(unknown), %arg6: tensor<5x2xf32> loc(unknown), %arg7: tensor<5x2x3xf32> loc(unknown), %arg8: tensor<3x4xf32> loc(unknown), %arg9: tensor<4x4xf32> loc(unknown)):
-      %8 = "stablehlo.constant"() {value = dense<0> : tensor<i64>} : () -> tensor<i64> loc(#loc3)
-      %9 = "stablehlo.dynamic_slice"(%arg7, %arg4, %8, %8) {slice_sizes = array<i64: 1, 2, 3>} : (tensor<5x2x3xf32>, tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<1x2x3xf32> loc(#loc3)
-      %10 = "stablehlo.reshape"(%9) : (tensor<1x2x3xf32>) -> tensor<2x3xf32> loc(#loc3)
-      %11 = "stablehlo.dot_general"(%10, %arg8) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32> loc(#loc4)
-      %12 = "stablehlo.dot_general"(%arg5, %arg9) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32> loc(#loc5)
-      %13 = "stablehlo.add"(%11, %12) : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc6)
-      %14 = "stablehlo.tanh"(%13) : (tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc7)
-      %15 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc8)
-      %16 = "stablehlo.reduce"(%14, %15) ({
-      ^bb0(%arg10: tensor<f32> loc("sum_1"(#loc1)), %arg11: tensor<f32> loc("sum_1"(#loc1))):
-        %21 = "stablehlo.add"(%arg10, %arg11) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc8)
-        "stablehlo.return"(%21) : (tensor<f32>) -> () loc(#loc8)
+    ^bb0(%arg4: tensor<i64> loc(unknown), %arg5: tensor<i64> loc(unknown), %arg6: tensor<2x4xf32> loc(unknown), %arg7: tensor<5x2xf32> loc(unknown), %arg8: tensor<5x2x3xf32> loc(unknown), %arg9: tensor<3x4xf32> loc(unknown), %arg10: tensor<4x4xf32> loc(unknown)):
+      %10 = "stablehlo.constant"() {value = dense<0> : tensor<i64>} : () -> tensor<i64> loc(#loc3)
+      %11 = "stablehlo.dynamic_slice"(%arg8, %arg4, %10, %10) {slice_sizes = array<i64: 1, 2, 3>} : (tensor<5x2x3xf32>, tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<1x2x3xf32> loc(#loc3)
+      %12 = "stablehlo.reshape"(%11) : (tensor<1x2x3xf32>) -> tensor<2x3xf32> loc(#loc3)
+      %13 = "stablehlo.dot_general"(%12, %arg9) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32> loc(#loc4)
+      %14 = "stablehlo.dot_general"(%arg6, %arg10) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32> loc(#loc5)
+      %15 = "stablehlo.add"(%13, %14) : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc6)
+      %16 = "stablehlo.tanh"(%15) : (tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc7)
+      %17 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<f32>} : () -> tensor<f32> loc(#loc8)
+      %18 = "stablehlo.reduce"(%16, %17) ({
+      ^bb0(%arg11: tensor<f32> loc("sum_1"(#loc1)), %arg12: tensor<f32> loc("sum_1"(#loc1))):
+        %23 = "stablehlo.add"(%arg11, %arg12) : (tensor<f32>, tensor<f32>) -> tensor<f32> loc(#loc8)
+        "stablehlo.return"(%23) : (tensor<f32>) -> () loc(#loc8)
       }) {dimensions = array<i64: 1>} : (tensor<2x4xf32>, tensor<f32>) -> tensor<2xf32> loc(#loc8)
-      %17 = "stablehlo.constant"() {value = dense<1> : tensor<i64>} : () -> tensor<i64> loc(#loc3)
-      %18 = "stablehlo.add"(%arg4, %17) : (tensor<i64>, tensor<i64>) -> tensor<i64> loc(#loc3)
-      %19 = "stablehlo.reshape"(%16) : (tensor<2xf32>) -> tensor<1x2xf32> loc(#loc3)
-      %20 = "stablehlo.dynamic_update_slice"(%arg6, %19, %arg4, %8) : (tensor<5x2xf32>, tensor<1x2xf32>, tensor<i64>, tensor<i64>) -> tensor<5x2xf32> loc(#loc3)
-      "stablehlo.return"(%18, %14, %20, %arg7, %arg8, %arg9) : (tensor<i64>, tensor<2x4xf32>, tensor<5x2xf32>, tensor<5x2x3xf32>, tensor<3x4xf32>, tensor<4x4xf32>) -> () loc(#loc)
-    }) : (tensor<i64>, tensor<2x4xf32>, tensor<5x2xf32>, tensor<5x2x3xf32>, tensor<3x4xf32>, tensor<4x4xf32>) -> (tensor<i64>, tensor<2x4xf32>, tensor<5x2xf32>, tensor<5x2x3xf32>, tensor<3x4xf32>, tensor<4x4xf32>) loc(#loc3)
-    %3 = "stablehlo.reverse"(%arg2) {dimensions = array<i64: 0>} : (tensor<5x2x3xf32>) -> tensor<5x2x3xf32> loc(#loc9)
-    %4 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<5x2x4xf32>} : () -> tensor<5x2x4xf32> loc(#loc10)
-    %5 = "stablehlo.constant"() {value = dense<0> : tensor<i64>} : () -> tensor<i64> loc(#loc10)
-    %6:5 = "stablehlo.while"(%5, %arg3, %4, %3, %arg0) ({
-    ^bb0(%arg4: tensor<i64> loc(unknown), %arg5: tensor<2x4xf32> loc(unknown), %arg6: tensor<5x2x4xf32> loc(unknown), %arg7: tensor<5x2x3xf32> loc(unknown), %arg8: tensor<3x4xf32> loc(unknown)):
-      %8 = "stablehlo.constant"() {value = dense<5> : tensor<i64>} : () -> tensor<i64> loc(#loc10)
-      %9 = "stablehlo.compare"(%arg4, %8) {compare_type = #stablehlo<comparison_type SIGNED>, comparison_direction = #stablehlo<comparison_direction LT>} : (tensor<i64>, tensor<i64>) -> tensor<i1> loc(#loc10)
-      "stablehlo.return"(%9) : (tensor<i1>) -> () loc(#loc)
+      %19 = "stablehlo.reshape"(%18) : (tensor<2xf32>) -> tensor<1x2xf32> loc(#loc3)
+      %20 = "stablehlo.dynamic_update_slice"(%arg7, %19, %arg4, %10) : (tensor<5x2xf32>, tensor<1x2xf32>, tensor<i64>, tensor<i64>) -> tensor<5x2xf32> loc(#loc3)
+      %21 = "stablehlo.constant"() {value = dense<1> : tensor<i64>} : () -> tensor<i64> loc(#loc3)
+      %22 = "stablehlo.add"(%arg4, %21) : (tensor<i64>, tensor<i64>) -> tensor<i64> loc(#loc3)
+      "stablehlo.return"(%22, %arg5, %16, %20, %arg8, %arg9, %arg10) : (tensor<i64>, tensor<i64>, tensor<2x4xf32>, tensor<5x2xf32>, tensor<5x2x3xf32>, tensor<3x4xf32>, tensor<4x4xf32>) -> () loc(#loc)
+    }) : (tensor<i64>, tensor<i64>, tensor<2x4xf32>, tensor<5x2xf32>, tensor<5x2x3xf32>, tensor<3x4xf32>, tensor<4x4xf32>) -> (tensor<i64>, tensor<i64>, tensor<2x4xf32>, tensor<5x2xf32>, tensor<5x2x3xf32>, tensor<3x4xf32>, tensor<4x4xf32>) loc(#loc3)
+    %4 = "stablehlo.reverse"(%arg2) {dimensions = array<i64: 0>} : (tensor<5x2x3xf32>) -> tensor<5x2x3xf32> loc(#loc9)
+    %5 = "stablehlo.constant"() {value = dense<0.000000e+00> : tensor<5x2x4xf32>} : () -> tensor<5x2x4xf32> loc(#loc10)
+    %6 = "stablehlo.constant"() {value = dense<5> : tensor<i64>} : () -> tensor<i64> loc(#loc10)
+    %7 = "stablehlo.constant"() {value = dense<0> : tensor<i64>} : () -> tensor<i64> loc(#loc10)
+    %8:6 = "stablehlo.while"(%7, %6, %arg3, %5, %4, %arg0) ({
+    ^bb0(%arg4: tensor<i64> loc(unknown), %arg5: tensor<i64> loc(unknown), %arg6: tensor<2x4xf32> loc(unknown), %arg7: tensor<5x2x4xf32> loc(unknown), %arg8: tensor<5x2x3xf32> loc(unknown), %arg9: tensor<3x4xf32> loc(unknown)):
+      %10 = "stablehlo.compare"(%arg4, %arg5) {compare_type = #stablehlo<comparison_type SIGNED>, comparison_direction = #stablehlo<comparison_direction LT>} : (tensor<i64>, tensor<i64>) -> tensor<i1> loc(#loc10)
+      "stablehlo.return"(%10) : (tensor<i1>) -> () loc(#loc)
     }, {
-    ^bb0(%arg4: tensor<i64> loc(unknown), %arg5: tensor<2x4xf32> loc(unknown), %arg6: tensor<5x2x4xf32> loc(unknown), %arg7: tensor<5x2x3xf32> loc(unknown), %arg8: tensor<3x4xf32> loc(unknown)):
-      %8 = "stablehlo.constant"() {value = dense<0> : tensor<i64>} : () -> tensor<i64> loc(#loc10)
-      %9 = "stablehlo.dynamic_slice"(%arg7, %arg4, %8, %8) {slice_sizes = array<i64: 1, 2, 3>} : (tensor<5x2x3xf32>, tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<1x2x3xf32> loc(#loc10)
-      %10 = "stablehlo.reshape"(%9) : (tensor<1x2x3xf32>) -> tensor<2x3xf32> loc(#loc10)
-      %11 = "stablehlo.dot_general"(%10, %arg8) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32> loc(#loc11)
-      %12 = "stablehlo.add"(%arg5, %11) : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc12)
-      %13 = "stablehlo.constant"() {value = dense<1> : tensor<i64>} : () -> tensor<i64> loc(#loc10)
-      %14 = "stablehlo.add"(%arg4, %13) : (tensor<i64>, tensor<i64>) -> tensor<i64> loc(#loc10)
-      %15 = "stablehlo.reshape"(%arg5) : (tensor<2x4xf32>) -> tensor<1x2x4xf32> loc(#loc10)
-      %16 = "stablehlo.dynamic_update_slice"(%arg6, %15, %arg4, %8, %8) : (tensor<5x2x4xf32>, tensor<1x2x4xf32>, tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<5x2x4xf32> loc(#loc10)
-      "stablehlo.return"(%14, %12, %16, %arg7, %arg8) : (tensor<i64>, tensor<2x4xf32>, tensor<5x2x4xf32>, tensor<5x2x3xf32>, tensor<3x4xf32>) -> () loc(#loc)
-    }) : (tensor<i64>, tensor<2x4xf32>, tensor<5x2x4xf32>, tensor<5x2x3xf32>, tensor<3x4xf32>) -> (tensor<i64>, tensor<2x4xf32>, tensor<5x2x4xf32>, tensor<5x2x3xf32>, tensor<3x4xf32>) loc(#loc10)
-    %7 = "stablehlo.reverse"(%6#2) {dimensions = array<i64: 0>} : (tensor<5x2x4xf32>) -> tensor<5x2x4xf32> loc(#loc13)
-    return %2#1, %2#2, %6#1, %7 : tensor<2x4xf32>, tensor<5x2xf32>, tensor<2x4xf32>, tensor<5x2x4xf32> loc(#loc)
+    ^bb0(%arg4: tensor<i64> loc(unknown), %arg5: tensor<i64> loc(unknown), %arg6: tensor<2x4xf32> loc(unknown), %arg7: tensor<5x2x4xf32> loc(unknown), %arg8: tensor<5x2x3xf32> loc(unknown), %arg9: tensor<3x4xf32> loc(unknown)):
+      %10 = "stablehlo.constant"() {value = dense<0> : tensor<i64>} : () -> tensor<i64> loc(#loc10)
+      %11 = "stablehlo.dynamic_slice"(%arg8, %arg4, %10, %10) {slice_sizes = array<i64: 1, 2, 3>} : (tensor<5x2x3xf32>, tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<1x2x3xf32> loc(#loc10)
+      %12 = "stablehlo.reshape"(%11) : (tensor<1x2x3xf32>) -> tensor<2x3xf32> loc(#loc10)
+      %13 = "stablehlo.dot_general"(%12, %arg9) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>, precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32> loc(#loc11)
+      %14 = "stablehlo.add"(%arg6, %13) : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> loc(#loc12)
+      %15 = "stablehlo.reshape"(%arg6) : (tensor<2x4xf32>) -> tensor<1x2x4xf32> loc(#loc10)
+      %16 = "stablehlo.dynamic_update_slice"(%arg7, %15, %arg4, %10, %10) : (tensor<5x2x4xf32>, tensor<1x2x4xf32>, tensor<i64>, tensor<i64>, tensor<i64>) -> tensor<5x2x4xf32> loc(#loc10)
+      %17 = "stablehlo.constant"() {value = dense<1> : tensor<i64>} : () -> tensor<i64> loc(#loc10)
+      %18 = "stablehlo.add"(%arg4, %17) : (tensor<i64>, tensor<i64>) -> tensor<i64> loc(#loc10)
+      "stablehlo.return"(%18, %arg5, %14, %16, %arg8, %arg9) : (tensor<i64>, tensor<i64>, tensor<2x4xf32>, tensor<5x2x4xf32>, tensor<5x2x3xf32>, tensor<3x4xf32>) -> () loc(#loc)
+    }) : (tensor<i64>, tensor<i64>, tensor<2x4xf32>, tensor<5x2x4xf32>, tensor<5x2x3xf32>, tensor<3x4xf32>) -> (tensor<i64>, tensor<i64>, tensor<2x4xf32>, tensor<5x2x4xf32>, tensor<5x2x3xf32>, tensor<3x4xf32>) loc(#loc10)
+    %9 = "stablehlo.reverse"(%8#3) {dimensions = array<i64: 0>} : (tensor<5x2x4xf32>) -> tensor<5x2x4xf32> loc(#loc13)
+    return %3#2, %3#3, %8#2, %9 : tensor<2x4xf32>, tensor<5x2xf32>, tensor<2x4xf32>, tensor<5x2x4xf32> loc(#loc)
   } loc(#loc)
 } loc(#loc)
 #loc2 = loc("/work/main/tools/gen_lowering.py":334:0)

@@ -228,18 +228,13 @@ fn along_leading_dimension(
             cx.b.splat(&whole, 0.0)
         })
         .collect();
-    let i0 = cx.b.scalar(DType::I64, 0.0);
     let (c, s, x) = (init.len(), stacked.len(), xs.len());
-    let all: Vec<Value> = [&[i0][..], init, &stacked, xs, extra].concat();
-    let types: Vec<TensorType> = all.iter().map(|&v| cx.b.ty(v).clone()).collect();
-    let cond = cx.b.region(&types, |b, v| {
-        let end = b.scalar(DType::I64, length as f64);
-        Ok(vec![b.compare(CompareDir::Lt, v[0], end)?])
-    })?;
-    let step_body = cx.b.region(&types, |b, v| {
-        let i = v[0];
-        let (carries, outputs) = (&v[1..1 + c], &v[1 + c..1 + c + s]);
-        let (inputs, extra) = (&v[1 + c + s..1 + c + s + x], &v[1 + c + s + x..]);
+    let values: Vec<Value> = [init, &stacked, xs, extra].concat();
+    let end = cx.b.scalar(DType::I64, length as f64);
+    let results = cx.counted_loop(0, end, &values, |cx, i, v| {
+        let b = &mut cx.b;
+        let (carries, outputs) = (&v[..c], &v[c..c + s]);
+        let (inputs, extra) = (&v[c + s..c + s + x], &v[c + s + x..]);
         let zero = b.scalar(DType::I64, 0.0);
         let mut args = carries.to_vec();
         for &input in inputs {
@@ -253,9 +248,7 @@ fn along_leading_dimension(
         }
         args.extend_from_slice(extra);
         let results = b.inline(body.func(), &args)?;
-        let one = b.scalar(DType::I64, 1.0);
-        let mut next = vec![b.binary(BinaryOp::Add, i, one)?];
-        next.extend_from_slice(&results[..c]);
+        let mut next = results[..c].to_vec();
         for (&whole, &slice) in outputs.iter().zip(&results[c..]) {
             let shape = b.shape(whole).to_vec();
             let mut starts = vec![zero; shape.len()];
@@ -263,17 +256,10 @@ fn along_leading_dimension(
             let one_slice = b.reshape(slice, &[&[1][..], &shape[1..]].concat())?;
             next.push(b.dynamic_update_slice(whole, one_slice, &starts)?);
         }
-        next.extend_from_slice(&v[1 + c + s..]);
+        next.extend_from_slice(&v[c + s..]);
         Ok(next)
     })?;
-    let results = cx.b.op(
-        OpKind::While {
-            cond,
-            body: step_body,
-        },
-        &all,
-    )?;
-    Ok(results[1..1 + c + s].iter().copied().map(Some).collect())
+    Ok(results[..c + s].iter().copied().map(Some).collect())
 }
 
 fn listed(types: &[TensorType]) -> String {

@@ -62,6 +62,19 @@ pub(super) fn used_tensors(g: &Graph) -> HashSet<&str> {
 }
 
 impl<'p> Ctx<'p> {
+    /// A context lowering `graph` (a program's, or a subgraph a node runs) onto `b`.
+    pub(super) fn new(b: Builder, opts: &'p LowerOptions, graph: &'p Graph) -> Ctx<'p> {
+        Ctx {
+            b,
+            opts,
+            graph,
+            values: HashMap::with_capacity(graph.tensors.len()),
+            rng_state: None,
+            sizes: HashMap::new(),
+            used: used_tensors(graph),
+        }
+    }
+
     fn named<'n>(&self, n: &'n Node, name: &str) -> Option<&'n Arg> {
         n.arg(name)
     }
@@ -394,23 +407,36 @@ impl<'p> Ctx<'p> {
         init: &[Value],
         step: impl FnOnce(&mut Ctx<'p>, Value, &[Value]) -> OpResult<Vec<Value>>,
     ) -> OpResult<Vec<Value>> {
-        let start = self.b.scalar(DType::F64, 0.0);
-        let mut carried = vec![start];
-        carried.extend_from_slice(init);
+        let end = self.b.scalar(DType::I64, f64::from(count));
+        self.counted_loop(0, end, init, |cx, i, values| {
+            let number = cx.b.convert(i, DType::F64);
+            step(cx, number, values)
+        })
+    }
+
+    /// A loop over the values `init` for i = `start`, `start` + 1, ... while i < `end` (an i64
+    /// scalar of this function): `step` gets i (an i64 scalar) and the values and returns their
+    /// next ones; the results are the values after the last step.
+    pub fn counted_loop(
+        &mut self,
+        start: i64,
+        end: Value,
+        init: &[Value],
+        step: impl FnOnce(&mut Ctx<'p>, Value, &[Value]) -> OpResult<Vec<Value>>,
+    ) -> OpResult<Vec<Value>> {
+        let first = self.b.scalar(DType::I64, start as f64);
+        let carried: Vec<Value> = [&[first, end][..], init].concat();
         let results = self.while_loop(
             &carried,
+            |cx, values| Ok(cx.b.compare(CompareDir::Lt, values[0], values[1])?),
             |cx, values| {
-                let end = cx.b.scalar(DType::F64, f64::from(count));
-                Ok(cx.b.compare(CompareDir::Lt, values[0], end)?)
-            },
-            |cx, values| {
-                let mut next = step(cx, values[0], &values[1..])?;
-                let one = cx.b.scalar(DType::F64, 1.0);
-                next.insert(0, cx.b.binary(BinaryOp::Add, values[0], one)?);
-                Ok(next)
+                let next = step(cx, values[0], &values[2..])?;
+                let one = cx.b.scalar(DType::I64, 1.0);
+                let i = cx.b.binary(BinaryOp::Add, values[0], one)?;
+                Ok([&[i, values[1]][..], &next].concat())
             },
         )?;
-        Ok(results[1..].to_vec())
+        Ok(results[2..].to_vec())
     }
 
     /// A region taking arguments of `args`' types, whose results `build` makes on this context

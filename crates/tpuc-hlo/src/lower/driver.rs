@@ -2,7 +2,6 @@
 //! lowering in graph order and its results checked against the types torch recorded, the
 //! outputs gathered with what each stands for.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tpuc_fx::{Arg, DType, Dim, GraphInput, InputKind, Node, OutputValue, Program};
@@ -74,15 +73,7 @@ pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerErr
     let g = program.graph();
     refuse_dynamic_sizes(program)?;
     refuse_unsupported(g)?;
-    let mut cx = Ctx {
-        b: Builder::new(),
-        opts,
-        graph: g,
-        values: HashMap::with_capacity(g.tensors.len()),
-        rng_state: None,
-        sizes: HashMap::new(),
-        used: super::ctx::used_tensors(g),
-    };
+    let mut cx = Ctx::new(Builder::new(), opts, g);
     let mut args = bind_inputs(&mut cx, program)?;
     args.extend(bind_sizes(&mut cx));
     let mut spread = padding::Spread::default();
@@ -128,15 +119,7 @@ pub(super) fn lower_subgraph(
             arg_types.len()
         )));
     }
-    let mut inner = Ctx {
-        b: cx.b.nested(),
-        opts: cx.opts,
-        graph: g,
-        values: HashMap::with_capacity(g.tensors.len()),
-        rng_state: None,
-        sizes: HashMap::new(),
-        used: super::ctx::used_tensors(g),
-    };
+    let mut inner = Ctx::new(cx.b.nested(), cx.opts, g);
     let within = |e: LowerError| OpError(format!("subgraph {}: {e}", sub.name));
     for (input, ty) in g.inputs.iter().zip(arg_types) {
         let recorded = g

@@ -93,26 +93,19 @@ fn polynomial(cx: &mut Ctx, family: Family, x: Value, n: Value) -> OpResult<Valu
         let cap = cx.b.scalar(DType::I64, limit + 1.0);
         largest = op(cx, BinaryOp::Min, largest, cap)?;
     }
-    let k0 = cx.b.scalar(DType::I64, 1.0);
-    let results = cx.while_loop(
-        &[k0, one, first, x, n, largest],
-        |cx, v| Ok(cx.b.compare(CompareDir::Lt, v[0], v[5])?),
-        |cx, v| {
-            let (k, p, q, x, n, largest) = (v[0], v[1], v[2], v[3], v[4], v[5]);
-            let (shape, elem) = (cx.b.shape(x).to_vec(), cx.b.elem(x));
-            let k_value = cx.b.convert(k, elem);
-            let k_value = cx.b.broadcast_to(k_value, &shape)?;
-            let r = step(cx, family, x, k_value, p, q)?;
-            let k_wide = cx.b.broadcast_to(k, &shape)?;
-            let active = cx.b.compare(CompareDir::Lt, k_wide, n)?;
-            let p = cx.b.select(active, q, p)?;
-            let q = cx.b.select(active, r, q)?;
-            let one = cx.b.scalar(DType::I64, 1.0);
-            let k = op(cx, BinaryOp::Add, k, one)?;
-            Ok(vec![k, p, q, x, n, largest])
-        },
-    )?;
-    let mut v = results[2];
+    let results = cx.counted_loop(1, largest, &[one, first, x, n], |cx, k, v| {
+        let (p, q, x, n) = (v[0], v[1], v[2], v[3]);
+        let (shape, elem) = (cx.b.shape(x).to_vec(), cx.b.elem(x));
+        let k_value = cx.b.convert(k, elem);
+        let k_value = cx.b.broadcast_to(k_value, &shape)?;
+        let r = step(cx, family, x, k_value, p, q)?;
+        let k_wide = cx.b.broadcast_to(k, &shape)?;
+        let active = cx.b.compare(CompareDir::Lt, k_wide, n)?;
+        let p = cx.b.select(active, q, p)?;
+        let q = cx.b.select(active, r, q)?;
+        Ok(vec![p, q, x, n])
+    })?;
+    let mut v = results[1];
     // Degree 0 is 1; then the families' own values, as torch checks them (in this order).
     let constant = cx.compared(n, CompareDir::Eq, 0.0)?;
     v = cx.b.select(constant, one, v)?;
