@@ -4,6 +4,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch._higher_order_ops.scan import scan
 
 
 class RMSNorm(nn.Module):
@@ -180,6 +181,25 @@ def resnet18():
     import torchvision
 
     return torchvision.models.resnet18(num_classes=10)
+
+
+class Rnn(nn.Module):
+    """An RNN written with scan (forward or reverse) over batch-first inputs (batch, time,
+    features): a carried state, the outputs stacked (batch, time)."""
+
+    def __init__(self, reverse=False):
+        super().__init__()
+        self.reverse = reverse
+        self.w_in = nn.Parameter(torch.randn(3, 4) * 0.5)
+        self.w_h = nn.Parameter(torch.randn(4, 4) * 0.5)
+
+    def forward(self, xs, h):
+        def step(h, x):
+            h = torch.tanh(x @ self.w_in + h @ self.w_h)
+            return h, h.sum(-1)
+
+        h, out = scan(step, h, xs.movedim(1, 0), reverse=self.reverse)
+        return h, out.movedim(0, 1)
 
 
 def zoo():

@@ -1,10 +1,15 @@
 """torch's control-flow operators (`torch.cond`, `while_loop`, `scan`, `map`) through the compile backend in
 strict mode, forward and backward, through `tpuc.compile_exported`, and on the tpuc device in
 strict and fused eager modes, against eager torch on the CPU."""
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
+from models import Rnn
 from torch._higher_order_ops.map import map as map_rows
-from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
 import tpuc
@@ -57,30 +62,13 @@ class Generation(torch.nn.Module):
         return while_loop(more, step, start)
 
 
-class Rnn(torch.nn.Module):
-    """An RNN written with scan (forward or reverse): a carried state, outputs stacked."""
-
-    def __init__(self, reverse):
-        super().__init__()
-        self.reverse = reverse
-        self.w_in = torch.nn.Parameter(torch.randn(3, 4) * 0.5)
-        self.w_h = torch.nn.Parameter(torch.randn(4, 4) * 0.5)
-
-    def forward(self, xs, h):
-        def step(h, x):
-            h = torch.tanh(x @ self.w_in + h @ self.w_h)
-            return h, h.sum(-1)
-
-        return scan(step, h, xs, reverse=self.reverse)
-
-
 @pytest.mark.parametrize("reverse", [False, True])
 def test_an_rnn_written_with_scan_runs_as_in_eager(reverse):
     # (scan's backward cannot be traced by aot_autograd with decompositions in torch 2.15: its
     # own aot_eager_decomp_partition raises "scan might be aliasing the input or the output".)
     torch.manual_seed(0)
     model = Rnn(reverse)
-    xs, h = torch.randn(5, 2, 3), torch.randn(2, 4)
+    xs, h = torch.randn(2, 5, 3), torch.randn(2, 4)
     with torch.no_grad():
         for got, want in zip(compiled(model)(xs, h), model(xs, h)):
             torch.testing.assert_close(got, want, **TOL)
@@ -157,3 +145,37 @@ def test_control_flow_runs_on_the_device_in_eager(fused):
                 torch.testing.assert_close(g.cpu(), w, **TOL)
     finally:
         tpuc.device.fused(False)
+
+
+# The loop of an RNN written with scan, over batch-first inputs, laid out by a plan: under dp the
+# loop runs on each device's rows and nothing communicates; under fsdp the two weights are
+# gathered once, before the loop, never in its body.
+LOOP_COLLECTIVES = {("dp=2", "dp"): {}, ("fsdp=2", "fsdp"): {"all-gather": 2}}
+
+
+@pytest.mark.parametrize("mesh,plan", list(LOOP_COLLECTIVES), ids=[m for m, _ in LOOP_COLLECTIVES])
+def test_a_loop_under_a_sharding_plan_runs_on_each_devices_part(mesh, plan):
+    torch.manual_seed(0)
+    rnn = Rnn()
+    xs, h = torch.randn(4, 6, 3), torch.randn(4, 4)
+    options = {"mesh": mesh, "plan": plan, "strict": True}
+    with torch.no_grad():
+        for got, want in zip(torch.compile(rnn, backend="tpuc", options=options)(xs, h), rnn(xs, h)):
+            torch.testing.assert_close(got, want, **TOL)
+    # A branch's backward under the plan, too.
+    model = Branches()
+    x = torch.randn(4, 3)
+    grads = []
+    for run in (torch.compile(model, backend="tpuc", options=options), model):
+        model.zero_grad()
+        sum(r.sum() for r in run(x)).backward()
+        grads.append(model.w.grad.clone())
+    torch.testing.assert_close(*grads, **TOL)
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run([sys.executable, os.path.join(here, "training_collectives.py"), mesh, plan, "rnn"],
+                         capture_output=True, text=True, timeout=300, cwd=here,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert run.returncode == 0, run.stderr[-4000:]
+    (counts,) = json.loads(run.stdout.splitlines()[-1])
+    want = LOOP_COLLECTIVES[(mesh, plan)]
+    assert counts == {kind: want.get(kind, 0) for kind in counts}, counts
