@@ -344,6 +344,23 @@ class MapRows(nn.Module):
         return map_rows(lambda x, y: (x * y + 1, x.amax()), xs, y)
 
 
+class PrefixScan(nn.Module):
+    """associative_scan: running sums along one dimension, and a first-order linear recurrence
+    (pairs combined as affine maps) along another, with a scale read from the enclosing graph."""
+
+    def forward(self, x, a, b):
+        from torch._higher_order_ops.associative_scan import associative_scan
+
+        sums = associative_scan(lambda u, v: u + v, x, dim=1, combine_mode="pointwise")
+        scale = x.amax()
+
+        def affine(left, right):
+            return left[0] * right[0], (left[1] * right[0] + right[1]) * scale / scale
+
+        gains, states = associative_scan(affine, (a, b), dim=0, combine_mode="pointwise")
+        return sums, gains, states
+
+
 def seeded(*shape, dtype=torch.float32, lo=None, hi=None):
     if dtype.is_floating_point:
         return torch.randn(*shape).to(dtype)
@@ -382,6 +399,7 @@ def cases():
     yield "while_loop", Loop(), (seeded(2, 3), torch.tensor(5))
     yield "scan_rnn", Rnn(), (seeded(5, 2, 3), seeded(2, 4))
     yield "map_rows", MapRows(), (seeded(4, 3), seeded(3))
+    yield "associative_scan", PrefixScan(), (seeded(3, 6), seeded(5, 2), seeded(5, 2))
     # A batch of 8, which meshes of up to 8 devices split (testdata/lowering/sharded).
     yield "llama_block_batch8", LlamaBlock(), (seeded(8, 8, 32),)
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 from models import Rnn
+from torch._higher_order_ops.associative_scan import associative_scan
 from torch._higher_order_ops.map import map as map_rows
 from torch._higher_order_ops.while_loop import while_loop
 
@@ -81,6 +82,29 @@ def test_map_applies_a_function_to_each_row():
     xs, y = torch.randn(4, 3), torch.randn(3)
     for got, want in zip(compiled(rows)(xs, y), rows(xs, y)):
         torch.testing.assert_close(got, want, **TOL)
+
+
+@pytest.mark.parametrize("mode", ["pointwise", "generic"])
+def test_associative_scan_runs_and_trains_as_in_eager(mode):
+    """Running sums along a middle dimension, and a linear recurrence (pairs combined as affine
+    maps) along the first, with their gradients."""
+    def scans(x, a, b):
+        sums = associative_scan(lambda u, v: u + v, x, dim=1, combine_mode=mode)
+        gains, states = associative_scan(lambda u, v: (u[0] * v[0], u[1] * v[0] + v[1]), (a, b), dim=0,
+                                         combine_mode=mode)
+        return sums, gains, states
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(3, 6), torch.rand(5, 2) + 0.5, torch.randn(5, 2)]
+    grads = []
+    for run in (compiled(scans), scans):
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        results = run(*leaves)
+        sum((r * torch.linspace(0.5, 1.5, r.numel()).view_as(r)).sum() for r in results).backward()
+        grads.append((results, [t.grad for t in leaves]))
+    (got, got_grads), (want, want_grads) = grads
+    for g, w in zip([*got, *got_grads], [*want, *want_grads]):
+        torch.testing.assert_close(g, w, **TOL)
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])

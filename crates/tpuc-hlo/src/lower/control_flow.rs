@@ -1,7 +1,8 @@
 //! torch's control-flow operators, whose arguments are graphs: `torch.cond` as a `case` of two
 //! branches, `while_loop` as a `while`, `scan` and `map` as a `while` over the leading
-//! dimension of their inputs. Each subgraph is lowered as a region by the same driver as the
-//! program (`driver::lower_subgraph`): closed, its inputs passed as the op's operands.
+//! dimension of their inputs, `associative_scan` as a `while` combining row after row. Each
+//! subgraph is lowered as a region by the same driver as the program
+//! (`driver::lower_subgraph`): closed, its inputs passed as the op's operands.
 
 use tpuc_fx::{Arg, Node, Subgraph};
 
@@ -235,31 +236,112 @@ fn along_leading_dimension(
         let b = &mut cx.b;
         let (carries, outputs) = (&v[..c], &v[c..c + s]);
         let (inputs, extra) = (&v[c + s..c + s + x], &v[c + s + x..]);
-        let zero = b.scalar(DType::I64, 0.0);
         let mut args = carries.to_vec();
         for &input in inputs {
-            let shape = b.shape(input).to_vec();
-            let mut starts = vec![zero; shape.len()];
-            starts[0] = i;
-            let mut sizes = shape.clone();
-            sizes[0] = 1;
-            let part = b.dynamic_slice(input, &starts, &sizes)?;
-            args.push(b.reshape(part, &shape[1..])?);
+            args.push(row(b, input, i)?);
         }
         args.extend_from_slice(extra);
         let results = b.inline(body.func(), &args)?;
         let mut next = results[..c].to_vec();
         for (&whole, &slice) in outputs.iter().zip(&results[c..]) {
-            let shape = b.shape(whole).to_vec();
-            let mut starts = vec![zero; shape.len()];
-            starts[0] = i;
-            let one_slice = b.reshape(slice, &[&[1][..], &shape[1..]].concat())?;
-            next.push(b.dynamic_update_slice(whole, one_slice, &starts)?);
+            next.push(with_row(b, whole, slice, i)?);
         }
         next.extend_from_slice(&v[c + s..]);
         Ok(next)
     })?;
     Ok(results[..c + s].iter().copied().map(Some).collect())
+}
+
+/// `associative_scan(combine_fn, xs, additional_inputs)`: the inclusive scan of the inputs
+/// along their leading dimension under the associative `combine_fn(left slices, right slices,
+/// additional)`: row i of each result combines rows 0..=i. As one `while` from row 1 on, each
+/// step combining the previous result row with the input row it overwrites (the results start
+/// as the inputs). Sequential: the combine function is recorded for single rows, so the
+/// logarithmic-depth form (the combine over whole shifted tensors) is not available.
+fn associative_scan(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let combine = subgraph(n, 0, "combine function")?;
+    let xs = tensors(cx, n, 1, "scanned inputs")?;
+    let extra = tensors(cx, n, 2, "additional inputs")?;
+    let Some(&first) = xs.first() else {
+        return err("it has no input to scan");
+    };
+    let length = match cx.b.shape(first).first() {
+        Some(&d) => d,
+        None => {
+            return err(format!(
+                "its input is a {}, which has no dimension to scan along",
+                cx.b.ty(first)
+            ))
+        }
+    };
+    let mut row_types = Vec::new();
+    for &x in &xs {
+        let ty = cx.b.ty(x).clone();
+        if ty.shape.first() != Some(&length) {
+            return err(format!(
+                "its inputs differ in length: {} and {ty}",
+                cx.b.ty(first)
+            ));
+        }
+        row_types.push(ty.with_shape(ty.shape[1..].to_vec()));
+    }
+    let extra_types: Vec<TensorType> = extra.iter().map(|&v| cx.b.ty(v).clone()).collect();
+    let arg_types = [&row_types[..], &row_types, &extra_types].concat();
+    let step = lower_subgraph(cx, combine, &arg_types)?;
+    let returns = step.func().result_types();
+    if returns != row_types {
+        return err(format!(
+            "its combine function {} returns {} for rows {}",
+            combine.name,
+            listed(&returns),
+            listed(&row_types)
+        ));
+    }
+    let x = xs.len();
+    let values: Vec<Value> = [&xs[..], &extra].concat();
+    let end = cx.b.scalar(DType::I64, length as f64);
+    let results = cx.counted_loop(1, end, &values, |cx, i, v| {
+        let b = &mut cx.b;
+        let one = b.scalar(DType::I64, 1.0);
+        let before = b.binary(BinaryOp::Sub, i, one)?;
+        let mut args = Vec::with_capacity(2 * x + v.len() - x);
+        for &at in &[before, i] {
+            for &whole in &v[..x] {
+                args.push(row(b, whole, at)?);
+            }
+        }
+        args.extend_from_slice(&v[x..]);
+        let combined = b.inline(step.func(), &args)?;
+        let mut next = Vec::with_capacity(v.len());
+        for (&whole, &r) in v[..x].iter().zip(&combined) {
+            next.push(with_row(b, whole, r, i)?);
+        }
+        next.extend_from_slice(&v[x..]);
+        Ok(next)
+    })?;
+    Ok(results[..x].iter().copied().map(Some).collect())
+}
+
+/// Row `i` (an i64 scalar) of `whole` along its leading dimension.
+fn row(b: &mut Builder, whole: Value, i: Value) -> OpResult<Value> {
+    let shape = b.shape(whole).to_vec();
+    let zero = b.scalar(DType::I64, 0.0);
+    let mut starts = vec![zero; shape.len()];
+    starts[0] = i;
+    let mut sizes = shape.clone();
+    sizes[0] = 1;
+    let part = b.dynamic_slice(whole, &starts, &sizes)?;
+    Ok(b.reshape(part, &shape[1..])?)
+}
+
+/// `whole` with row `i` (an i64 scalar) along its leading dimension replaced by `value`.
+fn with_row(b: &mut Builder, whole: Value, value: Value, i: Value) -> OpResult<Value> {
+    let shape = b.shape(whole).to_vec();
+    let zero = b.scalar(DType::I64, 0.0);
+    let mut starts = vec![zero; shape.len()];
+    starts[0] = i;
+    let one_row = b.reshape(value, &[&[1][..], &shape[1..]].concat())?;
+    Ok(b.dynamic_update_slice(whole, one_row, &starts)?)
 }
 
 fn listed(types: &[TensorType]) -> String {
@@ -272,4 +354,5 @@ pub fn register(r: &mut Registry) {
     r.add(&["higher_order.while_loop"], while_loop);
     r.add(&["higher_order.scan"], scan);
     r.add(&["higher_order.map_impl"], map);
+    r.add(&["higher_order.associative_scan"], associative_scan);
 }

@@ -236,6 +236,47 @@ fn permute(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(cx.b.transpose(x, &perm)?)])
 }
 
+/// `movedim(x, source, destination)` (one dimension or lists of them): each source dimension
+/// moves to its destination, the others keep their order in the places left.
+fn movedim(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let x = cx.tensor(n, "self")?;
+    let rank = cx.b.ty(x).rank();
+    let dims = |cx: &Ctx, name: &str| -> OpResult<Vec<usize>> {
+        let given = if n.target.ends_with(".int") {
+            vec![cx.int(n, name, None)?]
+        } else {
+            cx.ints(n, name, None)?
+        };
+        given.iter().map(|&d| norm_dim(d, rank)).collect()
+    };
+    let (from, to) = (dims(cx, "source")?, dims(cx, "destination")?);
+    if from.len() != to.len() {
+        return err(format!(
+            "movedim moves {} dimensions to {} places",
+            from.len(),
+            to.len()
+        ));
+    }
+    if rank == 0 {
+        return Ok(vec![Some(x)]);
+    }
+    let mut perm: Vec<Option<i64>> = vec![None; rank];
+    for (&f, &t) in from.iter().zip(&to) {
+        if from.iter().filter(|&&d| d == f).count() > 1 || perm[t].is_some() {
+            return err(format!(
+                "movedim's source {from:?} and destination {to:?} must not repeat a dimension"
+            ));
+        }
+        perm[t] = Some(f as i64);
+    }
+    let mut rest = (0..rank as i64).filter(|d| !from.contains(&(*d as usize)));
+    let perm: Vec<i64> = perm
+        .into_iter()
+        .map(|p| p.or_else(|| rest.next()).expect("one dimension per place"))
+        .collect();
+    Ok(vec![Some(cx.b.transpose(x, &perm)?)])
+}
+
 fn transpose(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let x = cx.tensor(n, "self")?;
     let rank = cx.b.ty(x).rank();
@@ -702,6 +743,15 @@ pub fn register(r: &mut Registry) {
         reshape_to_out,
     );
     r.add_complex(&["aten.permute.default"], permute);
+    r.add_complex(
+        &[
+            "aten.movedim.int",
+            "aten.movedim.intlist",
+            "aten.moveaxis.int",
+            "aten.moveaxis.intlist",
+        ],
+        movedim,
+    );
     r.add(&["aten.as_strided.default"], as_strided);
     r.add(&["aten.as_strided_scatter.default"], as_strided_scatter);
     r.add(&["aten.diagonal.default"], diagonal);

@@ -1,7 +1,9 @@
 """ATen FX graphs as torch.export's serialized ExportedProgram, the form tpuc's compiler reads."""
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 from collections import Counter
 from collections.abc import Container
 
@@ -175,12 +177,30 @@ def serialize(gm: torch.fx.GraphModule, tensor_outputs: list[int]) -> bytes:
             for r in returned
         ],
     )
-    serialized = GraphModuleSerializer(signature, []).serialize(module)
+    with _empty_lists_unremarked():
+        serialized = GraphModuleSerializer(signature, []).serialize(module)
     program = {
         "graph_module": _dataclass_to_dict(serialized),
         "schema_version": {"major": SCHEMA_VERSION[0], "minor": SCHEMA_VERSION[1]},
     }
     return json.dumps(program).encode()
+
+
+class _EmptyListRemark(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "serialize the given empty list" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _empty_lists_unremarked():
+    """torch's serializer warns on every empty list (a higher-order operator's additional inputs,
+    most often) that it writes it as a tensor list: what the compiler reads it as."""
+    logger, remark = logging.getLogger("torch._export.serde.serialize"), _EmptyListRemark()
+    logger.addFilter(remark)
+    try:
+        yield
+    finally:
+        logger.removeFilter(remark)
 
 
 def _collapsed(a, start, end):
