@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Exports a 24-layer Llama-style model (core ATen) for the compile benchmark.
 
-Usage: .venv/bin/python tools/gen_bench_model.py OUT.pt2 [layers [batch]]
+Usage: .venv/bin/python tools/gen_bench_model.py OUT.pt2 [layers [batch]] [--captured]
+--captured runs each block through torch.compiler.nested_compile_region and exports with
+Dynamo (strict), so the archive holds the block once (invoke_subgraph) instead of inlined.
 The archive is not committed: it is large and a script makes it again in seconds.
 """
 import os
@@ -15,29 +17,37 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_lowering import LlamaBlock  # noqa: E402
 
 
+@torch.compiler.nested_compile_region
+def captured(block, x):
+    return block(x)
+
+
 class Llama(nn.Module):
-    def __init__(self, layers, dim=64, seq=16):
+    def __init__(self, layers, dim=64, seq=16, capture=False):
         super().__init__()
         self.blocks = nn.ModuleList(
             [LlamaBlock(dim=dim, heads=4, kv_heads=2, hidden=128, seq=seq) for _ in range(layers)]
         )
+        self.capture = capture
 
     def forward(self, x):
         for b in self.blocks:
-            x = b(x)
+            x = captured(b, x) if self.capture else b(x)
         return x
 
 
 def main():
-    out = sys.argv[1]
-    layers = int(sys.argv[2]) if len(sys.argv) > 2 else 24
-    batch = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    capture = "--captured" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--captured"]
+    out = args[0]
+    layers = int(args[1]) if len(args) > 1 else 24
+    batch = int(args[2]) if len(args) > 2 else 1
     torch.manual_seed(0)
-    model = Llama(layers).eval()
+    model = Llama(layers, capture=capture).eval()
     x = torch.randn(batch, 16, 64)
     with torch.no_grad():
         expected = model(x)
-        ep = torch.export.export(model, (x,)).run_decompositions()
+        ep = torch.export.export(model, (x,), strict=capture).run_decompositions()
     torch.export.save(ep, out)
     stem = out[:-len(".pt2")] if out.endswith(".pt2") else out
     np.savez(stem + ".inputs.npz", x.numpy())

@@ -361,6 +361,28 @@ class PrefixScan(nn.Module):
         return sums, gains, states
 
 
+@torch.compiler.nested_compile_region
+def residual_block(x, w, b):
+    return torch.relu(x @ w + b) + x
+
+
+class RepeatedBlocks(nn.Module):
+    """A block repeated with its own weights, captured once (torch.compiler.nested_compile_region):
+    invoke_subgraph, one function for its calls."""
+
+    strict_export = True
+
+    def __init__(self, layers=4):
+        super().__init__()
+        self.ws = nn.ParameterList([nn.Parameter(torch.randn(6, 6) * 0.4) for _ in range(layers)])
+        self.bs = nn.ParameterList([nn.Parameter(torch.randn(6) * 0.1) for _ in range(layers)])
+
+    def forward(self, x):
+        for w, b in zip(self.ws, self.bs):
+            x = residual_block(x, w, b)
+        return x
+
+
 def seeded(*shape, dtype=torch.float32, lo=None, hi=None):
     if dtype.is_floating_point:
         return torch.randn(*shape).to(dtype)
@@ -399,6 +421,7 @@ def cases():
     yield "while_loop", Loop(), (seeded(2, 3), torch.tensor(5))
     yield "scan_rnn", Rnn(), (seeded(5, 2, 3), seeded(2, 4))
     yield "map_rows", MapRows(), (seeded(4, 3), seeded(3))
+    yield "invoke_subgraph", RepeatedBlocks(), (seeded(3, 6),)
     yield "associative_scan", PrefixScan(), (seeded(3, 6), seeded(5, 2), seeded(5, 2))
     # A batch of 8, which meshes of up to 8 devices split (testdata/lowering/sharded).
     yield "llama_block_batch8", LlamaBlock(), (seeded(8, 8, 32),)
@@ -539,7 +562,8 @@ def main(selected):
         model.eval()
         with torch.no_grad():
             expected = flat_outputs(model(*inputs))
-            ep = torch.export.export(model, inputs)
+            # Dynamo's export keeps blocks captured once (invoke_subgraph); the default inlines them.
+            ep = torch.export.export(model, inputs, strict=getattr(model, "strict_export", False))
         for case, program in ((name, ep), (name + "_core", ep.run_decompositions())):
             torch.export.save(program, os.path.join(OUT, case + ".pt2"))
             np.savez(os.path.join(OUT, case + ".inputs.npz"),

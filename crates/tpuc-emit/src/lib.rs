@@ -60,6 +60,7 @@ pub fn emit(module: &Module, format: EmitFormat) -> Result<Vec<u8>, EmitError> {
         types: HashMap::new(),
         locs: HashMap::new(),
         channels: 0,
+        callees: module.callees(),
     };
     let mlir = e.module(module)?;
     match format {
@@ -86,6 +87,8 @@ struct Emitter<'c> {
     locs: HashMap<*const Loc, Location<'c>>,
     /// Channels given to collectives so far (each collective has its own).
     channels: i64,
+    /// The functions the module's calls run, by symbol name.
+    callees: Callees,
 }
 
 fn dims_list(v: &[i64]) -> String {
@@ -256,7 +259,64 @@ impl<'c> Emitter<'c> {
                 message: e.to_string(),
             })?;
         module.body().append_operation(func);
+        for (symbol, callee) in self.callees.functions().to_vec() {
+            let func = self.private_function(&symbol, callee.func(), m)?;
+            module.body().append_operation(func);
+        }
         Ok(module)
+    }
+
+    /// `f`, a function the module's calls run, as `func.func private @symbol`.
+    fn private_function(
+        &mut self,
+        symbol: &str,
+        f: &Func,
+        m: &Module,
+    ) -> Result<melior::ir::Operation<'c>, EmitError> {
+        let unknown = Location::unknown(self.ctx);
+        let arg_types = f
+            .arg_types()
+            .iter()
+            .map(|t| self.ty(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let result_types = f
+            .result_types()
+            .iter()
+            .map(|t| self.ty(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let region = Region::new();
+        let block = region.append_block(Block::new(
+            &arg_types.iter().map(|&t| (t, unknown)).collect::<Vec<_>>(),
+        ));
+        let args = (0..arg_types.len())
+            .map(|i| block.argument(i).expect("argument exists").into())
+            .collect();
+        let returned = self.func_body(f, m, block, args)?;
+        block.append_operation(build("func.return", unknown, &returned)?);
+        let fn_type = FunctionType::new(self.ctx, &arg_types, &result_types);
+        let attrs = vec![
+            (
+                Identifier::new(self.ctx, "sym_name"),
+                StringAttribute::new(self.ctx, symbol).into(),
+            ),
+            (
+                Identifier::new(self.ctx, "sym_visibility"),
+                StringAttribute::new(self.ctx, "private").into(),
+            ),
+            (
+                Identifier::new(self.ctx, "function_type"),
+                TypeAttribute::new(fn_type.into()).into(),
+            ),
+        ];
+        OperationBuilder::new("func.func", unknown)
+            .add_attributes(&attrs)
+            .add_regions([region])
+            .build()
+            .map_err(|e| EmitError::Build {
+                op: "func.func".into(),
+                node: symbol.to_string(),
+                message: e.to_string(),
+            })
     }
 
     /// `m.main`'s ops appended to `block`, whose arguments are `main`'s; what `main` returns.
@@ -423,6 +483,12 @@ impl<'c> Emitter<'c> {
             .collect::<Result<Vec<_>, _>>()?;
         let (name, attrs, regions) = match op.kind() {
             OpKind::While { .. } | OpKind::Case { .. } => self.control_flow(op, m, &operands)?,
+            OpKind::Call { callee, .. } => {
+                let symbol = self.callees.symbol(callee).ok_or_else(|| {
+                    EmitError::Invalid(format!("a call (at {node}) of a function not found"))
+                })?;
+                ("func.call", vec![("callee", format!("@{symbol}"))], vec![])
+            }
             _ => self.describe(op, f, m.sharding.as_ref(), m.manual)?,
         };
         let attrs = attrs
@@ -802,9 +868,9 @@ impl<'c> Emitter<'c> {
                 ]);
                 ("stablehlo.all_to_all", attrs, vec![])
             }
-            OpKind::While { .. } | OpKind::Case { .. } => {
+            OpKind::While { .. } | OpKind::Case { .. } | OpKind::Call { .. } => {
                 return Err(EmitError::Invalid(format!(
-                    "{} (at {}) has regions: `control_flow` emits it",
+                    "{} (at {}) has regions: `op` emits it",
                     op.kind().name(),
                     loc.node
                 )))

@@ -1,6 +1,7 @@
 """torch's control-flow operators (`torch.cond`, `while_loop`, `scan`, `map`) through the compile backend in
 strict mode, forward and backward, through `tpuc.compile_exported`, and on the tpuc device in
 strict and fused eager modes, against eager torch on the CPU."""
+import copy
 import json
 import os
 import subprocess
@@ -38,6 +39,26 @@ class Branches(torch.nn.Module):
             return (x @ w.t()).sin(), x.amax(0)
 
         return torch.cond(x.sum() > 0, positive, negative, (x, self.w))
+
+
+@torch.compiler.nested_compile_region
+def residual_block(x, w, b):
+    return torch.relu(x @ w + b) + x
+
+
+class Repeated(torch.nn.Module):
+    """A block repeated with weights of its own per layer, captured once by
+    torch.compiler.nested_compile_region (invoke_subgraph)."""
+
+    def __init__(self, layers=4):
+        super().__init__()
+        self.ws = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(4, 4) * 0.5) for _ in range(layers)])
+        self.bs = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(4) * 0.1) for _ in range(layers)])
+
+    def forward(self, x):
+        for w, b in zip(self.ws, self.bs):
+            x = residual_block(x, w, b)
+        return x
 
 
 class Generation(torch.nn.Module):
@@ -105,6 +126,47 @@ def test_associative_scan_runs_and_trains_as_in_eager(mode):
     (got, got_grads), (want, want_grads) = grads
     for g, w in zip([*got, *got_grads], [*want, *want_grads]):
         torch.testing.assert_close(g, w, **TOL)
+
+
+def test_a_repeated_block_is_one_function_called_from_each_site(tmp_path):
+    """Forward and backward (aot_autograd splits the block into a forward and a backward
+    function, each called per layer), and the exported program (Dynamo's export keeps the
+    block captured; the default export inlines it)."""
+    torch.manual_seed(0)
+    model, x = Repeated(), torch.randn(3, 4)
+    fast = torch.compile(copy.deepcopy(model), backend="tpuc", options={"strict": True, "dump_dir": str(tmp_path)})
+    torch.testing.assert_close(fast(x), model(x), **TOL)
+    fast(x).square().sum().backward()
+    model(x).square().sum().backward()
+    for got, want in zip(fast._orig_mod.parameters(), model.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, **TOL)
+    for part in ("forward", "backward"):
+        (text,) = [p.read_text() for p in tmp_path.glob(f"*_{part}.mlir")]
+        assert text.count("func.func private") == 1 and text.count("call @") >= 3, text
+    with torch.no_grad():
+        program = tpuc.compile_exported(torch.export.export(model, (x,), strict=True))
+        torch.testing.assert_close(program(x), model(x), **TOL)
+
+
+@torch.compiler.nested_compile_region
+def dropped(x):
+    return torch.nn.functional.dropout(x, 0.5, training=True)
+
+
+def test_a_repeated_block_that_draws_random_numbers_draws_anew_at_each_call(tmp_path):
+    """The generator's state goes into the block's function and comes out of it: each call
+    (one function for all) drops its own elements."""
+    def layers(x):
+        return [dropped(x) for _ in range(4)]
+
+    masks = torch.compile(layers, backend="tpuc", options={"strict": True, "dump_dir": str(tmp_path)})(
+        torch.ones(64, 64))
+    for m in masks:
+        assert set(m.unique().tolist()) == {0.0, 2.0} and 0.4 < (m == 0).float().mean() < 0.6
+    for a, b in zip(masks, masks[1:]):
+        assert (a != b).any()
+    (text,) = [p.read_text() for p in tmp_path.glob("*.mlir")]
+    assert text.count("func.func private") == 1 and text.count("call @") >= 3, text
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])

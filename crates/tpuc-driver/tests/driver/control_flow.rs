@@ -144,6 +144,8 @@ fn bad_subgraphs_are_named() -> Result<(), Failed> {
     type Edit = Box<dyn Fn(&mut serde_json::Value)>;
     const COND: &str = "torch.ops.higher_order.cond";
     const LOOP: &str = "torch.ops.higher_order.while_loop";
+    const CALL: &str = "torch.ops.higher_order.invoke_subgraph";
+    const SCAN: &str = "torch.ops.higher_order.associative_scan";
     let cases: Vec<(&str, &str, Edit, Vec<&str>)> = vec![
         (
             "cond_branches",
@@ -186,6 +188,36 @@ fn bad_subgraphs_are_named() -> Result<(), Failed> {
                 "higher_order.while_loop",
                 "changes carried value 0 from tensor<i64> to tensor<f32>",
             ],
+        ),
+        (
+            "invoke_subgraph",
+            "identifier_not_a_string",
+            Box::new(|v| node_of(v, CALL)["inputs"][1]["arg"] = serde_json::json!({"as_int": 3})),
+            vec![
+                "higher_order.invoke_subgraph",
+                "identifier (argument 1) is a int, not a string",
+            ],
+        ),
+        (
+            "invoke_subgraph",
+            "block_of_another_signature",
+            Box::new(|v| {
+                let inputs = node_of(v, CALL)["inputs"].as_array_mut().expect("inputs");
+                inputs.swap(2, 3);
+            }),
+            vec![
+                "subgraph repeated_subgraph0: input",
+                "the node passes a tensor<6x6xf32>",
+            ],
+        ),
+        (
+            "associative_scan",
+            "nothing_to_scan",
+            Box::new(|v| {
+                let combine = &mut node_of(v, SCAN)["inputs"][1]["arg"];
+                *combine = serde_json::json!({"as_tensors": []});
+            }),
+            vec!["higher_order.associative_scan", "it has no input to scan"],
         ),
     ];
     for (archive, name, edit, needles) in cases {

@@ -197,6 +197,17 @@ impl Builder {
         self.op(OpKind::Case { branches }, &all)
     }
 
+    /// A call of `callee`, a function named `name` in the module, on `args`: its results.
+    pub fn call(&mut self, name: &str, callee: Region, args: &[Value]) -> BuildResult<Vec<Value>> {
+        self.op(
+            OpKind::Call {
+                name: name.to_string(),
+                callee,
+            },
+            args,
+        )
+    }
+
     /// The function returning `results` (their attributes default when fewer are given).
     pub fn finish(mut self, results: Vec<Value>, mut result_attrs: Vec<ArgAttrs>) -> Func {
         result_attrs.resize(results.len(), ArgAttrs::default());

@@ -2,6 +2,7 @@
 //! [`super::Builder`], [`super::Rewriter`] and the checked edits here, so a function that
 //! exists is well typed: every op's results have the types its rule gives.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::attrs::{ArgAttrs, MeshSharding};
@@ -202,9 +203,20 @@ impl Func {
     }
 
     /// The function with `pass` applied to the function of every region of its ops, innermost
-    /// first, so that a pass over one function reaches every function a module runs. Refused
-    /// when `pass` changes a region's signature.
-    pub fn map_regions(mut self, pass: &mut dyn FnMut(Func) -> Func) -> Result<Func, TypeError> {
+    /// first, so that a pass over one function reaches every function a module runs. A
+    /// function several calls share is passed over once and stays shared. Refused when `pass`
+    /// changes a region's signature.
+    pub fn map_regions(self, pass: &mut dyn FnMut(Func) -> Func) -> Result<Func, TypeError> {
+        self.map_regions_once(pass, &mut HashMap::new())
+    }
+
+    /// `map_regions`, with the regions already passed over by id (each kept beside its new
+    /// form, so that no other function takes its address meanwhile).
+    fn map_regions_once(
+        mut self,
+        pass: &mut dyn FnMut(Func) -> Func,
+        done: &mut HashMap<usize, (Region, Region)>,
+    ) -> Result<Func, TypeError> {
         for index in 0..self.ops.len() {
             let regions: Vec<Region> = self.ops[index]
                 .kind
@@ -217,8 +229,14 @@ impl Func {
             }
             let mut rewritten = Vec::with_capacity(regions.len());
             for region in regions {
-                let inner = region.func().clone().map_regions(pass)?;
-                rewritten.push(Region::new(pass(inner)));
+                if let Some((_, new)) = done.get(&region.id()) {
+                    rewritten.push(new.clone());
+                    continue;
+                }
+                let inner = region.func().clone().map_regions_once(pass, done)?;
+                let new = Region::new(pass(inner));
+                done.insert(region.id(), (region, new.clone()));
+                rewritten.push(new);
             }
             let kind = self.ops[index].kind.with_regions(rewritten);
             let operands = self.ops[index].operands.clone();
@@ -307,6 +325,17 @@ impl Module {
         self.outer(self.main.results(), self.main.result_attrs())
     }
 
+    /// The functions the module's calls run (from `main`, its regions and the called functions
+    /// themselves), each once, in the order first called, each with a symbol name unique in
+    /// the module: its calls' name, numbered where two functions share one.
+    pub fn callees(&self) -> Callees {
+        let mut callees = Callees::default();
+        // `main` is taken.
+        let mut taken: HashMap<String, usize> = HashMap::from([("main".to_string(), 1)]);
+        callees.gather(&self.main, &mut taken);
+        callees
+    }
+
     fn outer(&self, values: &[Value], attrs: &[ArgAttrs]) -> Vec<TensorType> {
         values
             .iter()
@@ -333,5 +362,47 @@ impl Module {
                 }
             })
             .collect()
+    }
+}
+
+/// The functions a module's calls run, each with its symbol name ([`Module::callees`]).
+#[derive(Clone, Debug, Default)]
+pub struct Callees {
+    functions: Vec<(String, Region)>,
+    index: HashMap<usize, usize>,
+}
+
+impl Callees {
+    /// The functions `f`'s calls run, in order, each followed by those it runs itself.
+    fn gather(&mut self, f: &Func, taken: &mut HashMap<String, usize>) {
+        for op in &f.ops {
+            if let OpKind::Call { name, callee } = &op.kind {
+                if self.index.contains_key(&callee.id()) {
+                    continue;
+                }
+                let count = taken.entry(name.clone()).or_insert(0);
+                let symbol = match *count {
+                    0 => name.clone(),
+                    n => format!("{name}_{n}"),
+                };
+                *count += 1;
+                self.index.insert(callee.id(), self.functions.len());
+                self.functions.push((symbol, callee.clone()));
+            }
+            for region in op.kind.regions() {
+                self.gather(region.func(), taken);
+            }
+        }
+    }
+
+    /// Each function with its name, in the order first called.
+    pub fn functions(&self) -> &[(String, Region)] {
+        &self.functions
+    }
+
+    /// The symbol name of `callee`, a function of the module's calls.
+    pub fn symbol(&self, callee: &Region) -> Option<&str> {
+        let &i = self.index.get(&callee.id())?;
+        Some(&self.functions[i].0)
     }
 }

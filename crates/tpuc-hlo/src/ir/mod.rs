@@ -17,7 +17,7 @@ mod verify;
 
 pub use attrs::*;
 pub use builder::{BuildResult, Builder, Rewriter, TypeError};
-pub use func::{Func, Module, Op};
+pub use func::{Callees, Func, Module, Op};
 pub use literal::{
     f32_to_bf16_bits, f32_to_f16_bits, reduction_identity, scalar_bytes, scalar_text,
 };

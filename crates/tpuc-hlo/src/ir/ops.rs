@@ -330,6 +330,11 @@ impl Region {
     pub fn func(&self) -> &Func {
         &self.0
     }
+
+    /// What tells this function apart from every other (its address), for tables of them.
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
 }
 
 impl PartialEq for Region {
@@ -523,6 +528,14 @@ pub enum OpKind {
     Case {
         branches: Vec<Region>,
     },
+    /// A call of `callee` on the operands (of its argument types), whose results are the
+    /// callee's: every call of one function shares one body, written once in the module as a
+    /// private function (`func.call @name`; `name` made unique per function where two share
+    /// it, `Module::callees`).
+    Call {
+        name: String,
+        callee: Region,
+    },
 }
 
 impl OpKind {
@@ -571,6 +584,7 @@ impl OpKind {
             OpKind::AllToAll { .. } => "stablehlo.all_to_all",
             OpKind::While { .. } => "stablehlo.while",
             OpKind::Case { .. } => "stablehlo.case",
+            OpKind::Call { .. } => "func.call",
         }
     }
 
@@ -579,6 +593,7 @@ impl OpKind {
         match self {
             OpKind::While { cond, body } => vec![cond, body],
             OpKind::Case { branches } => branches.iter().collect(),
+            OpKind::Call { callee, .. } => vec![callee],
             _ => vec![],
         }
     }
@@ -594,6 +609,10 @@ impl OpKind {
             OpKind::Case { branches } if regions.len() == branches.len() => {
                 OpKind::Case { branches: regions }
             }
+            OpKind::Call { name, .. } if regions.len() == 1 => OpKind::Call {
+                name: name.clone(),
+                callee: regions.pop().expect("one region"),
+            },
             _ => self.clone(),
         }
     }

@@ -13,7 +13,7 @@
 use std::fmt::Write as _;
 
 use super::attrs::{ArgAttrs, Sharding, ShardingDialect};
-use super::func::{Func, Module};
+use super::func::{Callees, Func, Module};
 use super::literal::scalar_text;
 use super::ops::{OpKind, ReduceBody, Value};
 
@@ -35,7 +35,17 @@ pub fn print(module: &Module) -> String {
         let per_device = if module.manual { ", per device" } else { "" };
         let _ = writeln!(out, "mesh [{}] ({dialect}{per_device})", axes.join(", "));
     }
-    print_func(&mut out, &module.main, "func @main", "");
+    let callees = module.callees();
+    print_func(&mut out, &module.main, "func @main", "", &callees);
+    for (symbol, callee) in callees.functions() {
+        print_func(
+            &mut out,
+            callee.func(),
+            &format!("func private @{symbol}"),
+            "",
+            &callees,
+        );
+    }
     out
 }
 
@@ -64,8 +74,9 @@ fn with_attrs(f: &Func, v: Value, attrs: &ArgAttrs) -> String {
 }
 
 /// `f` as `header(arguments) { ops; return }`, each line after `indent`; an op's regions
-/// follow it, indented below it.
-fn print_func(out: &mut String, f: &Func, header: &str, indent: &str) {
+/// follow it, indented below it, but for a call's: called functions follow `main`, named by
+/// `callees`.
+fn print_func(out: &mut String, f: &Func, header: &str, indent: &str, callees: &Callees) {
     let args: Vec<String> = f
         .args()
         .iter()
@@ -78,6 +89,9 @@ fn print_func(out: &mut String, f: &Func, header: &str, indent: &str) {
         let mut line = format!("{indent}  {} = {}", values(op.results()), op.kind().name());
         if !op.operands().is_empty() {
             let _ = write!(line, " {}", values(op.operands()));
+        }
+        if let OpKind::Call { callee, .. } = op.kind() {
+            let _ = write!(line, " @{}", callees.symbol(callee).unwrap_or("?"));
         }
         for (key, text) in attributes(op.kind()) {
             let _ = write!(line, " {key}={text}");
@@ -93,7 +107,7 @@ fn print_func(out: &mut String, f: &Func, header: &str, indent: &str) {
         let _ = writeln!(out, "{line}");
         let names = region_names(op.kind());
         for (region, name) in op.kind().regions().into_iter().zip(names) {
-            print_func(out, region.func(), &name, &format!("{indent}    "));
+            print_func(out, region.func(), &name, &format!("{indent}    "), callees);
         }
     }
     let results: Vec<String> = f
@@ -114,6 +128,7 @@ fn region_names(kind: &OpKind) -> Vec<String> {
     match kind {
         OpKind::While { .. } => vec!["cond".into(), "body".into()],
         OpKind::Case { branches } => (0..branches.len()).map(|i| format!("branch {i}")).collect(),
+        // Called functions are printed once, after `main`.
         _ => vec![],
     }
 }
@@ -260,7 +275,7 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
             ("concat", concat_dim.to_string()),
             ("groups", list(groups)),
         ],
-        OpKind::While { .. } | OpKind::Case { .. } => vec![],
+        OpKind::While { .. } | OpKind::Case { .. } | OpKind::Call { .. } => vec![],
         OpKind::Unary(_)
         | OpKind::Binary(_)
         | OpKind::Select

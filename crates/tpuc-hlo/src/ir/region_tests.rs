@@ -1,4 +1,4 @@
-//! Ops with regions (`while`, `case`): their builders, typing rules, the verifier's checks of
+//! Ops with regions (`while`, `case`, calls): their builders, typing rules, the verifier's checks of
 //! the functions they run, the printer, and passes reaching into them.
 
 use super::*;
@@ -204,14 +204,8 @@ fn passes_over_one_function_reach_every_region() {
     let OpKind::While { body, .. } = out.main.ops().last().unwrap().kind() else {
         panic!("the loop remains");
     };
-    let names: Vec<&str> = body
-        .func()
-        .ops()
-        .iter()
-        .map(|op| op.kind().name())
-        .collect();
     assert_eq!(
-        names,
+        op_names(body.func()),
         ["stablehlo.constant", "stablehlo.add"],
         "{}",
         print(&out)
@@ -220,4 +214,100 @@ fn passes_over_one_function_reach_every_region() {
         panic!("folded")
     };
     assert_eq!(four.bytes[..4], 4.0f32.to_le_bytes());
+}
+
+fn op_names(f: &Func) -> Vec<&'static str> {
+    f.ops().iter().map(|op| op.kind().name()).collect()
+}
+
+/// A function doubling its argument and adding a constant expression (and computing something
+/// it never uses), for calls.
+fn doubling(b: &Builder) -> Region {
+    b.region(&[f32s(&[2])], |b, v| {
+        let two = b.splat(&f32s(&[2]), 2.0);
+        let four = b.binary(BinaryOp::Mul, two, two)?;
+        let _unused = b.unary(UnaryOp::Exp, v[0])?;
+        let twice = b.binary(BinaryOp::Add, v[0], v[0])?;
+        Ok(vec![b.binary(BinaryOp::Add, twice, four)?])
+    })
+    .unwrap()
+}
+
+/// A builder whose function calls one `doubling` function twice, and the second call's
+/// results.
+fn called_twice() -> (Builder, Vec<Value>) {
+    let mut b = Builder::new();
+    let x = b.arg(f32s(&[2]), ArgAttrs::default());
+    let block = doubling(&b);
+    let once = b.call("block", block.clone(), &[x]).unwrap();
+    let twice = b.call("block", block, &once).unwrap();
+    (b, twice)
+}
+
+#[test]
+fn calls_of_one_function_share_it_once_named_and_printed() {
+    let (mut b, twice) = called_twice();
+    // Another function under the same name, and one named as the module's entry.
+    let other = b.call("block", doubling(&b), &twice).unwrap();
+    let last = b.call("main", doubling(&b), &other).unwrap();
+    let m = Module::new(b.finish(last, vec![]));
+    verify(&m).unwrap();
+    let callees = m.callees();
+    let names: Vec<&str> = callees
+        .functions()
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(names, ["block", "block_1", "main_1"]);
+    let text = print(&m);
+    assert!(
+        text.contains("%1 = func.call %0 @block : tensor<2xf32>")
+            && text.contains("%2 = func.call %1 @block : tensor<2xf32>")
+            && text.contains("func.call %2 @block_1")
+            && text.contains("func.call %3 @main_1")
+            && text.matches("func private @block(").count() == 1,
+        "{text}"
+    );
+}
+
+#[test]
+fn a_call_of_the_wrong_signature_is_refused_by_name() {
+    let mut b = Builder::new();
+    let x = b.arg(f32s(&[3]), ArgAttrs::default());
+    let block = doubling(&b);
+    let e = b.call("block", block, &[x]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("@block takes (tensor<2xf32>), the op passes (tensor<3xf32>)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn passes_reach_a_called_function_once_and_keep_it_shared() {
+    let (b, twice) = called_twice();
+    let m = Module::new(b.finish(twice, vec![]));
+    let options = PipelineOptions {
+        verify: true,
+        ..PipelineOptions::default()
+    };
+    let out = pipeline(m, &options).unwrap().main;
+    let callees: Vec<&Region> = out
+        .main
+        .ops()
+        .iter()
+        .filter_map(|op| match op.kind() {
+            OpKind::Call { callee, .. } => Some(callee),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(callees.len(), 2, "{}", print(&out));
+    assert_eq!(callees[0], callees[1], "one function for both calls");
+    // The constant expression folded, the unused exponential gone.
+    assert_eq!(
+        op_names(callees[0].func()),
+        ["stablehlo.constant", "stablehlo.add", "stablehlo.add"],
+        "{}",
+        print(&out)
+    );
 }

@@ -520,6 +520,12 @@ pub fn infer(kind: &OpKind, operands: &[&TensorType]) -> Rule {
             }
             Ok(results)
         }
+        OpKind::Call { name, callee } => {
+            let passed: Vec<TensorType> = operands.iter().map(|&t| t.clone()).collect();
+            let results = callee.func().result_types();
+            signature(&format!("@{name}"), callee.func(), &passed, &results)?;
+            Ok(results)
+        }
     }
 }
 

@@ -1,13 +1,14 @@
 //! torch's control-flow operators, whose arguments are graphs: `torch.cond` as a `case` of two
 //! branches, `while_loop` as a `while`, `scan` and `map` as a `while` over the leading
-//! dimension of their inputs, `associative_scan` as a `while` combining row after row. Each
+//! dimension of their inputs, `associative_scan` as a `while` combining row after row,
+//! `invoke_subgraph` as calls of one private function. Each
 //! subgraph is lowered as a region by the same driver as the program
 //! (`driver::lower_subgraph`): closed, its inputs passed as the op's operands.
 
 use tpuc_fx::{Arg, Node, Subgraph};
 
 use super::ctx::{err, Ctx, OpResult};
-use super::driver::lower_subgraph;
+use super::driver::{lower_function, lower_subgraph};
 use super::registry::Registry;
 use crate::ir::*;
 
@@ -322,6 +323,71 @@ fn associative_scan(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(results[..x].iter().copied().map(Some).collect())
 }
 
+/// `invoke_subgraph(subgraph, identifier, *operands)`: a block the program repeats, captured
+/// once (`torch.compiler.nested_compile_region`): lowered once per identifier and operand
+/// types, as a function every site calls, so that a model repeating a block compiles one body.
+fn invoke_subgraph(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    let body = subgraph(n, 0, "block")?;
+    let identifier = match positional(n, 1, "identifier")? {
+        Arg::Str(s) => s.clone(),
+        other => {
+            return err(format!(
+                "its identifier (argument 1) is a {}, not a string",
+                other.kind_name()
+            ))
+        }
+    };
+    let mut operands = Vec::new();
+    for (i, input) in n.inputs.iter().enumerate().skip(2) {
+        match &input.arg {
+            Arg::Tensor(t) => operands.push(cx.value(t)?),
+            other => {
+                return err(format!(
+                    "its operand {} is a {}: only tensors are passed to a repeated block",
+                    i - 2,
+                    other.kind_name()
+                ))
+            }
+        }
+    }
+    let types: Vec<TensorType> = operands.iter().map(|&v| cx.b.ty(v).clone()).collect();
+    let key = (identifier, types);
+    let known = cx.functions.borrow().get(&key).cloned();
+    let callee = match known {
+        Some(callee) => callee,
+        None => {
+            let callee = lower_function(cx, body, &key.1)?;
+            cx.functions
+                .borrow_mut()
+                .insert(key.clone(), callee.clone());
+            callee
+        }
+    };
+    // A block drawing random numbers (dropout) takes the generator's state and returns it.
+    let draws = callee.func().args().len() > operands.len();
+    if draws {
+        let state = cx.rng_state()?;
+        operands.push(state);
+    }
+    let mut results = cx.b.call(&symbol_name(&key.0), callee, &operands)?;
+    if draws {
+        cx.rng_state = results.pop();
+    }
+    Ok(results.into_iter().map(Some).collect())
+}
+
+/// `name` as a symbol of the module: letters, digits and underscores, not first a digit.
+fn symbol_name(name: &str) -> String {
+    let mut symbol: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if !symbol.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        symbol.insert(0, '_');
+    }
+    symbol
+}
+
 /// Row `i` (an i64 scalar) of `whole` along its leading dimension.
 fn row(b: &mut Builder, whole: Value, i: Value) -> OpResult<Value> {
     let shape = b.shape(whole).to_vec();
@@ -355,4 +421,5 @@ pub fn register(r: &mut Registry) {
     r.add(&["higher_order.scan"], scan);
     r.add(&["higher_order.map_impl"], map);
     r.add(&["higher_order.associative_scan"], associative_scan);
+    r.add(&["higher_order.invoke_subgraph"], invoke_subgraph);
 }

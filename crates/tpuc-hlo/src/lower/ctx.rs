@@ -2,7 +2,9 @@
 //! readers of a node's arguments that lowerings use (each argument checked for its kind, with
 //! an error naming it).
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 use tpuc_fx::{Arg, DType, Dim, Graph, Node, OutputValue};
 
@@ -46,7 +48,13 @@ pub struct Ctx<'p> {
     pub(super) sizes: HashMap<String, Value>,
     /// The tensors a node reads or the graph returns (`used_tensors`).
     pub(super) used: HashSet<&'p str>,
+    /// The functions lowered for repeated blocks so far, by torch's name for the block and the
+    /// types it is called with: shared by the program and every subgraph in it.
+    pub(super) functions: Rc<RefCell<Functions>>,
 }
+
+/// Functions lowered for blocks, by the block's name and the types it is called with.
+pub(super) type Functions = HashMap<(String, Vec<TensorType>), Region>;
 
 /// The tensors of `g` that a node reads or the graph returns, found in one pass.
 pub(super) fn used_tensors(g: &Graph) -> HashSet<&str> {
@@ -72,6 +80,7 @@ impl<'p> Ctx<'p> {
             rng_state: None,
             sizes: HashMap::new(),
             used: used_tensors(graph),
+            functions: Rc::default(),
         }
     }
 
@@ -82,15 +91,24 @@ impl<'p> Ctx<'p> {
     /// Random bits of `shape` (u32 or u64): the next draw from the program's generator, whose
     /// state threads through the random ops in graph order.
     pub fn random_bits(&mut self, shape: &[i64], elem: DType) -> OpResult<Value> {
-        let state = match self.rng_state {
-            Some(s) => s,
-            None => self
-                .b
-                .arg(TensorType::new(vec![2], DType::U64), ArgAttrs::default()),
-        };
+        let state = self.rng_state()?;
         let (next, bits) = self.b.rng_bit_generator(state, shape, elem)?;
         self.rng_state = Some(next);
         Ok(bits)
+    }
+
+    /// The generator's state now: made an argument (the seed) at the first draw.
+    pub fn rng_state(&mut self) -> OpResult<Value> {
+        Ok(match self.rng_state {
+            Some(s) => s,
+            None => {
+                let seed = self
+                    .b
+                    .arg(TensorType::new(vec![2], DType::U64), ArgAttrs::default());
+                self.rng_state = Some(seed);
+                seed
+            }
+        })
     }
 
     /// Whether a node reads tensor `name` or the graph returns it.

@@ -104,6 +104,26 @@ pub(super) fn lower_subgraph(
     sub: &tpuc_fx::Subgraph,
     arg_types: &[TensorType],
 ) -> OpResult<Region> {
+    lower_graph(cx, sub, arg_types, false)
+}
+
+/// The function of a subgraph a node calls ([`lower_subgraph`]'s region), which may draw random
+/// numbers: then it takes the generator's state after its arguments and returns the state
+/// after its draws after its results.
+pub(super) fn lower_function(
+    cx: &mut Ctx<'_>,
+    sub: &tpuc_fx::Subgraph,
+    arg_types: &[TensorType],
+) -> OpResult<Region> {
+    lower_graph(cx, sub, arg_types, true)
+}
+
+fn lower_graph(
+    cx: &mut Ctx<'_>,
+    sub: &tpuc_fx::Subgraph,
+    arg_types: &[TensorType],
+    may_draw: bool,
+) -> OpResult<Region> {
     let g = &sub.graph;
     if cx.opts.padding.is_some() {
         return Err(OpError(format!(
@@ -120,6 +140,7 @@ pub(super) fn lower_subgraph(
         )));
     }
     let mut inner = Ctx::new(cx.b.nested(), cx.opts, g);
+    inner.functions = cx.functions.clone();
     let within = |e: LowerError| OpError(format!("subgraph {}: {e}", sub.name));
     for (input, ty) in g.inputs.iter().zip(arg_types) {
         let recorded = g
@@ -144,13 +165,17 @@ pub(super) fn lower_subgraph(
     for n in g.nodes.iter().filter(|n| !computes_static_sizes(g, n)) {
         lower_node(&mut inner, n, &mut spread).map_err(within)?;
     }
-    if inner.rng_state.is_some() {
-        return Err(OpError(format!(
-            "subgraph {}: random numbers drawn inside a branch or a loop are not supported",
-            sub.name
-        )));
+    let (mut results, _) = gather_outputs(&inner, &spread).map_err(within)?;
+    if let Some(state) = inner.rng_state {
+        if !may_draw {
+            return Err(OpError(format!(
+                "subgraph {}: random numbers drawn inside a branch or a loop are not supported",
+                sub.name
+            )));
+        }
+        // The state argument was made at the first draw, after the inputs.
+        results.push(state);
     }
-    let (results, _) = gather_outputs(&inner, &spread).map_err(within)?;
     Ok(Region::new(inner.b.finish(results, Vec::new())))
 }
 
