@@ -335,6 +335,21 @@ class Rnn(nn.Module):
         return last, sums, first, states
 
 
+class BatchFirstRnn(Rnn):
+    """The RNN's step over batch-first inputs (batch, steps, features): the last state and the
+    per-step sums (batch, steps)."""
+
+    def forward(self, xs, h):
+        from torch._higher_order_ops.scan import scan
+
+        def step(h, x):
+            h = torch.tanh(x @ self.w_in + h @ self.w_h)
+            return h, h.sum(-1)
+
+        last, sums = scan(step, h, xs.movedim(1, 0))
+        return last, sums.movedim(0, 1)
+
+
 class MapRows(nn.Module):
     """map over the rows of a tensor, with an input read by every row."""
 
@@ -531,6 +546,22 @@ def dynamic_case():
             expected = flat_outputs(model(*inputs))
         np.savez(os.path.join(out, f"decoding_s{s}.inputs.npz"), *[to_numpy(t) for t in inputs])
         np.savez(os.path.join(out, f"decoding_s{s}.expected.npz"), *[to_numpy(t) for t in expected])
+
+
+    # An RNN written with scan over a sequence of dynamic length (and a dynamic batch): compiled
+    # per bucket, its loop stops at the true length.
+    model = BatchFirstRnn().eval()
+    batch = torch.export.Dim("batch", min=2, max=64)
+    steps = torch.export.Dim("steps", min=2, max=64)
+    example = (seeded(3, 5, 3), seeded(3, 4))
+    ep = torch.export.export(model, example, dynamic_shapes={"xs": {0: batch, 1: steps}, "h": {0: batch}})
+    torch.export.save(ep, os.path.join(out, "scan.pt2"))
+    for b, s in ((3, 5), (2, 9)):
+        inputs = (seeded(b, s, 3), seeded(b, 4))
+        with torch.no_grad():
+            expected = flat_outputs(model(*inputs))
+        np.savez(os.path.join(out, f"scan_b{b}_s{s}.inputs.npz"), *[to_numpy(t) for t in inputs])
+        np.savez(os.path.join(out, f"scan_b{b}_s{s}.expected.npz"), *[to_numpy(t) for t in expected])
 
 
 def to_numpy(t):

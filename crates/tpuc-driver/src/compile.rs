@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Once};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -542,7 +543,13 @@ impl Target {
             });
         // Without a thread (the reservation then given back), the program is compiled when it
         // is needed.
-        Ok(spawned.is_ok())
+        match spawned {
+            Ok(thread) => {
+                waited_for_at_exit(thread);
+                Ok(true)
+            }
+            Err(_) => Ok(false),
+        }
     }
 
     /// After `compiled`, a program compiled for a bucket of sizes: when a call has just moved it
@@ -876,4 +883,30 @@ pub fn shard_layout(
             .collect::<Result<Vec<_>>>()?,
     };
     Ok(ShardLayout::new(sizes, dims)?)
+}
+
+/// Compilations running ahead on threads of their own, which the process waits for when it
+/// exits: the plugin's own teardown at exit would otherwise pull XLA from under a compilation
+/// still running (a crash as a program that compiled a bucket ahead ends).
+static AHEAD: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
+
+fn waited_for_at_exit(thread: JoinHandle<()>) {
+    static REGISTERED: Once = Once::new();
+    // Registered after the plugin loaded (it compiled this program's first bucket), so run
+    // before its teardown: exit handlers run in the reverse order of registration.
+    REGISTERED.call_once(|| {
+        // SAFETY: `wait_for_compiles_ahead` is an `extern "C" fn()` that never unwinds.
+        unsafe { libc::atexit(wait_for_compiles_ahead) };
+    });
+    let mut ahead = AHEAD.lock().unwrap_or_else(|p| p.into_inner());
+    ahead.retain(|t| !t.is_finished());
+    ahead.push(thread);
+}
+
+extern "C" fn wait_for_compiles_ahead() {
+    let threads = std::mem::take(&mut *AHEAD.lock().unwrap_or_else(|p| p.into_inner()));
+    for thread in threads {
+        // A compilation that failed is reported by the one that needed it, if any did.
+        let _ = thread.join();
+    }
 }

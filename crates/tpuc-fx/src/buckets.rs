@@ -4,7 +4,7 @@
 //! 1..N take O(log N) executables with powers of two.
 use std::collections::BTreeMap;
 
-use crate::graph::{Dim, Program};
+use crate::graph::{Dim, Graph, Program};
 use crate::symbolic::{self, SymExpr};
 
 /// How sizes are rounded up to buckets.
@@ -142,11 +142,33 @@ pub struct Padding {
     pub sym_ints: BTreeMap<String, SymExpr>,
     /// The largest size each symbol's range allows, where it has one.
     pub limits: BTreeMap<String, i64>,
+    /// The padding of each subgraph the graph's nodes run, by name.
+    pub subgraphs: BTreeMap<String, Padding>,
 }
 
 impl Padding {
     pub fn of(program: &Program) -> Result<Padding, String> {
         let g = &program.graph;
+        let symbols = symbolic::symbols(program)?
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        let limits = g
+            .symbol_ranges
+            .iter()
+            .filter_map(|(name, range)| Some((name.clone(), range.max?)))
+            .collect();
+        Padding {
+            symbols,
+            limits,
+            ..Padding::default()
+        }
+        .with_graph(g)
+    }
+
+    /// This padding's symbols and limits, with the padded tensors and SymInts of `g` (and of
+    /// the subgraphs it runs, by name).
+    fn with_graph(self, g: &Graph) -> Result<Padding, String> {
         let parse = |d: &Dim| match d {
             Dim::Static(_) => Ok(None),
             Dim::Symbolic { expr, .. } => SymExpr::parse(expr).map(Some),
@@ -169,21 +191,38 @@ impl Padding {
                 sym_ints.insert(name.clone(), expr);
             }
         }
-        let symbols = symbolic::symbols(program)?
-            .into_iter()
-            .map(|s| s.name)
-            .collect();
-        let limits = g
-            .symbol_ranges
-            .iter()
-            .filter_map(|(name, range)| Some((name.clone(), range.max?)))
-            .collect();
+        let mut subgraphs = BTreeMap::new();
+        for sub in g.subgraphs() {
+            let inner = self
+                .nested()
+                .with_graph(&sub.graph)
+                .map_err(|e| format!("subgraph {}: {e}", sub.name))?;
+            subgraphs.insert(sub.name.clone(), inner);
+        }
         Ok(Padding {
-            symbols,
             tensors,
             sym_ints,
-            limits,
+            subgraphs,
+            ..self
         })
+    }
+
+    /// A padding of the same symbols and limits, of no tensor yet.
+    fn nested(&self) -> Padding {
+        Padding {
+            symbols: self.symbols.clone(),
+            limits: self.limits.clone(),
+            ..Padding::default()
+        }
+    }
+
+    /// The padding of subgraph `name`, one its nodes run (none of its tensors padded where it
+    /// has no symbolic size).
+    pub fn subgraph(&self, name: &str) -> Padding {
+        self.subgraphs
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| self.nested())
     }
 
     /// The true lengths of tensor `name`'s dimensions, where it has padded ones.

@@ -287,6 +287,27 @@ impl Graph {
     pub fn tensor(&self, name: &str) -> Option<&TensorMeta> {
         self.tensors.get(name)
     }
+
+    /// The subgraphs its nodes run (not those within them), in node order.
+    pub fn subgraphs(&self) -> impl Iterator<Item = &Subgraph> {
+        self.nodes.iter().flat_map(|n| {
+            n.inputs.iter().filter_map(|a| match &a.arg {
+                Arg::Graph(g) => Some(g.as_ref()),
+                _ => None,
+            })
+        })
+    }
+
+    /// The subgraphs its nodes run, to change: each copied first where another node or
+    /// program shares it.
+    pub fn subgraphs_mut(&mut self) -> impl Iterator<Item = &mut Subgraph> {
+        self.nodes.iter_mut().flat_map(|n| {
+            n.inputs.iter_mut().filter_map(|a| match &mut a.arg {
+                Arg::Graph(g) => Some(Arc::make_mut(g)),
+                _ => None,
+            })
+        })
+    }
 }
 
 /// The bytes of a weight: a view into a memory-mapped archive, or owned memory.

@@ -7,7 +7,7 @@
 //! per set of sizes: the example sizes, sizes the user gives, or the sizes of the inputs at hand.
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::graph::{Dim, NodeOutput, Program};
+use crate::graph::{Dim, Graph, NodeOutput, Program};
 
 /// The sizes a symbol may take (torch.export's range constraint): `min..=max`, no upper bound
 /// when `max` is None.
@@ -565,6 +565,12 @@ fn solve_for_symbol(expr: &SymExpr, size: i64) -> Option<(String, i64)> {
 /// The program with every symbolic size replaced by its value for `values` (every symbol must
 /// have one: see [`resolve_sizes`]).
 pub fn specialize(mut program: Program, values: &BTreeMap<String, i64>) -> Result<Program, String> {
+    specialize_graph(&mut program.graph, values)?;
+    Ok(program)
+}
+
+/// `graph`'s sizes, and those of every subgraph it runs, for `values`.
+fn specialize_graph(graph: &mut Graph, values: &BTreeMap<String, i64>) -> Result<(), String> {
     let dim = |d: &Dim| -> Result<Dim, String> {
         match d {
             Dim::Static(_) => Ok(d.clone()),
@@ -575,7 +581,6 @@ pub fn specialize(mut program: Program, values: &BTreeMap<String, i64>) -> Resul
         }
     };
     let dims = |list: &[Dim]| list.iter().map(dim).collect::<Result<Vec<_>, _>>();
-    let graph = &mut program.graph;
     for (name, meta) in &mut graph.tensors {
         let sizes = dims(&meta.sizes).map_err(|e| format!("tensor {name}: {e}"))?;
         if let Some(bad) = sizes.iter().filter_map(Dim::as_static).find(|&n| n < 0) {
@@ -587,7 +592,11 @@ pub fn specialize(mut program: Program, values: &BTreeMap<String, i64>) -> Resul
     for (name, value) in &mut graph.sym_ints {
         *value = dim(value).map_err(|e| format!("SymInt {name}: {e}"))?;
     }
-    Ok(program)
+    for sub in graph.subgraphs_mut() {
+        specialize_graph(&mut sub.graph, values)
+            .map_err(|e| format!("subgraph {}: {e}", sub.name))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

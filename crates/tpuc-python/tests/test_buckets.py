@@ -6,6 +6,9 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._higher_order_ops.map import map as map_rows
+from torch._higher_order_ops.scan import scan
+from torch._higher_order_ops.while_loop import while_loop
 
 import tpuc  # noqa: F401  (registers the backend)
 from tpuc.runtime import STATS
@@ -60,6 +63,41 @@ OP_CLASSES = {
     "concatenation along the padded dimension": (lambda x, y: torch.cat([x, y.tanh(), x * 2], 0),
                                                  lambda n: [torch.randn(n, 4), torch.randn(3, 4)]),
 }
+
+
+def running_state(xs, h):
+    """scan over a padded leading dimension: stops at its true length (the last state is
+    exact), its step reducing over a padded dimension of the state."""
+    def step(h, x):
+        h = torch.tanh(x + h * 0.5 + h.mean(0))
+        return h, h.sum(-1)
+
+    return scan(step, h, xs)
+
+
+def halving_loop(x):
+    """A loop whose carried values are padded, its condition a reduction over them."""
+    def more(i, y):
+        return y.abs().sum() > 1.0
+
+    def step(i, y):
+        return i + 1, y * 0.5
+
+    return while_loop(more, step, (torch.zeros((), dtype=torch.int64), x))
+
+
+def branch_on_padded_data(x):
+    return torch.cond(x.sum() > 0, lambda x: x.amax(0) + x.sum(0), lambda x: x.amin(0) * 2, (x,))
+
+
+# Control flow whose loop bound or operands are sizes of the bucket.
+OP_CLASSES.update({
+    "scan over the padded dimension": (running_state, lambda n: [torch.randn(n, 3, 4), torch.randn(3, 4)]),
+    "scan along a padded batch": (running_state, lambda n: [torch.randn(5, n, 4), torch.randn(n, 4)]),
+    "while_loop over padded values": (halving_loop, lambda n: [torch.randn(n, 3) * 4]),
+    "cond on padded data": (branch_on_padded_data, lambda n: [torch.randn(n, 3)]),
+    "map over padded rows": (lambda xs: map_rows(lambda x: x.softmax(0), xs), lambda n: [torch.randn(n, 5)]),
+})
 
 
 @pytest.mark.parametrize("name", list(OP_CLASSES))

@@ -251,6 +251,33 @@ fn sizes_share_buckets() -> Result<(), Failed> {
     }
 }
 
+/// An RNN written with scan over a sequence of dynamic length, compiled per bucket (both input
+/// sets in the bucket 16 of steps): its loop stops at each set's true length, so the last
+/// state matches torch's, as it does compiled for the sizes themselves.
+fn a_scan_over_a_padded_length_stops_at_its_true_length() -> Result<(), Failed> {
+    let scan = dir().join("scan.pt2");
+    for buckets in [Some(tpuc_driver::Buckets::default()), None] {
+        for stem in ["scan_b3_s5", "scan_b2_s9"] {
+            let npz = |what: &str| read_npz(&dir().join(format!("{stem}.{what}.npz")));
+            let (inputs, expected) = (npz("inputs")?, npz("expected")?);
+            let options = RunOptions {
+                input_dims: Some(inputs.iter().map(|t| t.dims().to_vec()).collect()),
+                buckets: buckets.clone(),
+                cache_dir: Some("off".into()),
+                ..RunOptions::default()
+            };
+            let runner =
+                Runner::new(&scan, None, &options).map_err(|e| format!("{stem}: {e:#}"))?;
+            if let (Some(_), Some(why)) = (&buckets, runner.not_padded()) {
+                return Err(format!("{stem}: not compiled for a bucket: {why}").into());
+            }
+            let outputs = runner.run(inputs).map_err(|e| format!("{stem}: {e:#}"))?;
+            compare_all(&outputs, &expected).map_err(|e| format!("{stem}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
 /// A program whose size has grown into a larger bucket gets the bucket after it compiled in the
 /// background: the sequence's next call finds it compiled (or waits for it), not compiling it
 /// itself; a program compiled in the background is found by the compile that needs it.
@@ -304,6 +331,10 @@ fn next_bucket_compiled_ahead() -> Result<(), Failed> {
 
 pub fn trials() -> Vec<Trial> {
     vec![
+        Trial::test(
+            "dynamic::a_scan_over_a_padded_length_stops_at_its_true_length",
+            a_scan_over_a_padded_length_stops_at_its_true_length,
+        ),
         Trial::test("dynamic::sizes_share_buckets", sizes_share_buckets),
         Trial::test(
             "dynamic::next_bucket_compiled_ahead",

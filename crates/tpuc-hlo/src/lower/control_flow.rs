@@ -94,9 +94,10 @@ fn cond(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             listed(&false_results)
         ));
     }
+    let passed = [operands, cx.size_operands()].concat();
     Ok(cx
         .b
-        .case(index, &operands, branches)?
+        .case(index, &passed, branches)?
         .into_iter()
         .map(Some)
         .collect())
@@ -109,8 +110,8 @@ fn while_loop(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let (condition, body) = (subgraph(n, 0, "condition")?, subgraph(n, 1, "body")?);
     let carried = tensors(cx, n, 2, "carried values")?;
     let extra = tensors(cx, n, 3, "additional inputs")?;
-    let all: Vec<Value> = carried.iter().chain(&extra).copied().collect();
-    let types: Vec<TensorType> = all.iter().map(|&v| cx.b.ty(v).clone()).collect();
+    let given: Vec<Value> = carried.iter().chain(&extra).copied().collect();
+    let types: Vec<TensorType> = given.iter().map(|&v| cx.b.ty(v).clone()).collect();
     let cond = lower_subgraph(cx, condition, &types)?;
     let returns = cond.func().result_types();
     if returns != [TensorType::scalar(DType::Bool)] {
@@ -139,8 +140,11 @@ fn while_loop(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             ));
         }
     }
-    // The body, returning the additional inputs after the carried values.
-    let passing = cx.b.region(&types, |b, args| {
+    // The body, returning the additional inputs (and a padded program's true sizes, which
+    // every region takes after its inputs) after the carried values.
+    let all = [given, cx.size_operands()].concat();
+    let all_types: Vec<TensorType> = all.iter().map(|&v| cx.b.ty(v).clone()).collect();
+    let passing = cx.b.region(&all_types, |b, args| {
         let mut results = b.inline(step.func(), args)?;
         results.extend_from_slice(&args[carried.len()..]);
         Ok(results)
@@ -164,7 +168,8 @@ fn scan(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let init = tensors(cx, n, 1, "initial carries")?;
     let xs = tensors(cx, n, 2, "scanned inputs")?;
     let extra = tensors(cx, n, 3, "additional inputs")?;
-    along_leading_dimension(cx, combine, &init, &xs, &extra)
+    let end = loop_end(cx, n, 2)?;
+    along_leading_dimension(cx, combine, &init, &xs, &extra, end)
 }
 
 /// `map(f, xs, additional_inputs)`: `f` of each slice of the inputs along their leading
@@ -173,17 +178,32 @@ fn map(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let body = subgraph(n, 0, "body")?;
     let xs = tensors(cx, n, 1, "mapped inputs")?;
     let extra = tensors(cx, n, 2, "additional inputs")?;
-    along_leading_dimension(cx, body, &[], &xs, &extra)
+    let end = loop_end(cx, n, 1)?;
+    along_leading_dimension(cx, body, &[], &xs, &extra, end)
 }
 
-/// `step(carries, slice i of each of xs, extra)` for i along the inputs' leading dimension, as
-/// one `while`: the last carries, then each of the step's other results stacked.
+/// Where a loop over the leading dimension of the tensors of argument `i` stops when that
+/// dimension is padded to a bucket: its true length (None when not padded).
+fn loop_end(cx: &mut Ctx, n: &Node, i: usize) -> OpResult<Option<Value>> {
+    match positional(n, i, "inputs")? {
+        Arg::Tensors(names) => match names.first() {
+            Some(first) => cx.true_leading_length(first),
+            None => Ok(None),
+        },
+        _ => Ok(None),
+    }
+}
+
+/// `step(carries, slice i of each of xs, extra)` for i along the inputs' leading dimension (up
+/// to `end` when given: a padded dimension's true length), as one `while`: the last carries,
+/// then each of the step's other results stacked.
 fn along_leading_dimension(
     cx: &mut Ctx,
     step: &Subgraph,
     init: &[Value],
     xs: &[Value],
     extra: &[Value],
+    end: Option<Value>,
 ) -> OpResult<Vec<Option<Value>>> {
     let Some(&first) = xs.first() else {
         return err("it has no input to go along");
@@ -231,8 +251,11 @@ fn along_leading_dimension(
         })
         .collect();
     let (c, s, x) = (init.len(), stacked.len(), xs.len());
-    let values: Vec<Value> = [init, &stacked, xs, extra].concat();
-    let end = cx.b.scalar(DType::I64, length as f64);
+    let values: Vec<Value> = [init, &stacked, xs, extra, &cx.size_operands()].concat();
+    let end = match end {
+        Some(end) => end,
+        None => cx.b.scalar(DType::I64, length as f64),
+    };
     let results = cx.counted_loop(0, end, &values, |cx, i, v| {
         let b = &mut cx.b;
         let (carries, outputs) = (&v[..c], &v[c..c + s]);
@@ -299,8 +322,11 @@ fn associative_scan(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         ));
     }
     let x = xs.len();
-    let values: Vec<Value> = [&xs[..], &extra].concat();
-    let end = cx.b.scalar(DType::I64, length as f64);
+    let values: Vec<Value> = [&xs[..], &extra, &cx.size_operands()].concat();
+    let end = match loop_end(cx, n, 1)? {
+        Some(end) => end,
+        None => cx.b.scalar(DType::I64, length as f64),
+    };
     let results = cx.counted_loop(1, end, &values, |cx, i, v| {
         let b = &mut cx.b;
         let one = b.scalar(DType::I64, 1.0);
@@ -363,6 +389,7 @@ fn invoke_subgraph(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             callee
         }
     };
+    operands.extend(cx.size_operands());
     // A block drawing random numbers (dropout) takes the generator's state and returns it.
     let draws = callee.func().args().len() > operands.len();
     if draws {

@@ -125,12 +125,6 @@ fn lower_graph(
     may_draw: bool,
 ) -> OpResult<Region> {
     let g = &sub.graph;
-    if cx.opts.padding.is_some() {
-        return Err(OpError(format!(
-            "subgraph {}: control flow in a program padded to buckets is not supported;              compile it for each size",
-            sub.name
-        )));
-    }
     if g.inputs.len() != arg_types.len() {
         return Err(OpError(format!(
             "subgraph {} takes {} inputs, the node passes {}",
@@ -139,7 +133,19 @@ fn lower_graph(
             arg_types.len()
         )));
     }
-    let mut inner = Ctx::new(cx.b.nested(), cx.opts, g);
+    // Padded to buckets: the subgraph's tensors padded as its own sizes say.
+    let padded;
+    let opts = match &cx.opts.padding {
+        Some(p) => {
+            padded = LowerOptions {
+                padding: Some(Arc::new(p.subgraph(&sub.name))),
+                ..cx.opts.clone()
+            };
+            &padded
+        }
+        None => cx.opts,
+    };
+    let mut inner = Ctx::new(cx.b.nested(), opts, g);
     inner.functions = cx.functions.clone();
     let within = |e: LowerError| OpError(format!("subgraph {}: {e}", sub.name));
     for (input, ty) in g.inputs.iter().zip(arg_types) {
@@ -161,6 +167,8 @@ fn lower_graph(
         let v = inner.b.arg(ty.clone(), ArgAttrs::default());
         inner.values.insert(input.name.as_str(), Some(v));
     }
+    // The program's true sizes, after the inputs (`Ctx::size_operands`).
+    bind_sizes(&mut inner);
     let mut spread = padding::Spread::default();
     for n in g.nodes.iter().filter(|n| !computes_static_sizes(g, n)) {
         lower_node(&mut inner, n, &mut spread).map_err(within)?;

@@ -77,6 +77,10 @@ const SHAPE_ARGS: &[&str] = &["size", "shape", "stride", "end"];
 
 const REMAPS: &[&str] = &[
     "aten.permute.default",
+    "aten.movedim.int",
+    "aten.movedim.intlist",
+    "aten.moveaxis.int",
+    "aten.moveaxis.intlist",
     "aten.transpose.int",
     "aten.t.default",
     "aten.unsqueeze.default",
@@ -92,6 +96,18 @@ const REMAPS: &[&str] = &[
     "aten.index.Tensor",
     "aten.cumsum.default",
     "aten.cumprod.default",
+];
+
+/// Operators whose subgraphs are lowered under the padding rules themselves (each subgraph's
+/// tensors padded as its sizes say, the program's true sizes passed in), and whose loops over
+/// a padded leading dimension stop at its true length.
+const CONTROL_FLOW: &[&str] = &[
+    "higher_order.cond",
+    "higher_order.while_loop",
+    "higher_order.scan",
+    "higher_order.map_impl",
+    "higher_order.associative_scan",
+    "higher_order.invoke_subgraph",
 ];
 
 const RESHAPES: &[&str] = &[
@@ -187,6 +203,21 @@ impl Ctx<'_> {
     /// has no padded dimension.
     fn padded_dims(&self, name: &str) -> Option<&[Option<SymExpr>]> {
         self.opts.padding.as_deref().and_then(|p| p.dims(name))
+    }
+
+    /// The true sizes of a padded program, in the order of its symbols: what each region of a
+    /// subgraph takes after its inputs (`driver::lower_subgraph`). None when not padded.
+    pub(super) fn size_operands(&self) -> Vec<Value> {
+        let symbols = self.opts.padding.iter().flat_map(|p| &p.symbols);
+        symbols.filter_map(|s| self.sizes.get(s).copied()).collect()
+    }
+
+    /// The true length of the leading dimension of tensor `name` where it is padded.
+    pub(super) fn true_leading_length(&mut self, name: &str) -> OpResult<Option<Value>> {
+        let leading = self
+            .padded_dims(name)
+            .and_then(|d| d.first().cloned().flatten());
+        leading.map(|expr| self.true_length(&expr)).transpose()
     }
 
     /// The true length `expr` (an i64 scalar) from the sizes the module takes.
@@ -401,6 +432,15 @@ pub(super) fn rule(
         let marks = view_layout(g, padding, spread.of(x), x, out)?;
         if !marks.is_empty() {
             spread.0.insert(out.to_string(), marks);
+        }
+        return Ok(Rule::Plain);
+    }
+    if CONTROL_FLOW.contains(&t) {
+        if let Some(x) = inputs.iter().find(|x| spread.holds(x)) {
+            return refuse(format!(
+                "{x} holds padded data merged with another dimension, which its subgraphs \
+                 cannot see"
+            ));
         }
         return Ok(Rule::Plain);
     }
@@ -774,8 +814,7 @@ mod tests {
                 .iter()
                 .map(|(n, d)| (n.to_string(), d.clone()))
                 .collect::<BTreeMap<_, _>>(),
-            sym_ints: BTreeMap::new(),
-            limits: BTreeMap::new(),
+            ..Padding::default()
         }
     }
 

@@ -35,6 +35,7 @@ from .graph import (
     lowerable,
     op_name,
     serialize,
+    sizes_within_subgraphs,
     source_line,
     unsupported_ops,
 )
@@ -434,6 +435,7 @@ class GraphCompiler:
         gm, wrapped = _quantized_results(gm, name)
         gm, output_checks, argument_checks, single_value = _host_checks(gm)
         gm, constants = _lift_constants(gm, name)
+        gm = sizes_within_subgraphs(gm)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         position = {p: i for i, p in enumerate(placeholders)}
         output_node = next(n for n in gm.graph.nodes if n.op == "output")

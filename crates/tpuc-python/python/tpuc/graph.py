@@ -58,6 +58,103 @@ def subgraphs(node: torch.fx.Node) -> list[torch.fx.GraphModule]:
     return found
 
 
+# Where the operands a higher-order operator passes its subgraphs last (after any others, in
+# the subgraphs' order) sit among its arguments: a list at that index (invoke_subgraph: every
+# argument from there on).
+_TRAILING_OPERANDS = {"cond": 3, "while_loop": 3, "scan": 3, "map_impl": 2, "associative_scan": 2,
+                      "invoke_subgraph": 2}
+
+
+def _is_size_value(a) -> bool:
+    return isinstance(a, int) and not isinstance(a, bool) or (
+        isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.SymInt))
+
+
+def sizes_within_subgraphs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of `gm` in which no higher-order operator passes a size (a SymInt, or the int it
+    became) to its subgraphs, which read it from the shape of a tensor they take instead (or
+    as the constant it is). Dynamo passes the sizes a subgraph mentions so; torch's serializer
+    takes no list mixing tensors and sizes, and tpuc's subgraphs take tensors. `gm` itself when
+    no higher-order operator passes its subgraphs operands."""
+    import operator
+
+    def trailing_at(node):
+        if not isinstance(node.target, torch._ops.HigherOrderOperator):
+            return None
+        at = _TRAILING_OPERANDS.get(node.target.name())
+        return at if at is not None and len(node.args) > at else None
+
+    if all(trailing_at(n) is None for n in gm.graph.nodes):
+        return gm
+    graph = torch.fx.Graph()
+    env: dict = {}
+    for n in gm.graph.nodes:
+        env[n] = graph.node_copy(n, lambda x: env[x])
+    done: dict[str, torch.fx.GraphModule] = {}
+    for node in graph.nodes:
+        at = trailing_at(node)
+        if at is None:
+            continue
+        flat = node.target.name() == "invoke_subgraph"
+        trailing = list(node.args[at:] if flat else node.args[at])
+        sizes = [j for j, a in enumerate(trailing) if _is_size_value(a)]
+        for a in node.args:
+            if isinstance(a, torch.fx.Node) and a.op == "get_attr" and a.target not in done:
+                sub = operator.attrgetter(a.target)(gm)
+                if isinstance(sub, torch.fx.GraphModule):
+                    done[a.target] = _sizes_read_within(sub, [(j, trailing[j]) for j in sizes], len(trailing))
+        if sizes:
+            kept = [a for j, a in enumerate(trailing) if j not in sizes]
+            node.args = ((*node.args[:at], *kept) if flat
+                         else (*node.args[:at], type(node.args[at])(kept), *node.args[at + 1:]))
+    module = torch.fx.GraphModule(gm, graph)
+    for target, sub in done.items():
+        setattr(module, target, sub)
+    return module
+
+
+def _sizes_read_within(sub: torch.fx.GraphModule, sizes: list, trailing: int) -> torch.fx.GraphModule:
+    """A copy of subgraph `sub` without the inputs at `sizes` (positions among its last
+    `trailing` inputs, with the values passed there): each read from a dimension of a tensor
+    input of the same size, or the int it is."""
+    graph = torch.fx.Graph()
+    env: dict = {}
+    for n in sub.graph.nodes:
+        env[n] = graph.node_copy(n, lambda x: env[x])
+    module = sizes_within_subgraphs(torch.fx.GraphModule(sub, graph))
+    graph = module.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    first = len(placeholders) - trailing
+    dims = {}
+    for p in placeholders:
+        value = p.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            for d, size in enumerate(value.shape):
+                if isinstance(size, torch.SymInt):
+                    dims.setdefault(size.node.expr, (p, d))
+    anchor = placeholders[-1]
+    for j, passed in sizes:
+        p = placeholders[first + j]
+        if p.users:
+            value = p.meta.get("val")
+            if isinstance(passed, int):
+                replacement = passed
+            elif isinstance(value, torch.SymInt) and value.node.expr in dims:
+                tensor, d = dims[value.node.expr]
+                with graph.inserting_after(anchor):
+                    replacement = graph.call_function(torch.ops.aten.sym_size.int, (tensor, d))
+                replacement.meta["val"] = value
+                anchor = replacement
+            else:
+                raise _tpuc.TpucError(f"the size {p.name} a subgraph takes is no dimension of the tensors it takes")
+            for user in list(p.users):
+                user.args = torch.fx.node.map_arg(user.args, lambda x, p=p, r=replacement: r if x is p else x)
+                user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda x, p=p, r=replacement: r if x is p else x)
+        graph.erase_node(p)
+    module.recompile()
+    return module
+
+
 def call_target(node: torch.fx.Node) -> torch._ops.OpOverload | None:
     """The overload a call_function node calls (`torch.ops.ns.op(x)` calls its default one),
     or None for anything else."""
