@@ -322,6 +322,8 @@ fn arg_to_proto(a: &Arg) -> proto::Arg {
             name: sub.name.clone(),
             graph: Some(graph_to_proto(&sub.graph)),
         }),
+        Arg::Operator(op) => K::Operator(op.clone()),
+        Arg::Opaque(kind) => K::Opaque(kind.to_string()),
     };
     proto::Arg { kind: Some(kind) }
 }
@@ -378,14 +380,24 @@ fn arg_from_proto(a: proto::Arg) -> Result<Arg, String> {
                 graph,
             }))
         }
+        K::Operator(op) => Arg::Operator(op),
+        K::Opaque(kind) => Arg::Opaque(
+            OPAQUE_KINDS
+                .iter()
+                .find(|k| **k == kind)
+                .ok_or_else(|| format!("an argument of an unknown kind {kind:?}"))?,
+        ),
     })
 }
 
-/// Whether a node of `g` takes a subgraph (which only format version 2 carries).
+/// Whether a node of `g` takes a subgraph, an operator or an opaque argument (which only
+/// format version 2 carries).
 fn has_subgraphs(g: &Graph) -> bool {
-    g.nodes
-        .iter()
-        .any(|n| n.inputs.iter().any(|a| matches!(a.arg, Arg::Graph(_))))
+    g.nodes.iter().any(|n| {
+        n.inputs
+            .iter()
+            .any(|a| matches!(a.arg, Arg::Graph(_) | Arg::Operator(_) | Arg::Opaque(_)))
+    })
 }
 
 fn graph_to_proto(g: &Graph) -> proto::Graph {
@@ -687,7 +699,24 @@ mod tests {
             keyword: false,
         });
         let nested = Program::new(nested, HashMap::new()).unwrap();
-        for (program, name, version) in [(&plain, "plain", 1), (&nested, "nested", 2)] {
+        // Operators and arguments tpuc does not read travel in version 2 too.
+        let mut functionalized = graph();
+        for arg in [
+            Arg::Operator("mylib.bump.default".into()),
+            Arg::Opaque(INT_LISTS),
+        ] {
+            functionalized.nodes[0].inputs.push(NamedArg {
+                name: String::new(),
+                arg,
+                keyword: false,
+            });
+        }
+        let functionalized = Program::new(functionalized, HashMap::new()).unwrap();
+        for (program, name, version) in [
+            (&plain, "plain", 1),
+            (&nested, "nested", 2),
+            (&functionalized, "functionalized", 2),
+        ] {
             let (path, written_version) = written(program, name);
             assert_eq!(written_version, version, "{name}");
             assert_eq!(&read_fx(&path).unwrap(), program, "{name}");

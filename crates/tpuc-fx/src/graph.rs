@@ -100,7 +100,25 @@ pub enum Arg {
     },
     /// A graph the operator runs (`torch.cond`'s branches, a loop's condition and body).
     Graph(Arc<Subgraph>),
+    /// An operator passed as an argument (the op `auto_functionalized` runs), by its name
+    /// without `torch.ops.`.
+    Operator(String),
+    /// An argument of a kind tpuc does not read, by what it is: one of [`OPAQUE_KINDS`].
+    Opaque(&'static str),
 }
+
+pub const CUSTOM_OBJECT: &str = "custom object";
+pub const COMPLEX_NUMBER: &str = "complex number";
+pub const INT_LISTS: &str = "list of int lists";
+pub const ARGUMENT_DICTIONARY: &str = "dictionary of arguments";
+
+/// The kinds of argument tpuc reads as [`Arg::Opaque`].
+pub const OPAQUE_KINDS: &[&str] = &[
+    CUSTOM_OBJECT,
+    COMPLEX_NUMBER,
+    INT_LISTS,
+    ARGUMENT_DICTIONARY,
+];
 
 /// A graph an operator takes as an argument: closed (it reads only its inputs, which the
 /// operator passes it), its tensor names its own; its inputs are user inputs and its outputs
@@ -137,6 +155,8 @@ impl Arg {
             Arg::Layout(_) => "layout",
             Arg::Device { .. } => "device",
             Arg::Graph(_) => "graph",
+            Arg::Operator(_) => "operator",
+            Arg::Opaque(kind) => kind,
         }
     }
 

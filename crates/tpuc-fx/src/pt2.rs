@@ -451,6 +451,11 @@ impl Converter<'_> {
                 schema::OptionalTensorArgument::AsNone(_) => Arg::None,
             },
             A::AsGraph(g) => self.subgraph(context, *g)?,
+            A::AsOperator(op) => Arg::Operator(op_name(&op).to_string()),
+            A::AsCustomObj(_) => Arg::Opaque(CUSTOM_OBJECT),
+            A::AsComplex(_) => Arg::Opaque(COMPLEX_NUMBER),
+            A::AsIntLists(_) => Arg::Opaque(INT_LISTS),
+            A::AsStringToArgument(_) => Arg::Opaque(ARGUMENT_DICTIONARY),
         })
     }
 
@@ -469,11 +474,7 @@ impl Converter<'_> {
     fn node(&self, within: &str, index: usize, n: schema::Node) -> Result<Node> {
         let name = n.name.unwrap_or_else(|| format!("node{index}"));
         let context = format!("{within}node {name} ({})", n.target);
-        let target = n
-            .target
-            .strip_prefix("torch.ops.")
-            .unwrap_or(&n.target)
-            .to_string();
+        let target = op_name(&n.target).to_string();
         let inputs = n
             .inputs
             .into_iter()
@@ -633,4 +634,9 @@ fn sym_int_arg(s: schema::SymIntArgument) -> SymIntArg {
         schema::SymIntArgument::AsName(n) => SymIntArg::Name(n),
         schema::SymIntArgument::AsInt(n) => SymIntArg::Int(n),
     }
+}
+
+/// An operator's name as tpuc writes it: without torch's `torch.ops.` prefix.
+fn op_name(target: &str) -> &str {
+    target.strip_prefix("torch.ops.").unwrap_or(target)
 }

@@ -146,6 +146,12 @@ pub enum Argument {
     AsOptionalTensors(Vec<OptionalTensorArgument>),
     AsOptionalTensor(OptionalTensorArgument),
     AsGraph(Box<GraphArgument>),
+    AsOperator(String),
+    // Read as what they are, not by their content: no lowering takes them.
+    AsCustomObj(serde::de::IgnoredAny),
+    AsComplex(serde::de::IgnoredAny),
+    AsIntLists(serde::de::IgnoredAny),
+    AsStringToArgument(serde::de::IgnoredAny),
 }
 
 /// A graph a higher-order operator takes (its branches, its body), with its own namespace of

@@ -265,3 +265,38 @@ def test_a_loop_under_a_sharding_plan_runs_on_each_devices_part(mesh, plan):
     (counts,) = json.loads(run.stdout.splitlines()[-1])
     want = LOOP_COLLECTIVES[(mesh, plan)]
     assert counts == {kind: want.get(kind, 0) for kind in counts}, counts
+
+
+@torch.library.custom_op("tpuc_test::bump", mutates_args=("x",))
+def bump(x: torch.Tensor, k: float) -> None:
+    x.add_(k)
+
+
+@bump.register_fake
+def _(x, k):
+    return None
+
+
+def bumped(x):
+    y = x.clone()
+    bump(y, 2.0)
+    return y * 3
+
+
+def test_an_operator_running_a_custom_op_tpuc_does_not_know_is_refused_naming_both():
+    """A custom op that mutates its input reaches tpuc as auto_functionalized of it: refused by
+    name, with the user's line, through the backend and in an exported archive."""
+    x = torch.randn(3)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"auto_functionalized_v2 of tpuc_test\.bump\.default x1 \(first at .*"
+                       r"test_control_flow\.py"):
+        torch.compile(bumped, backend="tpuc", options={"strict": True})(x)
+
+    class Bumped(torch.nn.Module):
+        def forward(self, x):
+            return bumped(x)
+
+    program = torch.export.export(Bumped(), (x,)).run_decompositions()
+    with pytest.raises(tpuc.TpucError, match=r"auto_functionalized_v2 of tpuc_test\.bump\.default \(node "
+                       r"auto_functionalized_v2\) at .*test_control_flow\.py"):
+        tpuc.compile_exported(program)

@@ -219,6 +219,28 @@ fn bad_subgraphs_are_named() -> Result<(), Failed> {
             }),
             vec!["higher_order.associative_scan", "it has no input to scan"],
         ),
+        (
+            "cond_branches",
+            "auto_functionalized_custom_op",
+            Box::new(|v| {
+                let node = node_of(v, COND);
+                node["target"] = "torch.ops.higher_order.auto_functionalized_v2".into();
+                node["inputs"][0]["arg"] =
+                    serde_json::json!({"as_operator": "torch.ops.mylib.bump.default"});
+            }),
+            vec!["higher_order.auto_functionalized_v2 of mylib.bump.default (node cond)"],
+        ),
+        (
+            "cond_branches",
+            "triton_kernel",
+            Box::new(|v| {
+                let node = node_of(v, COND);
+                node["target"] = "torch.ops.higher_order.triton_kernel_wrapper_functional".into();
+                node["inputs"][1]["arg"] = serde_json::json!({"as_int_lists": [[1, 1, 1]]});
+                node["inputs"][2]["arg"] = serde_json::json!({"as_string_to_argument": {}});
+            }),
+            vec!["higher_order.triton_kernel_wrapper_functional (node cond)"],
+        ),
     ];
     for (archive, name, edit, needles) in cases {
         let p = dir.path().join(format!("{name}.pt2"));

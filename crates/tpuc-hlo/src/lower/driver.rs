@@ -219,8 +219,16 @@ fn find_unsupported(g: &tpuc_fx::Graph, found: &mut Vec<Unsupported>) {
     for n in &g.nodes {
         // Collectives lower (or say why not: outside a rank program) node by node.
         if !is_supported(&n.target) && !is_collective(&n.target) && !computes_static_sizes(g, n) {
+            // An operator that runs another (auto_functionalized of a custom op) names it.
+            let runs = n.inputs.iter().find_map(|a| match &a.arg {
+                Arg::Operator(op) => Some(op),
+                _ => None,
+            });
             found.push(Unsupported {
-                target: n.target.clone(),
+                target: match runs {
+                    Some(op) => format!("{} of {op}", n.target),
+                    None => n.target.clone(),
+                },
                 node: n.name.clone(),
                 source: n.source(),
             });

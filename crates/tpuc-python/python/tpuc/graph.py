@@ -32,12 +32,15 @@ prims = torch.ops.prims
 
 def op_name(node: torch.fx.Node) -> str:
     """`aten.add.Tensor` for an ATen/prims overload, `higher_order.cond` for a higher-order
-    operator (as the compiler names them), the Python name for anything else."""
+    operator (as the compiler names them; one that runs an op it is given, as
+    `auto_functionalized` runs a custom op, with it: `higher_order.auto_functionalized_v2 of
+    mylib.bump.default`), the Python name for anything else."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         return str(target)
     if isinstance(target, torch._ops.HigherOrderOperator):
-        return f"higher_order.{target.name()}"
+        runs = next((a for a in node.args if isinstance(a, torch._ops.OpOverload)), None)
+        return f"higher_order.{target.name()}" + (f" of {runs}" if runs is not None else "")
     return getattr(target, "__qualname__", None) or str(target)
 
 
