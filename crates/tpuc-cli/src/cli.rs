@@ -9,8 +9,8 @@ use crate::{npy, plugins};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use tpuc_driver::{
-    Buckets, CacheOutcome, EmitFormat, LowerOptions, Precision, RunOptions, ShardingDialect,
-    WeightsMode,
+    Buckets, CacheOutcome, EmitFormat, Fusion, LowerOptions, Precision, RunOptions,
+    ShardingDialect, WeightsMode,
 };
 use tpuc_pjrt::CompileCache;
 
@@ -49,6 +49,14 @@ fn precision_parser() -> impl clap::builder::TypedValueParser<Value = Precision>
         Precision::ALL.map(|p| PossibleValue::new(p.name()).help(p.description())),
     )
     .map(|name| name.parse().expect("a listed precision"))
+}
+
+fn fusion_parser() -> impl clap::builder::TypedValueParser<Value = Fusion> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        Fusion::ALL.map(|f| PossibleValue::new(f.name()).help(f.description())),
+    )
+    .map(|name| name.parse().expect("a listed fusion"))
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -100,6 +108,9 @@ enum Command {
         /// Precision of f32 matmuls and convolutions.
         #[arg(long, value_parser = precision_parser(), default_value = "highest")]
         matmul_precision: Precision,
+        /// Named patterns as stablehlo.composite ops (`--emit ir` shows them).
+        #[arg(long, value_parser = fusion_parser(), default_value = "none")]
+        fusion: Fusion,
         /// Print node/op counts and the time of each stage to standard error.
         #[arg(long)]
         stats: bool,
@@ -197,6 +208,9 @@ enum Command {
         /// Precision of f32 matmuls and convolutions.
         #[arg(long, value_parser = precision_parser(), default_value = "highest")]
         matmul_precision: Precision,
+        /// Named patterns as stablehlo.composite ops (`--emit ir` shows them).
+        #[arg(long, value_parser = fusion_parser(), default_value = "none")]
+        fusion: Fusion,
         /// Seed of the model's random ops (rand, dropout, ...): the same seed gives the same
         /// numbers (see docs/random.md).
         #[arg(long, default_value_t = 0)]
@@ -280,6 +294,7 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
             emit,
             weights,
             matmul_precision,
+            fusion,
             stats,
             specialize,
             sizes,
@@ -301,6 +316,7 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
                 sizes,
                 mesh: layout.mesh_and_plan()?,
                 dialect: layout.partitioner.into(),
+                fusion,
                 ..tpuc_driver::Options::default()
             };
             let jobs = compile_jobs(&inputs, &output, emit)?;
@@ -387,6 +403,7 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
             layout,
             no_hoist,
             matmul_precision,
+            fusion,
             seed,
             expect,
             repeat,
@@ -413,6 +430,7 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
                 dialect: layout.partitioner.into(),
                 mesh: layout.mesh_and_plan()?,
                 search_paths: search_paths.to_vec(),
+                fusion,
             };
             if options.mesh.is_some() && devices != 1 {
                 bail!("--devices N is the same as --mesh dp=N --plan dp: give one or the other");

@@ -40,6 +40,7 @@ pub use tpuc_fx::buckets::Buckets;
 
 pub use tpuc_emit::EmitFormat;
 pub use tpuc_hlo::ir::{KernelLayout, Mesh, Precision, ShardingDialect};
+pub use tpuc_hlo::passes::Fusion;
 pub use tpuc_hlo::plan::{Plan, ReadyPlan, Rule};
 pub use tpuc_hlo::{ArgRole, LowerOptions, ResultRole, Signature, WeightsMode};
 pub use tpuc_pjrt::{CacheOutcome, DType};

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use tpuc_emit::EmitFormat;
 use tpuc_hlo::ir::{Mesh, ShardingDialect};
+use tpuc_hlo::passes::Fusion;
 use tpuc_hlo::plan::Plan;
 use tpuc_hlo::{LowerOptions, WeightsMode};
 use tpuc_pjrt::CacheOutcome;
@@ -55,6 +56,8 @@ pub struct RunOptions {
     pub buckets: Option<Buckets>,
     /// Directories to look for a named plugin in first (a Python interpreter's `sys.path`).
     pub search_paths: Vec<PathBuf>,
+    /// Named patterns as composites.
+    pub fusion: Fusion,
 }
 
 impl RunOptions {
@@ -77,6 +80,7 @@ impl RunOptions {
             cache_dir: self.cache_dir.clone(),
             buckets: self.buckets.clone(),
             donate: Vec::new(),
+            fusion: self.fusion,
         }
     }
 }
@@ -96,6 +100,7 @@ impl Default for RunOptions {
             input_dims: None,
             buckets: None,
             search_paths: Vec::new(),
+            fusion: Fusion::default(),
         }
     }
 }

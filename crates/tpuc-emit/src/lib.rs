@@ -266,6 +266,14 @@ impl<'c> Emitter<'c> {
         Ok(module)
     }
 
+    /// The symbol of `callee`, a function of the module's calls and composites.
+    fn symbol(&self, callee: &tpuc_hlo::ir::Region, node: &str) -> Result<String, EmitError> {
+        self.callees
+            .symbol(callee)
+            .map(str::to_string)
+            .ok_or_else(|| EmitError::Invalid(format!("(at {node}) a function not found")))
+    }
+
     /// `f`, a function the module's calls run, as `func.func private @symbol`.
     fn private_function(
         &mut self,
@@ -484,10 +492,31 @@ impl<'c> Emitter<'c> {
         let (name, attrs, regions) = match op.kind() {
             OpKind::While { .. } | OpKind::Case { .. } => self.control_flow(op, m, &operands)?,
             OpKind::Call { callee, .. } => {
-                let symbol = self.callees.symbol(callee).ok_or_else(|| {
-                    EmitError::Invalid(format!("a call (at {node}) of a function not found"))
-                })?;
+                let symbol = self.symbol(callee, node)?;
                 ("func.call", vec![("callee", format!("@{symbol}"))], vec![])
+            }
+            OpKind::Composite {
+                name,
+                attributes,
+                version,
+                decomposition,
+            } => {
+                let symbol = self.symbol(decomposition, node)?;
+                let each: Vec<String> = attributes
+                    .iter()
+                    .map(|(k, v)| format!("{k} = {}", v.mlir()))
+                    .collect();
+                // `version` without regions: composite_v1, which older plugins read too.
+                (
+                    "stablehlo.composite",
+                    vec![
+                        ("name", format!("{name:?}")),
+                        ("composite_attributes", format!("{{{}}}", each.join(", "))),
+                        ("decomposition", format!("@{symbol}")),
+                        ("version", format!("{version} : i32")),
+                    ],
+                    vec![],
+                )
             }
             _ => self.describe(op, f, m.sharding.as_ref(), m.manual)?,
         };
@@ -868,7 +897,10 @@ impl<'c> Emitter<'c> {
                 ]);
                 ("stablehlo.all_to_all", attrs, vec![])
             }
-            OpKind::While { .. } | OpKind::Case { .. } | OpKind::Call { .. } => {
+            OpKind::While { .. }
+            | OpKind::Case { .. }
+            | OpKind::Call { .. }
+            | OpKind::Composite { .. } => {
                 return Err(EmitError::Invalid(format!(
                     "{} (at {}) has regions: `op` emits it",
                     op.kind().name(),

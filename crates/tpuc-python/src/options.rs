@@ -6,7 +6,7 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
-use tpuc_driver::{ArgRole, Buckets, Mesh, Plan, Precision};
+use tpuc_driver::{ArgRole, Buckets, Fusion, Mesh, Plan, Precision};
 use tpuc_hlo::ir::{Sharding, TensorType};
 
 use crate::{dtype, Spec};
@@ -173,23 +173,26 @@ impl PyPlan {
 
 /// How the Python package's graphs compile, checked once: `matmul_precision` (highest, high,
 /// default), `cache_dir` (the cache of compiled executables on disk; None for $TPUC_CACHE_DIR
-/// or the default, "off" for none) and `buckets` (how graphs with dynamic sizes are compiled:
-/// "pow2", "pow2:MIN", a list of sizes or their text, "off" or None for one executable per size).
+/// or the default, "off" for none), `buckets` (how graphs with dynamic sizes are compiled:
+/// "pow2", "pow2:MIN", a list of sizes or their text, "off" or None for one executable per size)
+/// and `fusion` (none, patterns).
 #[pyclass(frozen, module = "tpuc", name = "CompileOptions")]
 pub(crate) struct CompileOptions {
     pub(crate) precision: Precision,
     pub(crate) cache_dir: Option<String>,
     pub(crate) buckets: Option<Buckets>,
+    pub(crate) fusion: Fusion,
 }
 
 #[pymethods]
 impl CompileOptions {
     #[new]
-    #[pyo3(signature = (*, matmul_precision="highest", cache_dir=None, buckets=None))]
+    #[pyo3(signature = (*, matmul_precision="highest", cache_dir=None, buckets=None, fusion="none"))]
     fn new(
         matmul_precision: &str,
         cache_dir: Option<String>,
         buckets: Option<&Bound<'_, PyAny>>,
+        fusion: &str,
     ) -> PyResult<Self> {
         let precision = matmul_precision.parse().map_err(|_| {
             let names: Vec<&str> = Precision::ALL.iter().map(|p| p.name()).collect();
@@ -201,7 +204,13 @@ impl CompileOptions {
             precision,
             cache_dir,
             buckets: buckets.map(bucket_policy).transpose()?.flatten(),
+            fusion: fusion.parse().map_err(PyValueError::new_err)?,
         })
+    }
+
+    #[getter]
+    fn fusion(&self) -> &'static str {
+        self.fusion.name()
     }
 
     #[getter]

@@ -227,6 +227,7 @@ impl Runtime {
             input_dims,
             buckets: options.buckets.clone().filter(|_| bucketed),
             donate: donate.unwrap_or_default(),
+            fusion: options.fusion,
             ..Options::default()
         };
         let source = Source::Json {

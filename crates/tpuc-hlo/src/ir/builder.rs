@@ -208,6 +208,27 @@ impl Builder {
         )
     }
 
+    /// `stablehlo.composite` `name` (with its attributes and version) of `args`, computed as
+    /// `decomposition` computes it: its results.
+    pub fn composite(
+        &mut self,
+        name: &str,
+        attributes: Vec<(String, AttrValue)>,
+        version: i32,
+        decomposition: Region,
+        args: &[Value],
+    ) -> BuildResult<Vec<Value>> {
+        self.op(
+            OpKind::Composite {
+                name: name.to_string(),
+                attributes,
+                version,
+                decomposition,
+            },
+            args,
+        )
+    }
+
     /// The function returning `results` (their attributes default when fewer are given).
     pub fn finish(mut self, results: Vec<Value>, mut result_attrs: Vec<ArgAttrs>) -> Func {
         result_attrs.resize(results.len(), ArgAttrs::default());

@@ -376,13 +376,13 @@ impl Callees {
     /// The functions `f`'s calls run, in order, each followed by those it runs itself.
     fn gather(&mut self, f: &Func, taken: &mut HashMap<String, usize>) {
         for op in &f.ops {
-            if let OpKind::Call { name, callee } = &op.kind {
+            if let Some((name, callee)) = op.kind.called() {
                 if self.index.contains_key(&callee.id()) {
                     continue;
                 }
                 let count = taken.entry(name.clone()).or_insert(0);
                 let symbol = match *count {
-                    0 => name.clone(),
+                    0 => name,
                     n => format!("{name}_{n}"),
                 };
                 *count += 1;

@@ -359,6 +359,43 @@ pub struct Literal {
     pub splat: bool,
 }
 
+/// The value of a composite's attribute (a float as its bits, so that kinds stay comparable and
+/// hashable).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AttrValue {
+    Bool(bool),
+    I64(i64),
+    F32(u32),
+    Str(String),
+}
+
+impl AttrValue {
+    pub fn f32(x: f32) -> AttrValue {
+        AttrValue::F32(x.to_bits())
+    }
+
+    /// As MLIR writes it (a float by its bits: exact).
+    pub fn mlir(&self) -> String {
+        match self {
+            AttrValue::Bool(b) => b.to_string(),
+            AttrValue::I64(n) => format!("{n} : i64"),
+            AttrValue::F32(bits) => format!("0x{bits:08X} : f32"),
+            AttrValue::Str(s) => format!("{s:?}"),
+        }
+    }
+}
+
+impl std::fmt::Display for AttrValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttrValue::F32(bits) => write!(f, "{:?}", f32::from_bits(*bits)),
+            AttrValue::Str(s) => write!(f, "{s:?}"),
+            AttrValue::Bool(b) => write!(f, "{b}"),
+            AttrValue::I64(n) => write!(f, "{n}"),
+        }
+    }
+}
+
 /// What an op computes. Each variant carries what its result types follow from, so that
 /// [`super::typing::infer`] computes them from the operands alone: a builder and the verifier
 /// apply the same rule.
@@ -536,6 +573,16 @@ pub enum OpKind {
         name: String,
         callee: Region,
     },
+    /// A named pattern (`tpuc.rms_norm`) with its attributes and version, computed as its
+    /// `decomposition` computes it from the operands: a backend that knows the name may run a
+    /// kernel of its own instead (XLA inlines one it does not know). The decomposition is a
+    /// private function of the module, like a call's.
+    Composite {
+        name: String,
+        attributes: Vec<(String, AttrValue)>,
+        version: i32,
+        decomposition: Region,
+    },
 }
 
 impl OpKind {
@@ -585,6 +632,7 @@ impl OpKind {
             OpKind::While { .. } => "stablehlo.while",
             OpKind::Case { .. } => "stablehlo.case",
             OpKind::Call { .. } => "func.call",
+            OpKind::Composite { .. } => "stablehlo.composite",
         }
     }
 
@@ -594,6 +642,7 @@ impl OpKind {
             OpKind::While { cond, body } => vec![cond, body],
             OpKind::Case { branches } => branches.iter().collect(),
             OpKind::Call { callee, .. } => vec![callee],
+            OpKind::Composite { decomposition, .. } => vec![decomposition],
             _ => vec![],
         }
     }
@@ -612,6 +661,17 @@ impl OpKind {
             OpKind::Call { name, .. } if regions.len() == 1 => OpKind::Call {
                 name: name.clone(),
                 callee: regions.pop().expect("one region"),
+            },
+            OpKind::Composite {
+                name,
+                attributes,
+                version,
+                ..
+            } if regions.len() == 1 => OpKind::Composite {
+                name: name.clone(),
+                attributes: attributes.clone(),
+                version: *version,
+                decomposition: regions.pop().expect("one region"),
             },
             _ => self.clone(),
         }
@@ -700,5 +760,21 @@ impl Loc {
             node: String::new(),
             file: None,
         })
+    }
+}
+
+impl OpKind {
+    /// The function the op calls and the symbol it asks for it (a call's name; a composite's
+    /// name, its dots as underscores, `_impl` after): a private function of the module.
+    pub fn called(&self) -> Option<(String, &Region)> {
+        match self {
+            OpKind::Call { name, callee } => Some((name.clone(), callee)),
+            OpKind::Composite {
+                name,
+                decomposition,
+                ..
+            } => Some((format!("{}_impl", name.replace('.', "_")), decomposition)),
+            _ => None,
+        }
     }
 }

@@ -90,7 +90,7 @@ fn print_func(out: &mut String, f: &Func, header: &str, indent: &str, callees: &
         if !op.operands().is_empty() {
             let _ = write!(line, " {}", values(op.operands()));
         }
-        if let OpKind::Call { callee, .. } = op.kind() {
+        if let Some((_, callee)) = op.kind().called() {
             let _ = write!(line, " @{}", callees.symbol(callee).unwrap_or("?"));
         }
         for (key, text) in attributes(op.kind()) {
@@ -276,6 +276,19 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
             ("groups", list(groups)),
         ],
         OpKind::While { .. } | OpKind::Case { .. } | OpKind::Call { .. } => vec![],
+        OpKind::Composite {
+            name,
+            attributes,
+            version,
+            ..
+        } => {
+            let each: Vec<String> = attributes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            vec![
+                ("name", format!("{name:?}")),
+                ("attributes", format!("{{{}}}", each.join(", "))),
+                ("version", version.to_string()),
+            ]
+        }
         OpKind::Unary(_)
         | OpKind::Binary(_)
         | OpKind::Select

@@ -526,6 +526,24 @@ pub fn infer(kind: &OpKind, operands: &[&TensorType]) -> Rule {
             signature(&format!("@{name}"), callee.func(), &passed, &results)?;
             Ok(results)
         }
+        OpKind::Composite {
+            name,
+            decomposition,
+            ..
+        } => {
+            if !name.contains('.') {
+                return Err(format!("its name {name:?} has no namespace (`tpuc.name`)"));
+            }
+            let passed: Vec<TensorType> = operands.iter().map(|&t| t.clone()).collect();
+            let results = decomposition.func().result_types();
+            signature(
+                &format!("the decomposition of {name}"),
+                decomposition.func(),
+                &passed,
+                &results,
+            )?;
+            Ok(results)
+        }
     }
 }
 

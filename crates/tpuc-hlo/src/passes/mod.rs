@@ -6,12 +6,14 @@ pub mod dead_code;
 pub mod donation;
 pub mod exact_division;
 pub mod fold;
+pub mod fusion;
 pub mod hoist;
 pub mod narrow_arithmetic;
 pub mod sharding;
 
 use crate::ir::{verify, Mesh, Module, Sharding, VerifyError};
 
+pub use fusion::Fusion;
 pub use hoist::HoistRequest;
 pub use sharding::ShardingRequest;
 
@@ -28,6 +30,8 @@ pub struct PipelineOptions {
     /// Arguments updated in place: (argument position, the result holding its new value); see
     /// [`donation`].
     pub donate: Vec<(usize, usize)>,
+    /// Recognise named patterns as composites (see [`fusion`]).
+    pub fusion: Fusion,
     /// Run the verifier before the first pass and after each (on in debug builds and tests).
     pub verify: bool,
 }
@@ -39,6 +43,7 @@ impl Default for PipelineOptions {
             sharding: None,
             per_device: None,
             donate: Vec::new(),
+            fusion: Fusion::None,
             verify: cfg!(debug_assertions),
         }
     }
@@ -78,6 +83,13 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
     check(&module, "canonical forms")?;
     let module = everywhere(module, dead_code::dead_code, "dead code")?;
     check(&module, "dead code")?;
+    let module = if options.fusion == Fusion::Patterns {
+        let fused = everywhere(module, fusion::fuse, "fusion")?;
+        check(&fused, "fusion")?;
+        fused
+    } else {
+        module
+    };
     if let Some(mesh) = &options.per_device {
         if options.sharding.is_some() || options.hoist.is_some() {
             return Err(VerifyError {

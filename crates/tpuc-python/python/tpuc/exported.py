@@ -25,7 +25,7 @@ _MANIFEST = "tpuc.json"
 def compile_exported(program, *, plugin: str | None = None, matmul_precision: str = "highest",
                      hoist_weights: bool = True, cache_dir: str | None = None,
                      sizes: dict[str, int] | None = None, mesh: "str | _tpuc.Mesh | None" = None, plan: str | None = None,
-                     seed: int = 0) -> "CompiledProgram":
+                     seed: int = 0, fusion: str = "none") -> "CompiledProgram":
     """`program` compiled for `plugin` and loaded there, ready to call.
 
     program:          a `torch.export.ExportedProgram`, or the path of a `.pt2` archive (or a
@@ -41,6 +41,7 @@ def compile_exported(program, *, plugin: str | None = None, matmul_precision: st
     mesh, plan:       run over a mesh of devices (`"dp=2"`, `"fsdp=2,tp=2"`) laid out by a plan
                       (`"dp"`, `"fsdp,tp"`, or a plan file), as `tpuc run --mesh --plan`.
     seed:             the seed of the program's random ops.
+    fusion:           "none" or "patterns" (`tpuc compile --fusion`).
     """
     own = None
     if isinstance(program, torch.export.ExportedProgram):
@@ -56,7 +57,7 @@ def compile_exported(program, *, plugin: str | None = None, matmul_precision: st
                         f"file, not {type(program).__name__}")
     options = {"plugin": plugin, "matmul_precision": matmul_precision, "hoist_weights": bool(hoist_weights),
                "cache_dir": cache_dir, "sizes": _sizes(sizes), "mesh": None if mesh is None else str(mesh),
-               "plan": plan, "seed": int(seed)}
+               "plan": plan, "seed": int(seed), "fusion": fusion}
     try:
         return CompiledProgram(path, options, own)
     except BaseException:

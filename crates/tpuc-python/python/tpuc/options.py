@@ -25,6 +25,10 @@ class Options:
     dump_dir:         write each compiled graph's FX graph, StableHLO and compile times there
                       (also TPUC_DUMP_DIR).
     matmul_precision: "highest" (default; what torch computes), "high" or "default".
+    fusion:           "none" (default: every op as lowered) or "patterns": named patterns
+                      (RMSNorm, ...) become stablehlo.composite ops tpuc.<pattern> whose
+                      decomposition is the ops matched, so that a backend may run its own kernel
+                      for them (XLA:CPU runs the decomposition: the results are the same).
     hoist_weights:    compute what a forward graph derives from the model's parameters and
                       buffers alone once per version of them instead of on every call: convolution
                       kernels in the layout the plugin's convolutions read, batch norm scales and
@@ -67,6 +71,7 @@ class Options:
     strict: bool = False
     dump_dir: str | None = None
     matmul_precision: str = "highest"
+    fusion: str = "none"
     hoist_weights: bool = True
     mesh: Any = None
     plan: Any = None
@@ -105,7 +110,7 @@ class Options:
     def compile(self) -> _tpuc.CompileOptions:
         """What every graph's compilation takes from these options, checked by the extension."""
         return _tpuc.CompileOptions(matmul_precision=self.matmul_precision, cache_dir=self.cache_dir,
-                                    buckets=self.buckets)
+                                    buckets=self.buckets, fusion=self.fusion)
 
 
 def _tolerance(given) -> tuple[float, float] | None:

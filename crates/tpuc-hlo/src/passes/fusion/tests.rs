@@ -1,0 +1,157 @@
+//! Patterns matched on IR built as tpuc lowers the ops, and near misses that must not match.
+
+use super::*;
+use crate::ir::{print, verify, ArgAttrs, Builder, TensorType};
+use crate::passes::{pipeline, PipelineOptions};
+
+fn f32s(shape: &[i64]) -> TensorType {
+    TensorType::new(shape.to_vec(), DType::F32)
+}
+
+/// How RMSNorm's ops vary in the near misses.
+#[derive(Clone, Copy, Default)]
+struct Variant {
+    /// eps added after the square root instead of under it.
+    eps_outside: bool,
+    /// The mean taken over the first dimension.
+    first_dim: bool,
+    /// No weight.
+    unweighted: bool,
+}
+
+/// `x * rsqrt(mean(x * x, -1, keepdim) + eps) * w` as tpuc lowers it (x: [2, 8, 32]).
+fn rms_norm(v: Variant) -> Module {
+    let mut b = Builder::new();
+    let w = b.arg(f32s(&[32]), ArgAttrs::default());
+    let x = b.arg(f32s(&[2, 8, 32]), ArgAttrs::default());
+    let squares = b.binary(BinaryOp::Mul, x, x).unwrap();
+    let (dim, kept) = if v.first_dim {
+        (0, vec![1, 8, 32])
+    } else {
+        (2, vec![2, 8, 1])
+    };
+    let summed = b.reduce_by(squares, &[dim], BinaryOp::Add).unwrap();
+    let summed = b.reshape(summed, &kept).unwrap();
+    let n = b.scalar(DType::F32, [2.0, 32.0][usize::from(!v.first_dim)]);
+    let n = b.broadcast_in_dim(n, &kept, &[]).unwrap();
+    let mean = b.binary(BinaryOp::Div, summed, n).unwrap();
+    let eps = b.scalar(DType::F32, 1e-6);
+    let eps = b.broadcast_in_dim(eps, &kept, &[]).unwrap();
+    let scale = if v.eps_outside {
+        let r = b.unary(UnaryOp::Rsqrt, mean).unwrap();
+        b.binary(BinaryOp::Add, r, eps).unwrap()
+    } else {
+        let shifted = b.binary(BinaryOp::Add, mean, eps).unwrap();
+        b.unary(UnaryOp::Rsqrt, shifted).unwrap()
+    };
+    let scale = b.broadcast_in_dim(scale, &[2, 8, 32], &[0, 1, 2]).unwrap();
+    let normed = b.binary(BinaryOp::Mul, x, scale).unwrap();
+    let out = if v.unweighted {
+        normed
+    } else {
+        let w = b.broadcast_in_dim(w, &[2, 8, 32], &[2]).unwrap();
+        b.binary(BinaryOp::Mul, w, normed).unwrap()
+    };
+    Module::new(b.finish(vec![out], vec![]))
+}
+
+fn fused(m: Module) -> Module {
+    let options = PipelineOptions {
+        fusion: Fusion::Patterns,
+        verify: true,
+        ..PipelineOptions::default()
+    };
+    pipeline(m, &options).unwrap().main
+}
+
+fn composites(m: &Module) -> Vec<(String, Vec<(String, AttrValue)>)> {
+    m.main
+        .ops()
+        .iter()
+        .filter_map(|op| match op.kind() {
+            OpKind::Composite {
+                name, attributes, ..
+            } => Some((name.clone(), attributes.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn rms_norm_becomes_one_composite_with_its_epsilon() {
+    for unweighted in [false, true] {
+        let m = fused(rms_norm(Variant {
+            unweighted,
+            ..Variant::default()
+        }));
+        verify(&m).unwrap();
+        let text = print(&m);
+        assert_eq!(
+            composites(&m),
+            [(
+                "tpuc.rms_norm".to_string(),
+                vec![("epsilon".to_string(), AttrValue::f32(1e-6))]
+            )],
+            "{text}"
+        );
+        // Nothing else is left in main but what reads the weight for the composite.
+        assert_eq!(m.main.ops().len(), 1, "{text}");
+        assert!(text.contains("func private @tpuc_rms_norm_impl("), "{text}");
+    }
+}
+
+#[test]
+fn near_misses_are_left_as_they_are() {
+    for (what, v) in [
+        (
+            "eps after the square root",
+            Variant {
+                eps_outside: true,
+                ..Variant::default()
+            },
+        ),
+        (
+            "the mean over another dimension",
+            Variant {
+                first_dim: true,
+                ..Variant::default()
+            },
+        ),
+    ] {
+        let m = fused(rms_norm(v));
+        assert!(composites(&m).is_empty(), "{what}: {}", print(&m));
+    }
+}
+
+#[test]
+fn a_match_whose_inner_values_are_read_elsewhere_is_not_outlined() {
+    // The mean of squares is returned too: outlining would hide it.
+    let m = rms_norm(Variant::default());
+    let mean = m
+        .main
+        .ops()
+        .iter()
+        .find(|op| *op.kind() == OpKind::Binary(BinaryOp::Div))
+        .and_then(|op| op.result())
+        .unwrap();
+    // The same function with the mean as a second result.
+    let mut copy = Builder::new();
+    let w2 = copy.arg(f32s(&[32]), ArgAttrs::default());
+    let x2 = copy.arg(f32s(&[2, 8, 32]), ArgAttrs::default());
+    let mut map = std::collections::HashMap::new();
+    map.insert(m.main.args()[0], w2);
+    map.insert(m.main.args()[1], x2);
+    for op in m.main.ops() {
+        let operands: Vec<Value> = op.operands().iter().map(|v| map[v]).collect();
+        for (&old, new) in op
+            .results()
+            .iter()
+            .zip(copy.op(op.kind().clone(), &operands).unwrap())
+        {
+            map.insert(old, new);
+        }
+    }
+    let leaked = Module::new(copy.finish(vec![map[&m.main.results()[0]], map[&mean]], vec![]));
+    let out = fused(leaked);
+    assert!(composites(&out).is_empty(), "{}", print(&out));
+}

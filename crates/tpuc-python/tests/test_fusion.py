@@ -1,0 +1,67 @@
+"""The fusion stage (`fusion="patterns"`, `tpuc compile --fusion patterns`): named patterns of real
+models become stablehlo.composite ops tpuc.<pattern> in the compiled module, and the results are
+eager's, through the backend, `tpuc.compile_exported` and the CLI."""
+import glob
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from models import RMSNorm, zoo
+
+import tpuc
+
+MODELS = {name: (model, inputs) for name, model, inputs in zoo()}
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def composites(text: str, name: str) -> int:
+    return text.count(f'name = "{name}"')
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen"])
+def test_every_rms_norm_of_a_model_is_one_composite(name, tmp_path):
+    model, inputs = MODELS[name]
+    norms = sum(isinstance(m, RMSNorm) for m in model.modules())
+    torch._dynamo.reset()
+    options = {"strict": True, "fusion": "patterns", "dump_dir": str(tmp_path)}
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend="tpuc", options=options)(*inputs),
+                                   model(*inputs), **TOL)
+    (text,) = [open(p).read() for p in glob.glob(str(tmp_path / "*.mlir"))]
+    assert composites(text, "tpuc.rms_norm") == norms > 0
+    assert "epsilon = 9.99999997E-7 : f32" in text
+
+
+def test_fusion_is_off_unless_asked_and_a_bad_choice_is_named(tmp_path):
+    model, inputs = MODELS["llama"]
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend="tpuc", options={"strict": True, "dump_dir": str(tmp_path)})(*inputs)
+    (text,) = [open(p).read() for p in glob.glob(str(tmp_path / "*.mlir"))]
+    assert "stablehlo.composite" not in text
+    with pytest.raises(Exception, match='fusion must be none or patterns, not "all"'):
+        torch.compile(model, backend="tpuc", options={"fusion": "all"})(*inputs)
+
+
+def test_an_exported_program_fuses_through_the_python_api_and_the_cli(tmp_path):
+    model, inputs = MODELS["llama"]
+    with torch.no_grad():
+        want = model(*inputs)
+        program = torch.export.export(model, inputs)
+    path = str(tmp_path / "llama.pt2")
+    torch.export.save(program, path)
+    torch.testing.assert_close(tpuc.compile_exported(path, fusion="patterns", cache_dir="off")(*inputs), want, **TOL)
+    np.save(tmp_path / "tokens.npy", inputs[0].numpy())
+    np.savez(tmp_path / "want.npz", want.numpy())
+    tpuc_cli = os.path.join(os.path.dirname(sys.executable), "tpuc")
+    compiled = subprocess.run([tpuc_cli, "compile", path, "--fusion", "patterns", "-o", "-"],
+                              capture_output=True, text=True, timeout=120)
+    assert compiled.returncode == 0, compiled.stderr
+    assert composites(compiled.stdout, "tpuc.rms_norm") == 5
+    ran = subprocess.run([tpuc_cli, "run", path, "-i", str(tmp_path / "tokens.npy"), "--fusion", "patterns",
+                          "--expect", str(tmp_path / "want.npz"), "--out", str(tmp_path / "out"),
+                          "--cache-dir", "off"], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0 and "all 1 outputs match" in ran.stdout + ran.stderr, ran.stderr
