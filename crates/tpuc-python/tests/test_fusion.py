@@ -65,3 +65,17 @@ def test_an_exported_program_fuses_through_the_python_api_and_the_cli(tmp_path):
                           "--expect", str(tmp_path / "want.npz"), "--out", str(tmp_path / "out"),
                           "--cache-dir", "off"], capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0 and "all 1 outputs match" in ran.stdout + ran.stderr, ran.stderr
+
+
+def test_a_plan_lays_out_a_fused_training_step_as_an_unfused_one():
+    """Sharding propagates through composites: a Llama training step under fsdp x tp holds the
+    same collectives in XLA's optimized programs with fusion on as off."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    counts = []
+    for fusion in ("none", "patterns"):
+        run = subprocess.run([sys.executable, os.path.join(here, "training_collectives.py"), "fsdp=2,tp=2", "fsdp,tp",
+                              "llama", fusion], capture_output=True, text=True, timeout=300, cwd=here,
+                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        assert run.returncode == 0, run.stderr[-4000:]
+        counts.append(run.stdout.splitlines()[-1])
+    assert counts[0] == counts[1] and '"all-gather": 42' in counts[0], counts

@@ -1,7 +1,8 @@
 """One training step (forward and backward) of the zoo's Llama, or the forward of its RNN written
-with scan (`rnn`), compiled over a mesh, with XLA dumping its optimized programs: prints, per
-compiled module in order, the collectives XLA's optimized HLO holds, as one JSON line. Run by test_sharding.py in a process of its own (XLA
-reads its flags when the plugin loads)."""
+with scan (`rnn`), compiled over a mesh (the fusion stage as given last, `none` by default), with
+XLA dumping its optimized programs: prints, per compiled module in order, the collectives XLA's
+optimized HLO holds, as one JSON line. Run by test_sharding.py in a process of its own (XLA reads
+its flags when the plugin loads)."""
 import glob
 import json
 import os
@@ -31,9 +32,10 @@ def in_loop_bodies(text: str) -> int:
                if c.startswith("%") and c[1:].split(" ", 1)[0] in bodies)
 
 
-def main(mesh: str, plan: str, model: str = "llama") -> None:
+def main(mesh: str, plan: str, model: str = "llama", fusion: str = "none") -> None:
     torch.manual_seed(0)
-    options = {"mesh": mesh, "plan": plan, "strict": True, "cache_dir": "off", "hoist_weights": False}
+    options = {"mesh": mesh, "plan": plan, "strict": True, "cache_dir": "off", "hoist_weights": False,
+               "fusion": fusion}
     if model == "rnn":
         with torch.no_grad():
             torch.compile(Rnn(), backend="tpuc", options=options)(torch.randn(4, 6, 3), torch.randn(4, 4))
