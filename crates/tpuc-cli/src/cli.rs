@@ -306,6 +306,7 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
                     Weights::Inline => WeightsMode::Inline,
                 },
                 precision: matmul_precision,
+                fusion,
                 ..LowerOptions::default()
             };
             let sizes = (specialize || !sizes.is_empty())
@@ -316,7 +317,6 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
                 sizes,
                 mesh: layout.mesh_and_plan()?,
                 dialect: layout.partitioner.into(),
-                fusion,
                 ..tpuc_driver::Options::default()
             };
             let jobs = compile_jobs(&inputs, &output, emit)?;
@@ -423,6 +423,7 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
                 lower: LowerOptions {
                     weights: WeightsMode::Args,
                     precision: matmul_precision,
+                    fusion,
                     ..LowerOptions::default()
                 },
                 cache_dir,
@@ -430,7 +431,6 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
                 dialect: layout.partitioner.into(),
                 mesh: layout.mesh_and_plan()?,
                 search_paths: search_paths.to_vec(),
-                fusion,
             };
             if options.mesh.is_some() && devices != 1 {
                 bail!("--devices N is the same as --mesh dp=N --plan dp: give one or the other");

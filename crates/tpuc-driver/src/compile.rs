@@ -12,7 +12,7 @@ use tpuc_emit::EmitFormat;
 use tpuc_fx::buckets::{bucket_sizes, Padding};
 use tpuc_fx::Program;
 use tpuc_hlo::ir::{Mesh, Module, Sharding, ShardingDialect, TensorType};
-use tpuc_hlo::passes::{Fusion, HoistRequest, PipelineOptions, ShardingRequest};
+use tpuc_hlo::passes::{HoistRequest, PipelineOptions, ShardingRequest};
 use tpuc_hlo::plan::Plan;
 use tpuc_hlo::{ArgRole, LowerOptions, Signature};
 use tpuc_pjrt::{
@@ -66,8 +66,6 @@ pub struct Options {
     /// The on-disk cache of compiled executables: `None` for $TPUC_CACHE_DIR or the default,
     /// `off` for none (see `tpuc_pjrt::CompileCache::configured`).
     pub cache_dir: Option<String>,
-    /// Named patterns as composites (part of the cache key, as every option is).
-    pub fusion: Fusion,
 }
 
 /// A user input as the caller passes it.
@@ -262,7 +260,7 @@ fn emit_read(
         sharding,
         per_device: layout.clone().filter(|_| per_device),
         donate,
-        fusion: options.fusion,
+        fusion: options.lower.fusion,
         ..PipelineOptions::default()
     };
     let piped =

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use tpuc_emit::EmitFormat;
 use tpuc_hlo::ir::{Mesh, ShardingDialect};
-use tpuc_hlo::passes::Fusion;
 use tpuc_hlo::plan::Plan;
 use tpuc_hlo::{LowerOptions, WeightsMode};
 use tpuc_pjrt::CacheOutcome;
@@ -56,8 +55,6 @@ pub struct RunOptions {
     pub buckets: Option<Buckets>,
     /// Directories to look for a named plugin in first (a Python interpreter's `sys.path`).
     pub search_paths: Vec<PathBuf>,
-    /// Named patterns as composites.
-    pub fusion: Fusion,
 }
 
 impl RunOptions {
@@ -80,7 +77,6 @@ impl RunOptions {
             cache_dir: self.cache_dir.clone(),
             buckets: self.buckets.clone(),
             donate: Vec::new(),
-            fusion: self.fusion,
         }
     }
 }
@@ -100,7 +96,6 @@ impl Default for RunOptions {
             input_dims: None,
             buckets: None,
             search_paths: Vec::new(),
-            fusion: Fusion::default(),
         }
     }
 }

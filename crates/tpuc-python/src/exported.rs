@@ -58,6 +58,7 @@ impl ExportedProgram {
             lower: LowerOptions {
                 weights: WeightsMode::Args,
                 precision,
+                fusion,
                 ..LowerOptions::default()
             },
             hoist_weights,
@@ -65,7 +66,6 @@ impl ExportedProgram {
             cache_dir,
             sizes,
             search_paths,
-            fusion,
             ..RunOptions::default()
         };
         let (loaded, timings) = py

@@ -217,6 +217,7 @@ impl Runtime {
                 weights: WeightsMode::Args,
                 precision: options.precision,
                 process_groups,
+                fusion: options.fusion,
                 ..LowerOptions::default()
             },
             hoist: stable.map_or(Hoist::Off, Hoist::Inputs),
@@ -227,7 +228,6 @@ impl Runtime {
             input_dims,
             buckets: options.buckets.clone().filter(|_| bucketed),
             donate: donate.unwrap_or_default(),
-            fusion: options.fusion,
             ..Options::default()
         };
         let source = Source::Json {

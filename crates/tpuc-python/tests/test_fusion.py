@@ -1,15 +1,17 @@
 """The fusion stage (`fusion="patterns"`, `tpuc compile --fusion patterns`): named patterns of real
 models become stablehlo.composite ops tpuc.<pattern> in the compiled module, and the results are
 eager's, through the backend, `tpuc.compile_exported` and the CLI."""
+import copy
 import glob
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
-from models import RMSNorm, zoo
+from models import Attention, RMSNorm, zoo
 
 import tpuc
 
@@ -22,9 +24,10 @@ def composites(text: str, name: str) -> int:
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen"])
-def test_every_rms_norm_of_a_model_is_one_composite(name, tmp_path):
+def test_every_norm_and_attention_of_a_model_is_one_composite(name, tmp_path):
     model, inputs = MODELS[name]
     norms = sum(isinstance(m, RMSNorm) for m in model.modules())
+    layers = sum(isinstance(m, Attention) for m in model.modules())
     torch._dynamo.reset()
     options = {"strict": True, "fusion": "patterns", "dump_dir": str(tmp_path)}
     with torch.no_grad():
@@ -33,6 +36,32 @@ def test_every_rms_norm_of_a_model_is_one_composite(name, tmp_path):
     (text,) = [open(p).read() for p in glob.glob(str(tmp_path / "*.mlir"))]
     assert composites(text, "tpuc.rms_norm") == norms > 0
     assert "epsilon = 9.99999997E-7 : f32" in text
+    assert composites(text, "tpuc.attention") == layers > 0
+    assert "causal = true" in text
+    # Grouped-query attention: the keys and values enter with their own heads, not repeated.
+    attention = next(m for m in model.modules() if isinstance(m, Attention))
+    calls = [line for line in text.splitlines() if 'name = "tpuc.attention"' in line]
+    for line in calls:
+        q, k, v = re.search(r"\} : \(([^)]*)\) ->", line).group(1).split(", ")[:3]
+        assert q.startswith(f"tensor<{inputs[0].shape[0]}x{attention.heads}x"), line
+        assert k.startswith(f"tensor<{inputs[0].shape[0]}x{attention.kv_heads}x"), line
+        assert v.startswith(f"tensor<{inputs[0].shape[0]}x{attention.kv_heads}x"), line
+
+
+def test_a_fused_training_step_matches_eager(tmp_path):
+    """Training: the forward's attention is torch's CPU flash kernel (output and log-sum-exp),
+    one composite of two results; gradients as eager's."""
+    model, inputs = MODELS["llama"]
+    eager, fused = copy.deepcopy(model).train(), copy.deepcopy(model).train()
+    torch._dynamo.reset()
+    options = {"strict": True, "fusion": "patterns", "dump_dir": str(tmp_path)}
+    torch.compile(fused, backend="tpuc", options=options)(*inputs).square().mean().backward()
+    eager(*inputs).square().mean().backward()
+    for (name, got), want in zip(fused.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, **TOL, msg=lambda m, name=name: f"{name}: {m}")
+    layers = sum(isinstance(m, Attention) for m in model.modules())
+    forward = [open(p).read() for p in glob.glob(str(tmp_path / "*forward.mlir"))]
+    assert len(forward) == 1 and composites(forward[0], "tpuc.attention") == layers > 0, forward
 
 
 def test_fusion_is_off_unless_asked_and_a_bad_choice_is_named(tmp_path):

@@ -3,6 +3,7 @@
 use tpuc_fx::Node;
 
 use super::prelude::*;
+use crate::passes::Fusion;
 
 /// `a @ b` for a [batch.., M, K] and b [batch.., K, N] with equal batch dimensions.
 pub fn batched_matmul(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
@@ -292,31 +293,101 @@ fn matmul(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     Ok(vec![Some(matmul_general(cx, a, b)?)])
 }
 
+/// What an attention computes beyond its inputs.
+#[derive(Clone, Copy)]
+struct Attention {
+    scale: f64,
+    causal: bool,
+    /// Keys and values may have fewer heads than the query (grouped-query attention).
+    grouped: bool,
+    /// The log-sum-exp of each row of scores is a second result, of this type.
+    lse: Option<DType>,
+}
+
+/// `scaled_dot_product_attention` and torch's fused kernels of it. With the fusion stage on
+/// (and no padding), one `tpuc.attention` composite (attributes `scale`, `causal`; the query,
+/// key, value and mask as given, grouped heads expanded inside) whose decomposition is the
+/// computation below.
 fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
-    // 16-bit inputs are computed in float32 and the output rounded once, as torch's kernels do.
-    let mut qkv = [
-        cx.tensor(n, "query")?,
-        cx.tensor(n, "key")?,
-        cx.tensor(n, "value")?,
-    ];
-    let narrow = widened(cx, &mut qkv);
-    let [q, mut k, mut v] = qkv;
     if cx.float(n, "dropout_p", Some(0.0))? != 0.0 {
         return err(
             "not supported: scaled_dot_product_attention with dropout_p > 0 (inference only)",
         );
     }
+    let (q, k, v) = (
+        cx.tensor(n, "query")?,
+        cx.tensor(n, "key")?,
+        cx.tensor(n, "value")?,
+    );
     let qs = cx.b.shape(q).to_vec();
-    let rank = qs.len();
-    if rank < 2 {
+    if qs.len() < 2 {
         return err("query must have at least 2 dimensions");
     }
-    let (l, e) = (qs[rank - 2], qs[rank - 1]);
     // Grouped-query attention: each key/value head serves heads/kv_heads consecutive query
     // heads (torch's `enable_gqa`). The CPU flash kernel takes such keys and values without
     // the flag: torch's `enable_gqa=True` on CPU tensors arrives as that kernel.
-    let grouped = cx.bool(n, "enable_gqa", false)? || n.target.contains("flash_attention");
-    if grouped && rank >= 3 {
+    let spec = Attention {
+        scale: cx
+            .opt_float(n, "scale")?
+            .unwrap_or(1.0 / (qs[qs.len() - 1] as f64).sqrt()),
+        causal: cx.bool(n, "is_causal", false)?,
+        grouped: cx.bool(n, "enable_gqa", false)? || n.target.contains("flash_attention"),
+        lse: if n.target.contains("flash_attention") {
+            cx.opt_out_type(n, 1)?.map(|t| t.elem)
+        } else {
+            None
+        },
+    };
+    let mask = cx.opt_tensor(n, "attn_mask")?;
+    let inputs: Vec<Value> = [q, k, v].into_iter().chain(mask).collect();
+    let results = if cx.opts.fusion == Fusion::Patterns && cx.opts.padding.is_none() {
+        let types: Vec<TensorType> = inputs.iter().map(|&x| cx.b.ty(x).clone()).collect();
+        let decomposition = cx.region(&types, |cx, args| {
+            attention(
+                cx,
+                args[0],
+                args[1],
+                args[2],
+                args.get(3).copied(),
+                spec,
+                None,
+            )
+        })?;
+        let attributes = vec![
+            ("scale".to_string(), AttrValue::f32(spec.scale as f32)),
+            ("causal".to_string(), AttrValue::Bool(spec.causal)),
+        ];
+        cx.b.composite("tpuc.attention", attributes, 1, decomposition, &inputs)?
+    } else {
+        attention(cx, q, k, v, mask, spec, Some(n))?
+    };
+    let mut outs: Vec<Option<Value>> = results.into_iter().map(Some).collect();
+    if n.target.contains("flash_attention") && outs.len() == 1 {
+        outs.push(None);
+    }
+    Ok(outs)
+}
+
+/// Attention of `q` over `k` and `v` (and `mask`: boolean, keep; else added to the scores):
+/// the output, and the log-sum-exp of each row when `spec.lse` asks. `padded`: the node whose
+/// keys may be padded to a bucket, which are then hidden from every query.
+fn attention(
+    cx: &mut Ctx,
+    q: Value,
+    k: Value,
+    v: Value,
+    mask: Option<Value>,
+    spec: Attention,
+    padded: Option<&Node>,
+) -> OpResult<Vec<Value>> {
+    // 16-bit inputs are computed in float32 and the output rounded once, as torch's kernels do.
+    let mut qkv = [q, k, v];
+    let narrow = widened(cx, &mut qkv);
+    let [q, mut k, mut v] = qkv;
+    let qs = cx.b.shape(q).to_vec();
+    let rank = qs.len();
+    let l = qs[rank - 2];
+    if spec.grouped && rank >= 3 {
         let heads = qs[rank - 3];
         for t in [&mut k, &mut v] {
             let s = cx.b.shape(*t).to_vec();
@@ -348,16 +419,15 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     }
     let ks = cx.b.shape(k).to_vec();
     let s_len = ks[rank - 2];
-    let scale = cx.opt_float(n, "scale")?.unwrap_or(1.0 / (e as f64).sqrt());
     let mut perm: Vec<i64> = (0..rank as i64).collect();
     perm.swap(rank - 1, rank - 2);
     let kt = cx.b.transpose(k, &perm)?;
     // Broadcast batch dims of q against k (e.g. a mask or a shared key).
     let scores = matmul_general(cx, q, kt)?;
-    let mut scores = cx.scaled(scores, scale)?;
+    let mut scores = cx.scaled(scores, spec.scale)?;
     let shape = cx.b.shape(scores).to_vec();
     let elem = cx.b.elem(scores);
-    if cx.bool(n, "is_causal", false)? {
+    if spec.causal {
         let rows = cx.b.iota(TensorType::new(vec![l, s_len], DType::I64), 0)?;
         let cols = cx.b.iota(TensorType::new(vec![l, s_len], DType::I64), 1)?;
         let keep = cx.b.compare(CompareDir::Ge, rows, cols)?;
@@ -367,12 +437,13 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         scores = cx.b.select(keep, scores, ninf)?;
     }
     // Keys padded to a bucket (`padding.rs`) are hidden from every query.
-    if let Some(keep) = cx.padded_keys(n, rank - 2, &shape)? {
-        let ninf =
-            cx.b.splat(&TensorType::new(shape.clone(), elem), f64::NEG_INFINITY);
-        scores = cx.b.select(keep, scores, ninf)?;
+    if let Some(n) = padded {
+        if let Some(keep) = cx.padded_keys(n, rank - 2, &shape)? {
+            let ninf =
+                cx.b.splat(&TensorType::new(shape.clone(), elem), f64::NEG_INFINITY);
+            scores = cx.b.select(keep, scores, ninf)?;
+        }
     }
-    let mask = cx.opt_tensor(n, "attn_mask")?;
     if let Some(mask) = mask {
         let mask = cx.b.broadcast_to(mask, &shape)?;
         if cx.b.elem(mask).is_bool() {
@@ -415,13 +486,10 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let sum_b = cx.b.broadcast_in_dim(sum, &out_shape, &kept)?;
     let out = cx.b.binary(BinaryOp::Div, weighted, sum_b)?;
     let out = narrowed(cx, out, narrow);
-    if !n.target.contains("flash_attention") {
-        return Ok(vec![Some(out)]);
-    }
     // The fused CPU kernel also returns the log-sum-exp of each row of scores (for backward),
     // in float32 for 16-bit inputs.
-    let Some(lse_type) = cx.opt_out_type(n, 1)? else {
-        return Ok(vec![Some(out), None]);
+    let Some(lse_elem) = spec.lse else {
+        return Ok(vec![out]);
     };
     let log = cx.b.unary(UnaryOp::Log, sum)?;
     let mut lse = cx.b.binary(BinaryOp::Add, log, max)?;
@@ -429,7 +497,7 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         let zeros = cx.full_like(lse, 0.0, None);
         lse = cx.b.select(hidden, zeros, lse)?;
     }
-    Ok(vec![Some(out), Some(cx.b.convert(lse, lse_type.elem))])
+    Ok(vec![out, cx.b.convert(lse, lse_elem)])
 }
 
 /// `_trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim)`: each input with size-1

@@ -6,6 +6,7 @@
 //! A pattern is matched from its last op (the root) back through what it reads; the match is
 //! outlined only when no value it computes on the way is read outside it.
 
+mod attention;
 mod norms;
 
 use std::collections::HashSet;
@@ -202,14 +203,18 @@ type Pattern = fn(&Defs, usize) -> Option<Match>;
 const PATTERNS: &[Pattern] = &[norms::rms_norm];
 
 /// The patterns of `module`'s main function (and its regions, see `passes::everywhere`) as
-/// composites.
+/// composites; the attention composites of lowering reading grouped keys and values. A match
+/// that cannot be outlined is left as the ops it was.
 pub fn fuse(module: Module) -> Module {
-    let main = match outline_all(&module.main) {
-        Ok(Some(f)) => f,
-        // A match that cannot be outlined is left as the ops it was.
-        Ok(None) | Err(_) => return module,
-    };
-    Module { main, ..module }
+    let mut main = module.main;
+    if let Ok(Some(f)) = outline_all(&main) {
+        main = f;
+    }
+    if let Ok(Some(f)) = attention::absorb_repeated_heads(&main) {
+        main = f;
+    }
+    // The repeats moved into attention's decomposition are left unread.
+    crate::passes::dead_code::dead_code(Module { main, ..module })
 }
 
 /// The matches of `f`, latest root first, none overlapping another, each outlined; None when

@@ -155,3 +155,71 @@ fn a_match_whose_inner_values_are_read_elsewhere_is_not_outlined() {
     let out = fused(leaked);
     assert!(composites(&out).is_empty(), "{}", print(&out));
 }
+
+/// An attention composite (its decomposition a stand-in: q + k + v) over keys and values whose
+/// 2 heads a model repeated to the query's 4; `leak`: the repeated keys are returned too.
+fn grouped_attention(leak: bool) -> Module {
+    let mut b = Builder::new();
+    let q = b.arg(f32s(&[1, 4, 8, 16]), ArgAttrs::default());
+    let k = b.arg(f32s(&[1, 2, 8, 16]), ArgAttrs::default());
+    let v = b.arg(f32s(&[1, 2, 8, 16]), ArgAttrs::default());
+    let mut repeated = Vec::new();
+    for x in [k, v] {
+        let one = b.reshape(x, &[1, 2, 1, 8, 16]).unwrap();
+        let wide = b
+            .broadcast_in_dim(one, &[1, 2, 2, 8, 16], &[0, 1, 2, 3, 4])
+            .unwrap();
+        repeated.push(b.reshape(wide, &[1, 4, 8, 16]).unwrap());
+    }
+    let types = vec![f32s(&[1, 4, 8, 16]); 3];
+    let stand_in = b
+        .region(&types, |b, a| {
+            let qk = b.binary(BinaryOp::Add, a[0], a[1])?;
+            Ok(vec![b.binary(BinaryOp::Add, qk, a[2])?])
+        })
+        .unwrap();
+    let out = b
+        .composite(
+            attention::ATTENTION,
+            vec![],
+            1,
+            stand_in,
+            &[q, repeated[0], repeated[1]],
+        )
+        .unwrap();
+    let mut results = out;
+    if leak {
+        results.push(repeated[0]);
+    }
+    Module::new(b.finish(results, vec![]))
+}
+
+#[test]
+fn attention_reads_keys_and_values_before_their_heads_are_repeated() {
+    let m = fused(grouped_attention(false));
+    verify(&m).unwrap();
+    let text = print(&m);
+    let op = &m.main.ops()[0];
+    assert!(matches!(op.kind(), OpKind::Composite { .. }), "{text}");
+    assert_eq!(m.main.ops().len(), 1, "the repeats moved inside: {text}");
+    let heads: Vec<i64> = op
+        .operands()
+        .iter()
+        .map(|&v| m.main.ty(v).shape[1])
+        .collect();
+    assert_eq!(heads, [4, 2, 2], "{text}");
+    // Repeated keys read elsewhere stay as they are.
+    let m = fused(grouped_attention(true));
+    let composite = m
+        .main
+        .ops()
+        .iter()
+        .find(|op| matches!(op.kind(), OpKind::Composite { .. }))
+        .unwrap();
+    let heads: Vec<i64> = composite
+        .operands()
+        .iter()
+        .map(|&v| m.main.ty(v).shape[1])
+        .collect();
+    assert_eq!(heads, [4, 4, 2], "{}", print(&m));
+}
