@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use tpuc_fx::{Arg, DType, Dim, GraphInput, InputKind, Node, OutputValue, Program};
 
+use super::composites::{composite_of, lower_as_composite};
 use super::ctx::{meta_type, output_slots, Ctx, OpError, OpResult};
 use super::registry::{is_collective, is_pointwise, is_supported, lowering, Lowering, Variant};
 use super::{in_place, padding, LowerError, LowerOptions, Lowered, Unsupported, WeightsMode};
 use crate::ir::*;
+use crate::passes::Fusion;
 use crate::signature::{ArgRole, ResultRole, Signature};
 
 /// The first complex tensor a node reads or produces, if any, with its type.
@@ -388,13 +390,21 @@ fn node_error(n: &Node, message: String) -> LowerError {
 /// Runs a node's lowering as the padding rule says. A lowering that panics is a bug in tpuc; it
 /// must not take the caller (a Python process, say) down with it: it becomes an error naming
 /// the node.
-fn run_lowering(
-    cx: &mut Ctx<'_>,
-    n: &Node,
+fn run_lowering<'p>(
+    cx: &mut Ctx<'p>,
+    n: &'p Node,
     lower_fn: &super::LowerFn,
     rule: &padding::Rule,
 ) -> Result<Vec<Option<Value>>, LowerError> {
-    let lower_fn = |cx: &mut Ctx, n: &Node| match rule {
+    let lower_fn = |cx: &mut Ctx<'p>, n: &'p Node| match rule {
+        // With the fusion stage on, a whole pattern becomes a composite (not under padding:
+        // its rules read the program's true sizes).
+        padding::Rule::Plain if cx.opts.fusion == Fusion::Patterns && cx.opts.padding.is_none() => {
+            match composite_of(cx, n)? {
+                Some((name, attributes)) => lower_as_composite(cx, n, lower_fn, name, attributes),
+                None => lower_fn(cx, n),
+            }
+        }
         padding::Rule::Plain => lower_fn(cx, n),
         padding::Rule::Masked(masks) => cx.lower_masked(n, masks, lower_fn),
         padding::Rule::Concat(dim) => cx.concat_padded(n, *dim),

@@ -3,7 +3,6 @@
 use tpuc_fx::Node;
 
 use super::prelude::*;
-use crate::passes::Fusion;
 
 /// `a @ b` for a [batch.., M, K] and b [batch.., K, N] with equal batch dimensions.
 pub fn batched_matmul(cx: &mut Ctx, a: Value, b: Value) -> OpResult<Value> {
@@ -304,10 +303,8 @@ struct Attention {
     lse: Option<DType>,
 }
 
-/// `scaled_dot_product_attention` and torch's fused kernels of it. With the fusion stage on
-/// (and no padding), one `tpuc.attention` composite (attributes `scale`, `causal`; the query,
-/// key, value and mask as given, grouped heads expanded inside) whose decomposition is the
-/// computation below.
+/// `scaled_dot_product_attention` and torch's fused kernels of it (with the fusion stage on, one
+/// `tpuc.attention` composite: `lower::composites`).
 fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     if cx.float(n, "dropout_p", Some(0.0))? != 0.0 {
         return err(
@@ -339,28 +336,7 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         },
     };
     let mask = cx.opt_tensor(n, "attn_mask")?;
-    let inputs: Vec<Value> = [q, k, v].into_iter().chain(mask).collect();
-    let results = if cx.opts.fusion == Fusion::Patterns && cx.opts.padding.is_none() {
-        let types: Vec<TensorType> = inputs.iter().map(|&x| cx.b.ty(x).clone()).collect();
-        let decomposition = cx.region(&types, |cx, args| {
-            attention(
-                cx,
-                args[0],
-                args[1],
-                args[2],
-                args.get(3).copied(),
-                spec,
-                None,
-            )
-        })?;
-        let attributes = vec![
-            ("scale".to_string(), AttrValue::f32(spec.scale as f32)),
-            ("causal".to_string(), AttrValue::Bool(spec.causal)),
-        ];
-        cx.b.composite("tpuc.attention", attributes, 1, decomposition, &inputs)?
-    } else {
-        attention(cx, q, k, v, mask, spec, Some(n))?
-    };
+    let results = attention(cx, q, k, v, mask, spec, n)?;
     let mut outs: Vec<Option<Value>> = results.into_iter().map(Some).collect();
     if n.target.contains("flash_attention") && outs.len() == 1 {
         outs.push(None);
@@ -369,8 +345,8 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
 }
 
 /// Attention of `q` over `k` and `v` (and `mask`: boolean, keep; else added to the scores):
-/// the output, and the log-sum-exp of each row when `spec.lse` asks. `padded`: the node whose
-/// keys may be padded to a bucket, which are then hidden from every query.
+/// the output, and the log-sum-exp of each row when `spec.lse` asks. Keys of the node `n` padded
+/// to a bucket are hidden from every query.
 fn attention(
     cx: &mut Ctx,
     q: Value,
@@ -378,7 +354,7 @@ fn attention(
     v: Value,
     mask: Option<Value>,
     spec: Attention,
-    padded: Option<&Node>,
+    n: &Node,
 ) -> OpResult<Vec<Value>> {
     // 16-bit inputs are computed in float32 and the output rounded once, as torch's kernels do.
     let mut qkv = [q, k, v];
@@ -437,12 +413,10 @@ fn attention(
         scores = cx.b.select(keep, scores, ninf)?;
     }
     // Keys padded to a bucket (`padding.rs`) are hidden from every query.
-    if let Some(n) = padded {
-        if let Some(keep) = cx.padded_keys(n, rank - 2, &shape)? {
-            let ninf =
-                cx.b.splat(&TensorType::new(shape.clone(), elem), f64::NEG_INFINITY);
-            scores = cx.b.select(keep, scores, ninf)?;
-        }
+    if let Some(keep) = cx.padded_keys(n, rank - 2, &shape)? {
+        let ninf =
+            cx.b.splat(&TensorType::new(shape.clone(), elem), f64::NEG_INFINITY);
+        scores = cx.b.select(keep, scores, ninf)?;
     }
     if let Some(mask) = mask {
         let mask = cx.b.broadcast_to(mask, &shape)?;

@@ -11,6 +11,7 @@
 mod bessel;
 mod collectives;
 mod complex;
+mod composites;
 mod control_flow;
 mod conv;
 mod ctx;

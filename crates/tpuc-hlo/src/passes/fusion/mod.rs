@@ -7,6 +7,7 @@
 //! outlined only when no value it computes on the way is read outside it.
 
 mod attention;
+mod mlp;
 mod norms;
 
 use std::collections::HashSet;
@@ -197,10 +198,21 @@ impl Defs<'_> {
     }
 }
 
+/// `test(a, b)`, else `test(b, a)`: what it found and whether the operands were swapped.
+pub(super) fn either<T>(
+    a: Value,
+    b: Value,
+    test: impl Fn(Value, Value) -> Option<T>,
+) -> Option<(T, bool)> {
+    test(a, b)
+        .map(|t| (t, false))
+        .or_else(|| test(b, a).map(|t| (t, true)))
+}
+
 /// Every pattern, tried at each op in turn.
 type Pattern = fn(&Defs, usize) -> Option<Match>;
 
-const PATTERNS: &[Pattern] = &[norms::rms_norm];
+const PATTERNS: &[Pattern] = &[norms::rms_norm, mlp::gated_mlp];
 
 /// The patterns of `module`'s main function (and its regions, see `passes::everywhere`) as
 /// composites; the attention composites of lowering reading grouped keys and values. A match

@@ -1,6 +1,6 @@
 //! Normalisations as tpuc lowers them: RMSNorm.
 
-use super::{Defs, Match};
+use super::{either, Defs, Match};
 use crate::ir::{AttrValue, BinaryOp, UnaryOp, Value};
 
 /// RMSNorm over the last dimension, `x * rsqrt(mean(x * x) + eps)`, times a weight broadcast
@@ -65,11 +65,4 @@ fn weighted(defs: &Defs, out: Value, last: i64) -> Option<(Vec<usize>, Value)> {
     })?
     .0;
     Some((vec![mul, broadcast], normed))
-}
-
-/// `test(a, b)`, else `test(b, a)`: what it found and whether the operands were swapped.
-fn either<T>(a: Value, b: Value, test: impl Fn(Value, Value) -> Option<T>) -> Option<(T, bool)> {
-    test(a, b)
-        .map(|t| (t, false))
-        .or_else(|| test(b, a).map(|t| (t, true)))
 }

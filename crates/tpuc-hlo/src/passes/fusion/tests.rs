@@ -223,3 +223,50 @@ fn attention_reads_keys_and_values_before_their_heads_are_repeated() {
         .collect();
     assert_eq!(heads, [4, 4, 2], "{}", print(&m));
 }
+
+/// `silu(x @ wg) * (x @ wu)` (or, as near misses, with ReLU, or with the up projection of
+/// another activation).
+fn swiglu(relu: bool, other_input: bool) -> Module {
+    let mut b = Builder::new();
+    let x = b.arg(f32s(&[4, 8]), ArgAttrs::default());
+    let y = b.arg(f32s(&[4, 8]), ArgAttrs::default());
+    let wg = b.arg(f32s(&[16, 8]), ArgAttrs::default());
+    let wu = b.arg(f32s(&[16, 8]), ArgAttrs::default());
+    let dims = crate::ir::DotDims {
+        lhs_batch: vec![],
+        rhs_batch: vec![],
+        lhs_contracting: vec![1],
+        rhs_contracting: vec![1],
+    };
+    let precision = crate::ir::Precision::Highest;
+    let gate = b.dot_general(x, wg, dims.clone(), precision).unwrap();
+    let act = if relu {
+        let zero = b.splat(&f32s(&[4, 16]), 0.0);
+        b.binary(BinaryOp::Max, gate, zero).unwrap()
+    } else {
+        let s = b.unary(UnaryOp::Logistic, gate).unwrap();
+        b.binary(BinaryOp::Mul, gate, s).unwrap()
+    };
+    let up_input = if other_input { y } else { x };
+    let up = b.dot_general(up_input, wu, dims, precision).unwrap();
+    let out = b.binary(BinaryOp::Mul, act, up).unwrap();
+    Module::new(b.finish(vec![out], vec![]))
+}
+
+#[test]
+fn a_swiglu_product_becomes_a_gated_mlp_and_its_near_misses_do_not() {
+    let m = fused(swiglu(false, false));
+    assert_eq!(
+        composites(&m),
+        [(
+            "tpuc.gated_mlp".to_string(),
+            vec![("activation".to_string(), AttrValue::Str("silu".into()))]
+        )],
+        "{}",
+        print(&m)
+    );
+    for (relu, other) in [(true, false), (false, true)] {
+        let m = fused(swiglu(relu, other));
+        assert!(composites(&m).is_empty(), "{}", print(&m));
+    }
+}
