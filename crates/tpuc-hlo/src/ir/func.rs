@@ -245,6 +245,43 @@ impl Func {
         Ok(self)
     }
 
+    /// Whether `other` computes what this function computes in the same way: the same argument
+    /// and result types, the same ops in the same order on corresponding values (whatever
+    /// their numbers).
+    pub fn same_as(&self, other: &Func) -> bool {
+        if self.arg_types() != other.arg_types() || self.ops.len() != other.ops.len() {
+            return false;
+        }
+        let mut map: HashMap<Value, Value> = self
+            .args
+            .iter()
+            .copied()
+            .zip(other.args.iter().copied())
+            .collect();
+        for (a, b) in self.ops.iter().zip(&other.ops) {
+            let operands_match = a.operands.len() == b.operands.len()
+                && a.operands
+                    .iter()
+                    .zip(&b.operands)
+                    .all(|(x, y)| map.get(x) == Some(y));
+            if a.kind != b.kind || !operands_match || a.results.len() != b.results.len() {
+                return false;
+            }
+            for (&x, &y) in a.results.iter().zip(&b.results) {
+                if self.ty(x) != other.ty(y) {
+                    return false;
+                }
+                map.insert(x, y);
+            }
+        }
+        self.results.len() == other.results.len()
+            && self
+                .results
+                .iter()
+                .zip(&other.results)
+                .all(|(x, y)| map.get(x) == Some(y))
+    }
+
     /// Appends an argument.
     pub fn add_arg(&mut self, ty: TensorType, attrs: ArgAttrs) -> Value {
         let v = self.add_value(ty);

@@ -225,8 +225,44 @@ pub fn fuse(module: Module) -> Module {
     if let Ok(Some(f)) = attention::absorb_repeated_heads(&main) {
         main = f;
     }
+    share_decompositions(&mut main);
     // The repeats moved into attention's decomposition are left unread.
     crate::passes::dead_code::dead_code(Module { main, ..module })
+}
+
+/// Composites of one name and attributes whose decompositions compute alike (each layer's
+/// norm, say) made to share one, so that the module holds it once.
+fn share_decompositions(f: &mut Func) {
+    let mut kept: Vec<OpKind> = Vec::new();
+    for i in 0..f.ops().len() {
+        let op = &f.ops()[i];
+        let OpKind::Composite {
+            name,
+            attributes,
+            decomposition,
+            ..
+        } = op.kind()
+        else {
+            continue;
+        };
+        let same = kept.iter().find(|k| match k {
+            OpKind::Composite {
+                name: n,
+                attributes: a,
+                decomposition: d,
+                ..
+            } => n == name && a == attributes && d.func().same_as(decomposition.func()),
+            _ => false,
+        });
+        match same {
+            Some(shared) => {
+                let (kind, operands) = (shared.clone(), op.operands().to_vec());
+                // Alike decompositions have the same signature: this cannot fail.
+                let _ = f.replace_op(i, kind, operands);
+            }
+            None => kept.push(op.kind().clone()),
+        }
+    }
 }
 
 /// The matches of `f`, latest root first, none overlapping another, each outlined; None when

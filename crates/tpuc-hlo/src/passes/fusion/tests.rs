@@ -270,3 +270,29 @@ fn a_swiglu_product_becomes_a_gated_mlp_and_its_near_misses_do_not() {
         assert!(composites(&m).is_empty(), "{}", print(&m));
     }
 }
+
+#[test]
+fn alike_matches_share_one_decomposition() {
+    // Two norms of one shape, one's output the other's input: one function; the same norm
+    // fused apart is alike, a gated MLP's decomposition is not.
+    let norm = rms_norm(Variant::default()).main;
+    let mut b = Builder::new();
+    let w = b.arg(f32s(&[32]), ArgAttrs::default());
+    let x = b.arg(f32s(&[2, 8, 32]), ArgAttrs::default());
+    let once = b.inline(&norm, &[w, x]).unwrap();
+    let twice = b.inline(&norm, &[w, once[0]]).unwrap();
+    let m = fused(Module::new(b.finish(twice, vec![])));
+    assert_eq!(composites(&m).len(), 2, "{}", print(&m));
+    assert_eq!(m.callees().functions().len(), 1, "{}", print(&m));
+    let other = fused(rms_norm(Variant::default()));
+    assert!(!m.callees().functions()[0].1.func().same_as(
+        &fused(swiglu(false, false)).callees().functions()[0]
+            .1
+            .func()
+            .clone()
+    ));
+    assert!(m.callees().functions()[0]
+        .1
+        .func()
+        .same_as(other.callees().functions()[0].1.func()));
+}
