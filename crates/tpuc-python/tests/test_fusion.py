@@ -127,3 +127,19 @@ def test_layer_norms_and_softmaxes_of_min_gpt_are_composites(tmp_path):
     assert composites(text, "tpuc.layer_norm") == norms > 0
     assert composites(text, "tpuc.softmax") == len(model.blocks)
     assert "dim = 3 : i64" in text
+
+
+def test_a_llama_block_as_hugging_face_writes_it_fuses_every_pattern():
+    """testdata's Llama block (rotate_half rotary embedding, grouped-query attention through
+    repeat_interleave, SwiGLU): each pattern once per use, through `tpuc compile`."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    archive = os.path.join(root, "testdata", "lowering", "llama_block.pt2")
+    tpuc_cli = os.path.join(os.path.dirname(sys.executable), "tpuc")
+    compiled = subprocess.run([tpuc_cli, "compile", archive, "--fusion", "patterns", "-o", "-"],
+                              capture_output=True, text=True, timeout=120)
+    assert compiled.returncode == 0, compiled.stderr
+    counts = {name: composites(compiled.stdout, f"tpuc.{name}")
+              for name in ("rms_norm", "rotary", "attention", "gated_mlp")}
+    assert counts == {"rms_norm": 2, "rotary": 2, "attention": 1, "gated_mlp": 1}
+    # Alike decompositions are written once: the two norms share one function.
+    assert compiled.stdout.count("func.func private @tpuc_rms_norm_impl") == 1

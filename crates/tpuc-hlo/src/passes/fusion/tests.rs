@@ -296,3 +296,42 @@ fn alike_matches_share_one_decomposition() {
         .func()
         .same_as(other.callees().functions()[0].1.func()));
 }
+
+/// `x * cos + rotate_half(x) * sin` over x: [1, 2, 4, 8]; `swapped`: the halves concatenated
+/// the wrong way round (`cat(x_low, -x_high)`), which is no rotation.
+fn rotary(swapped: bool) -> Module {
+    let mut b = Builder::new();
+    let x = b.arg(f32s(&[1, 2, 4, 8]), ArgAttrs::default());
+    let cos = b.arg(f32s(&[4, 8]), ArgAttrs::default());
+    let sin = b.arg(f32s(&[4, 8]), ArgAttrs::default());
+    let low = b
+        .slice(x, &[0, 0, 0, 0], &[1, 2, 4, 4], &[1, 1, 1, 1])
+        .unwrap();
+    let high = b
+        .slice(x, &[0, 0, 0, 4], &[1, 2, 4, 8], &[1, 1, 1, 1])
+        .unwrap();
+    let neg = b.unary(UnaryOp::Neg, high).unwrap();
+    let parts = if swapped { [low, neg] } else { [neg, low] };
+    let rotated = b.concatenate(&parts, 3).unwrap();
+    let cos = b.broadcast_in_dim(cos, &[1, 2, 4, 8], &[2, 3]).unwrap();
+    let sin = b.broadcast_in_dim(sin, &[1, 2, 4, 8], &[2, 3]).unwrap();
+    let plain = b.binary(BinaryOp::Mul, x, cos).unwrap();
+    let turned = b.binary(BinaryOp::Mul, rotated, sin).unwrap();
+    let out = b.binary(BinaryOp::Add, plain, turned).unwrap();
+    Module::new(b.finish(vec![out], vec![]))
+}
+
+#[test]
+fn a_rotary_embedding_becomes_one_composite_and_a_wrong_rotation_does_not() {
+    let m = fused(rotary(false));
+    assert_eq!(
+        composites(&m),
+        [(
+            "tpuc.rotary".to_string(),
+            vec![("style".to_string(), AttrValue::Str("half".into()))]
+        )],
+        "{}",
+        print(&m)
+    );
+    assert!(composites(&fused(rotary(true))).is_empty());
+}
