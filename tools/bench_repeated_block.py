@@ -11,36 +11,20 @@ Run on an idle machine.
 """
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-TPUC = os.path.join(ROOT, ".venv", "bin", "tpuc")
-TIMES = re.compile(r"lower ([\d.]+) ms, .*compile ([\d.]+) ms, .*median ([\d.]+) ms")
+sys.path.insert(0, HERE)
+from run_timing import measure  # noqa: E402
 
 
 def export(path: str, layers: int, captured: bool) -> None:
     flags = ["--captured"] if captured else []
     subprocess.run([sys.executable, os.path.join(HERE, "gen_bench_model.py"), path, str(layers), *flags],
                    check=True, capture_output=True, text=True)
-
-
-def measure(path: str, repeat: int, out: str) -> tuple[float, float, float]:
-    stem = path[:-len(".pt2")]
-    run = subprocess.run([TPUC, "run", path, "-i", stem + ".inputs.npz", "--expect", stem + ".expected.npz",
-                          "--out", out, "--repeat", str(repeat), "--cache-dir", "off"],
-                         capture_output=True, text=True)
-    if run.returncode != 0:
-        sys.exit(f"tpuc run {path} failed:\n{run.stderr}")
-    found = TIMES.search(run.stderr + run.stdout)
-    if found is None:
-        sys.exit(f"no timings in the output of tpuc run {path}:\n{run.stderr}")
-    lower, compile_ms, steady = (float(g) for g in found.groups())
-    return lower, compile_ms, steady
 
 
 def main() -> None:
