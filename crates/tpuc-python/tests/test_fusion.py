@@ -118,15 +118,24 @@ def test_a_plan_lays_out_a_fused_training_step_as_an_unfused_one():
     assert counts[0] == counts[1] and '"all-gather": 42' in counts[0], counts
 
 
-def test_layer_norms_and_softmaxes_of_min_gpt_are_composites(tmp_path):
+def test_layer_norms_softmaxes_and_mlps_of_min_gpt_are_composites(tmp_path):
     """minGPT writes its attention by hand (not recognised as attention yet): its softmax is,
-    and its layer norms."""
+    its layer norms and its MLPs' first layer with GELU."""
     model, inputs = MODELS["mingpt"]
     text = fused_inference(model, inputs, tmp_path)
     norms = sum(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
     assert composites(text, "tpuc.layer_norm") == norms > 0
     assert composites(text, "tpuc.softmax") == len(model.blocks)
     assert "dim = 3 : i64" in text
+    # Each block's MLP: a linear layer and GELU (tanh).
+    assert composites(text, "tpuc.linear") == len(model.blocks) == text.count('activation = "gelu_tanh"')
+
+
+def test_linear_layers_with_their_activation_are_composites(tmp_path):
+    model, inputs = MODELS["dlrm"]
+    text = fused_inference(model, inputs, tmp_path)
+    relus = sum(isinstance(m, torch.nn.ReLU) for m in model.modules())
+    assert composites(text, "tpuc.linear") == relus == text.count('activation = "relu"') > 0
 
 
 def test_a_llama_block_as_hugging_face_writes_it_fuses_every_pattern():

@@ -213,7 +213,7 @@ pub(super) fn either<T>(
 /// Every pattern, tried at each op in turn.
 type Pattern = fn(&Defs, usize) -> Option<Match>;
 
-const PATTERNS: &[Pattern] = &[norms::rms_norm, mlp::gated_mlp, rotary::rotary];
+const PATTERNS: &[Pattern] = &[norms::rms_norm, mlp::gated_mlp, mlp::linear, rotary::rotary];
 
 /// The patterns of `module`'s main function (and its regions, see `passes::everywhere`) as
 /// composites; the attention composites of lowering reading grouped keys and values. A match

@@ -335,3 +335,58 @@ fn a_rotary_embedding_becomes_one_composite_and_a_wrong_rotation_does_not() {
     );
     assert!(composites(&fused(rotary(true))).is_empty());
 }
+
+/// `act(x @ w + b)` over x: [4, 8]; `act` "relu" or "gelu"; without `bias`, a near miss.
+fn linear(act: &str, bias: bool) -> Module {
+    let mut b = Builder::new();
+    let x = b.arg(f32s(&[4, 8]), ArgAttrs::default());
+    let w = b.arg(f32s(&[16, 8]), ArgAttrs::default());
+    let bias_arg = b.arg(f32s(&[16]), ArgAttrs::default());
+    let dims = crate::ir::DotDims {
+        lhs_batch: vec![],
+        rhs_batch: vec![],
+        lhs_contracting: vec![1],
+        rhs_contracting: vec![1],
+    };
+    let mut y = b
+        .dot_general(x, w, dims, crate::ir::Precision::Highest)
+        .unwrap();
+    if bias {
+        let bb = b.broadcast_in_dim(bias_arg, &[4, 16], &[1]).unwrap();
+        y = b.binary(BinaryOp::Add, y, bb).unwrap();
+    }
+    let out = match act {
+        "relu" => {
+            let zero = b.splat(&f32s(&[4, 16]), 0.0);
+            b.binary(BinaryOp::Max, y, zero).unwrap()
+        }
+        _ => {
+            let half = b.splat(&f32s(&[4, 16]), 0.5);
+            let one = b.splat(&f32s(&[4, 16]), 1.0);
+            let c = b.splat(&f32s(&[4, 16]), std::f64::consts::FRAC_1_SQRT_2);
+            let t = b.binary(BinaryOp::Mul, y, c).unwrap();
+            let e = b.unary(UnaryOp::Erf, t).unwrap();
+            let p = b.binary(BinaryOp::Add, one, e).unwrap();
+            let hx = b.binary(BinaryOp::Mul, half, y).unwrap();
+            b.binary(BinaryOp::Mul, hx, p).unwrap()
+        }
+    };
+    Module::new(b.finish(vec![out], vec![]))
+}
+
+#[test]
+fn a_linear_layer_with_its_activation_becomes_one_composite() {
+    for act in ["relu", "gelu"] {
+        let m = fused(linear(act, true));
+        assert_eq!(
+            composites(&m),
+            [(
+                "tpuc.linear".to_string(),
+                vec![("activation".to_string(), AttrValue::Str(act.into()))]
+            )],
+            "{}",
+            print(&m)
+        );
+        assert!(composites(&fused(linear(act, false))).is_empty());
+    }
+}
