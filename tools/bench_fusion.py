@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Compile and steady-state times with the fusion stage off and on (`tpuc run --fusion none`
-against `--fusion patterns`), measured in one run, interleaved round by round, the compiled-
+against `--fusion patterns` and `--fusion kernels`), measured in one run, interleaved round by round, the compiled-
 executable cache off: testdata's Llama block and the 24-layer Llama-style model of
 gen_bench_model.py. Reported per model: the median over rounds of tpuc's lowering, XLA's
-compile and the median repeated run, and the ratio of fusion on to off.
+compile and the median repeated run, and the ratio of each choice to fusion off.
 
 usage: bench_fusion.py [--rounds 5] [--repeat 200]
 Run on an idle machine.
@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from run_timing import ROOT, measure  # noqa: E402
 
-CHOICES = ("none", "patterns")
+CHOICES = ("none", "patterns", "kernels")
 
 
 def main() -> None:
@@ -46,8 +46,9 @@ def main() -> None:
         for choice in CHOICES:
             lower, compile_ms, steady = medians[choice]
             print(f"{model + ' ' + choice:24} {lower:8.1f} {compile_ms:8.1f} {steady:8.3f}")
-        ratios = [on / off for on, off in zip(medians["patterns"], medians["none"])]
-        print(f"{model + ' on/off':24} {ratios[0]:8.2f} {ratios[1]:8.2f} {ratios[2]:8.2f}")
+        for choice in CHOICES[1:]:
+            ratios = [on / off for on, off in zip(medians[choice], medians["none"])]
+            print(f"{model + ' ' + choice + '/none':24} {ratios[0]:8.2f} {ratios[1]:8.2f} {ratios[2]:8.2f}")
 
 
 if __name__ == "__main__":

@@ -23,10 +23,10 @@ def composites(text: str, name: str) -> int:
     return text.count(f'name = "{name}"')
 
 
-def fused_inference(model, inputs, dump_dir) -> str:
+def fused_inference(model, inputs, dump_dir, fusion="patterns") -> str:
     """The model compiled with fusion on and run (its results eager's): its compiled module."""
     torch._dynamo.reset()
-    options = {"strict": True, "fusion": "patterns", "dump_dir": str(dump_dir)}
+    options = {"strict": True, "fusion": fusion, "dump_dir": str(dump_dir)}
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(model, backend="tpuc", options=options)(*inputs),
                                    model(*inputs), **TOL)
@@ -34,12 +34,18 @@ def fused_inference(model, inputs, dump_dir) -> str:
     return text
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen"])
-def test_every_norm_and_attention_of_a_model_is_one_composite(name, tmp_path):
+@pytest.mark.parametrize("name,fusion", [("llama", "patterns"), ("qwen", "patterns"), ("llama", "kernels")])
+def test_every_norm_and_attention_of_a_model_is_one_composite(name, fusion, tmp_path):
+    """With kernels, the grouped-query attention's decomposition multiplies each group of query
+    heads with its key/value head (a 5-d batched product), nothing repeated."""
     model, inputs = MODELS[name]
     norms = sum(isinstance(m, RMSNorm) for m in model.modules())
     layers = sum(isinstance(m, Attention) for m in model.modules())
-    text = fused_inference(model, inputs, tmp_path)
+    text = fused_inference(model, inputs, tmp_path, fusion)
+    attention = next(m for m in model.modules() if isinstance(m, Attention))
+    grouped = f"tensor<{inputs[0].shape[0]}x{attention.kv_heads}x{attention.heads // attention.kv_heads}x"
+    grouped_products = [line for line in text.splitlines() if "dot_general" in line and grouped in line]
+    assert bool(grouped_products) == (fusion == "kernels")
     assert composites(text, "tpuc.rms_norm") == norms > 0
     assert "epsilon = 9.99999997E-7 : f32" in text
     assert composites(text, "tpuc.attention") == layers > 0
@@ -47,7 +53,6 @@ def test_every_norm_and_attention_of_a_model_is_one_composite(name, tmp_path):
     mlps = sum(isinstance(m, SwiGLU) for m in model.modules())
     assert composites(text, "tpuc.gated_mlp") == mlps > 0 and 'activation = "silu"' in text
     # Grouped-query attention: the keys and values enter with their own heads, not repeated.
-    attention = next(m for m in model.modules() if isinstance(m, Attention))
     calls = [line for line in text.splitlines() if 'name = "tpuc.attention"' in line]
     for line in calls:
         q, k, v = re.search(r"\} : \(([^)]*)\) ->", line).group(1).split(", ")[:3]
@@ -56,13 +61,14 @@ def test_every_norm_and_attention_of_a_model_is_one_composite(name, tmp_path):
         assert v.startswith(f"tensor<{inputs[0].shape[0]}x{attention.kv_heads}x"), line
 
 
-def test_a_fused_training_step_matches_eager(tmp_path):
+@pytest.mark.parametrize("fusion", ["patterns", "kernels"])
+def test_a_fused_training_step_matches_eager(fusion, tmp_path):
     """Training: the forward's attention is torch's CPU flash kernel (output and log-sum-exp),
     one composite of two results; gradients as eager's."""
     model, inputs = MODELS["llama"]
     eager, fused = copy.deepcopy(model).train(), copy.deepcopy(model).train()
     torch._dynamo.reset()
-    options = {"strict": True, "fusion": "patterns", "dump_dir": str(tmp_path)}
+    options = {"strict": True, "fusion": fusion, "dump_dir": str(tmp_path)}
     torch.compile(fused, backend="tpuc", options=options)(*inputs).square().mean().backward()
     eager(*inputs).square().mean().backward()
     for (name, got), want in zip(fused.named_parameters(), eager.parameters()):
@@ -79,7 +85,7 @@ def test_fusion_is_off_unless_asked_and_a_bad_choice_is_named(tmp_path):
         torch.compile(model, backend="tpuc", options={"strict": True, "dump_dir": str(tmp_path)})(*inputs)
     (text,) = [open(p).read() for p in glob.glob(str(tmp_path / "*.mlir"))]
     assert "stablehlo.composite" not in text
-    with pytest.raises(Exception, match='fusion must be none or patterns, not "all"'):
+    with pytest.raises(Exception, match='fusion must be none, patterns or kernels, not "all"'):
         torch.compile(model, backend="tpuc", options={"fusion": "all"})(*inputs)
 
 

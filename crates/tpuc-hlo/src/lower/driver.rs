@@ -11,7 +11,6 @@ use super::ctx::{meta_type, output_slots, Ctx, OpError, OpResult};
 use super::registry::{is_collective, is_pointwise, is_supported, lowering, Lowering, Variant};
 use super::{in_place, padding, LowerError, LowerOptions, Lowered, Unsupported, WeightsMode};
 use crate::ir::*;
-use crate::passes::Fusion;
 use crate::signature::{ArgRole, ResultRole, Signature};
 
 /// The first complex tensor a node reads or produces, if any, with its type.
@@ -399,7 +398,7 @@ fn run_lowering<'p>(
     let lower_fn = |cx: &mut Ctx<'p>, n: &'p Node| match rule {
         // With the fusion stage on, a whole pattern becomes a composite (not under padding:
         // its rules read the program's true sizes).
-        padding::Rule::Plain if cx.opts.fusion == Fusion::Patterns && cx.opts.padding.is_none() => {
+        padding::Rule::Plain if cx.opts.fusion.patterns() && cx.opts.padding.is_none() => {
             match composite_of(cx, n)? {
                 Some((name, attributes)) => lower_as_composite(cx, n, lower_fn, name, attributes),
                 None => lower_fn(cx, n),

@@ -85,7 +85,7 @@ pub struct LowerOptions {
     /// The program was specialised for its sizes' buckets: its padded dimensions, whose true
     /// lengths the module takes as arguments (`ArgRole::Size`) and makes exact (`padding.rs`).
     pub padding: Option<Arc<tpuc_fx::buckets::Padding>>,
-    /// The fusion stage: with `Fusion::Patterns`, lowerings of whole patterns (attention) make
+    /// The fusion stage: with patterns on, lowerings of whole patterns (attention) make
     /// composites themselves, and the pipeline recognises the others (`passes::fusion`).
     pub fusion: crate::passes::Fusion,
 }

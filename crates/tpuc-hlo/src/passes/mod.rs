@@ -83,8 +83,12 @@ pub fn pipeline(module: Module, options: &PipelineOptions) -> Result<Pipelined, 
     check(&module, "canonical forms")?;
     let module = everywhere(module, dead_code::dead_code, "dead code")?;
     check(&module, "dead code")?;
-    let module = if options.fusion == Fusion::Patterns {
-        let fused = everywhere(module, fusion::fuse, "fusion")?;
+    let module = if options.fusion.patterns() {
+        let fuse = match options.fusion {
+            Fusion::Kernels => fusion::fuse_with_kernels,
+            _ => fusion::fuse,
+        };
+        let fused = everywhere(module, fuse, "fusion")?;
         check(&fused, "fusion")?;
         fused
     } else {

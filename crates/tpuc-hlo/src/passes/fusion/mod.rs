@@ -7,6 +7,7 @@
 //! outlined only when no value it computes on the way is read outside it.
 
 mod attention;
+mod kernels;
 mod mlp;
 mod norms;
 mod rotary;
@@ -26,16 +27,25 @@ pub enum Fusion {
     None,
     /// Named patterns become composites whose decomposition is the ops matched.
     Patterns,
+    /// As `Patterns`, each composite then computed by the formulation the registry holds for
+    /// the plugin where it has one (`kernels.rs`).
+    Kernels,
 }
 
 impl Fusion {
-    pub const ALL: [Fusion; 2] = [Fusion::None, Fusion::Patterns];
+    pub const ALL: [Fusion; 3] = [Fusion::None, Fusion::Patterns, Fusion::Kernels];
+
+    /// Whether patterns become composites.
+    pub fn patterns(self) -> bool {
+        self != Fusion::None
+    }
 
     /// The name users write: `none`, `patterns`.
     pub fn name(self) -> &'static str {
         match self {
             Fusion::None => "none",
             Fusion::Patterns => "patterns",
+            Fusion::Kernels => "kernels",
         }
     }
 
@@ -46,6 +56,10 @@ impl Fusion {
             Fusion::Patterns => {
                 "Named patterns (RMSNorm, ...) as stablehlo.composite ops tpuc.<pattern>, \
                  computed by the ops matched"
+            }
+            Fusion::Kernels => {
+                "As patterns, each computed by the formulation measured fastest on the plugin \
+                 (grouped-query attention as one batched product over head groups)"
             }
         }
     }
@@ -58,7 +72,7 @@ impl std::str::FromStr for Fusion {
         Fusion::ALL
             .into_iter()
             .find(|f| f.name() == s)
-            .ok_or_else(|| format!("fusion must be none or patterns, not {s:?}"))
+            .ok_or_else(|| format!("fusion must be none, patterns or kernels, not {s:?}"))
     }
 }
 
@@ -219,12 +233,28 @@ const PATTERNS: &[Pattern] = &[norms::rms_norm, mlp::gated_mlp, mlp::linear, rot
 /// composites; the attention composites of lowering reading grouped keys and values. A match
 /// that cannot be outlined is left as the ops it was.
 pub fn fuse(module: Module) -> Module {
+    fuse_choosing(module, false)
+}
+
+/// [`fuse`], then each composite computed by the registry's formulation where it has one.
+pub fn fuse_with_kernels(module: Module) -> Module {
+    fuse_choosing(module, true)
+}
+
+fn fuse_choosing(module: Module, kernels: bool) -> Module {
     let mut main = module.main;
     if let Ok(Some(f)) = outline_all(&main) {
         main = f;
     }
     if let Ok(Some(f)) = attention::absorb_repeated_heads(&main) {
         main = f;
+    }
+    if kernels {
+        let before = main.clone();
+        if kernels::choose(&mut main).is_err() {
+            // A formulation that does not fit is not chosen.
+            main = before;
+        }
     }
     share_decompositions(&mut main);
     // The repeats moved into attention's decomposition are left unread.
