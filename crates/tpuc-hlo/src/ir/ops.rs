@@ -396,6 +396,9 @@ impl std::fmt::Display for AttrValue {
     }
 }
 
+/// A composite's attributes, by name, in the order given.
+pub type Attributes = Vec<(String, AttrValue)>;
+
 /// What an op computes. Each variant carries what its result types follow from, so that
 /// [`super::typing::infer`] computes them from the operands alone: a builder and the verifier
 /// apply the same rule.
@@ -579,7 +582,7 @@ pub enum OpKind {
     /// private function of the module, like a call's.
     Composite {
         name: String,
-        attributes: Vec<(String, AttrValue)>,
+        attributes: Attributes,
         version: i32,
         decomposition: Region,
     },
@@ -764,6 +767,19 @@ impl Loc {
 }
 
 impl OpKind {
+    /// A composite's name, attributes and decomposition; None for another op.
+    pub fn composite(&self) -> Option<(&str, &Attributes, &Region)> {
+        match self {
+            OpKind::Composite {
+                name,
+                attributes,
+                decomposition,
+                ..
+            } => Some((name, attributes, decomposition)),
+            _ => None,
+        }
+    }
+
     /// The function the op calls and the symbol it asks for it (a call's name; a composite's
     /// name, its dots as underscores, `_impl` after): a private function of the module.
     pub fn called(&self) -> Option<(String, &Region)> {

@@ -9,9 +9,7 @@ use tpuc_fx::{Arg, Node};
 use super::ctx::{Ctx, OpResult};
 use super::semantics::norm_dim;
 use super::LowerFn;
-use crate::ir::{AttrValue, TensorType, Value};
-
-type Attributes = Vec<(String, AttrValue)>;
+use crate::ir::{AttrValue, Attributes, TensorType, Value};
 
 /// The composite an op is lowered as, with its attributes read off the node; None for an op
 /// that is no pattern.

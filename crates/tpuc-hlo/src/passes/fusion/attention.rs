@@ -5,7 +5,7 @@
 //! sees the grouped heads.
 
 use super::Defs;
-use crate::ir::{BuildResult, Func, Op, OpKind, Rewriter, Value};
+use crate::ir::{BuildResult, Func, Op, Rewriter, Value};
 
 pub(super) const ATTENTION: &str = "tpuc.attention";
 
@@ -16,7 +16,7 @@ pub(super) fn absorb_repeated_heads(f: &Func) -> BuildResult<Option<Func>> {
     let uses = use_counts(f);
     let mut found = Vec::new();
     for (i, op) in f.ops().iter().enumerate() {
-        let OpKind::Composite { name, .. } = op.kind() else {
+        let Some((name, _, _)) = op.kind().composite() else {
             continue;
         };
         if name != ATTENTION || op.operands().len() < 3 {
@@ -40,13 +40,7 @@ pub(super) fn absorb_repeated_heads(f: &Func) -> BuildResult<Option<Func>> {
             continue;
         };
         rw.at(op);
-        let OpKind::Composite {
-            name,
-            attributes,
-            version,
-            decomposition,
-        } = op.kind()
-        else {
+        let Some((_, _, decomposition)) = op.kind().composite() else {
             unreachable!("found at a composite");
         };
         // The composite's operands, the keys and values before their repeat.
@@ -70,7 +64,7 @@ pub(super) fn absorb_repeated_heads(f: &Func) -> BuildResult<Option<Func>> {
         })?;
         let results = rw
             .builder()
-            .composite(name, attributes.clone(), *version, region, &new)?;
+            .op(op.kind().with_regions(vec![region]), &new)?;
         for (&old, new) in op.results().iter().zip(results) {
             rw.bind(old, new)?;
         }

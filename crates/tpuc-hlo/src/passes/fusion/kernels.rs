@@ -16,13 +16,7 @@ use crate::ir::{
 pub(super) fn choose(f: &mut Func) -> BuildResult<()> {
     for i in 0..f.ops().len() {
         let op = &f.ops()[i];
-        let OpKind::Composite {
-            name,
-            attributes,
-            version,
-            decomposition,
-        } = op.kind()
-        else {
+        let Some((name, attributes, decomposition)) = op.kind().composite() else {
             continue;
         };
         let types: Vec<TensorType> = op.operands().iter().map(|&v| f.ty(v).clone()).collect();
@@ -33,13 +27,7 @@ pub(super) fn choose(f: &mut Func) -> BuildResult<()> {
             None
         };
         if let Some(region) = chosen {
-            let kind = OpKind::Composite {
-                name: name.clone(),
-                attributes: attributes.clone(),
-                version: *version,
-                decomposition: region,
-            };
-            let operands = op.operands().to_vec();
+            let (kind, operands) = (op.kind().with_regions(vec![region]), op.operands().to_vec());
             f.replace_op(i, kind, operands)?;
         }
     }

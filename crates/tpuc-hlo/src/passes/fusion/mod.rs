@@ -267,23 +267,15 @@ fn share_decompositions(f: &mut Func) {
     let mut kept: Vec<OpKind> = Vec::new();
     for i in 0..f.ops().len() {
         let op = &f.ops()[i];
-        let OpKind::Composite {
-            name,
-            attributes,
-            decomposition,
-            ..
-        } = op.kind()
-        else {
+        let Some(this) = op.kind().composite() else {
             continue;
         };
-        let same = kept.iter().find(|k| match k {
-            OpKind::Composite {
-                name: n,
-                attributes: a,
-                decomposition: d,
-                ..
-            } => n == name && a == attributes && d.func().same_as(decomposition.func()),
-            _ => false,
+        let same = kept.iter().find(|k| match k.composite() {
+            Some((name, attributes, decomposition)) => {
+                (name, attributes) == (this.0, this.1)
+                    && decomposition.func().same_as(this.2.func())
+            }
+            None => false,
         });
         match same {
             Some(shared) => {
