@@ -1,6 +1,7 @@
-//! The kernel registry for XLA:CPU (`Fusion::Kernels`): for a composite, a formulation
-//! measured faster there than the ops it was matched from becomes its decomposition. The
-//! composite stays, so its name reaches every dump and every backend.
+//! The kernel registry for XLA:CPU (`Fusion::Kernels`): for a composite, a formulation written
+//! for the plugin becomes its decomposition. The composite stays, so its name reaches every
+//! dump and every backend. (tools/bench_fusion.py measures each against the ops matched; the
+//! grouped attention below is as fast at 24 layers, 0.99x, and saves the repeated copies.)
 //!
 //! - `tpuc.attention` over grouped keys and values (fewer heads than the query, no mask): the
 //!   query's heads split into their groups and multiplied with their key/value head as one

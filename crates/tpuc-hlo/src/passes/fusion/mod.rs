@@ -58,8 +58,8 @@ impl Fusion {
                  computed by the ops matched"
             }
             Fusion::Kernels => {
-                "As patterns, each computed by the formulation measured fastest on the plugin \
-                 (grouped-query attention as one batched product over head groups)"
+                "As patterns, each computed by the formulation tpuc holds for the plugin where it \
+                 has one (grouped-query attention as one batched product over head groups)"
             }
         }
     }
