@@ -158,3 +158,37 @@ def test_a_llama_block_as_hugging_face_writes_it_fuses_every_pattern():
     assert counts == {"rms_norm": 2, "rotary": 2, "attention": 1, "gated_mlp": 1}
     # Alike decompositions are written once: the two norms share one function.
     assert compiled.stdout.count("func.func private @tpuc_rms_norm_impl") == 1
+
+
+FUSED_EAGER = """
+import glob, os, sys, torch
+sys.path.insert(0, {here!r})
+from models import zoo
+import tpuc
+model, inputs = next((m, i) for n, m, i in zoo() if n == "llama")
+device_model = type(model)().to("tpuc")
+device_model.load_state_dict(model.state_dict())
+tpuc.device.fused(True)
+with torch.no_grad():
+    got = device_model(*[x.to("tpuc") for x in inputs]).cpu()
+    want = model(*inputs)
+tpuc.device.fused(False)
+torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+texts = [open(p).read() for p in glob.glob(os.path.join(os.environ["TPUC_DUMP_DIR"], "*fused*.mlir"))]
+print(sum(t.count('name = "tpuc.rms_norm"') for t in texts), sum(t.count('name = "tpuc.attention"') for t in texts))
+"""
+
+
+def test_fused_eager_goes_through_the_same_fusion(tmp_path):
+    """TPUC_FUSION reaches the device's programs: a fused run of the zoo's Llama on the tpuc
+    device holds its norms and attentions as composites, with eager's results."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, TPUC_FUSION="patterns", TPUC_DUMP_DIR=str(tmp_path / "dump"),
+               TPUC_CACHE_DIR=str(tmp_path / "cache"), TF_CPP_MIN_LOG_LEVEL="3")
+    run = subprocess.run([sys.executable, "-c", FUSED_EAGER.format(here=here)], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    norms, attentions = (int(n) for n in run.stdout.split()[-2:])
+    model, _ = MODELS["llama"]
+    assert norms == sum(isinstance(m, RMSNorm) for m in model.modules())
+    assert attentions == sum(isinstance(m, Attention) for m in model.modules())

@@ -31,7 +31,9 @@ def _fused_program(ops: list, returned: list, device: int):
     stored = None
     if None not in names:
         structure = repr((names, [list(sources) for _, sources in ops], list(returned))).encode()
-        stored = plan_store.key("fused", "", structure, b"", f"device {device}")
+        # The compiler's options (the fusion stage, say) shape the program too.
+        settings = f"{op_tracing.compiler().opts!r} device {device}"
+        stored = plan_store.key("fused", "", structure, b"", settings)
         record = plan_store.load(stored)
         if record is not None:
             planner.STATS["fused_runs_from_disk"] += 1

@@ -25,10 +25,12 @@ class Options:
     dump_dir:         write each compiled graph's FX graph, StableHLO and compile times there
                       (also TPUC_DUMP_DIR).
     matmul_precision: "highest" (default; what torch computes), "high" or "default".
-    fusion:           "none" (default: every op as lowered) or "patterns": named patterns
+    fusion:           "none" (default: every op as lowered), "patterns": named patterns
                       (RMSNorm, ...) become stablehlo.composite ops tpuc.<pattern> whose
                       decomposition is the ops matched, so that a backend may run its own kernel
-                      for them (XLA:CPU runs the decomposition: the results are the same).
+                      for them (XLA:CPU runs the decomposition: the results are the same), or
+                      "kernels": each computed by tpuc's formulation for the plugin where it
+                      has one (also TPUC_FUSION, which the tpuc device's programs follow too).
     hoist_weights:    compute what a forward graph derives from the model's parameters and
                       buffers alone once per version of them instead of on every call: convolution
                       kernels in the layout the plugin's convolutions read, batch norm scales and
@@ -90,6 +92,7 @@ class Options:
         values = {
             "strict": env_strict,
             "dump_dir": os.environ.get("TPUC_DUMP_DIR") or None,
+            "fusion": os.environ.get("TPUC_FUSION") or "none",
         }
         values.update(given)
         if "keep_whole" in values:

@@ -15,7 +15,7 @@ pub(super) fn gated_mlp(defs: &Defs, root: usize) -> Option<Match> {
         let (up_ops, up_x) = product(defs, up)?;
         Some(([act_ops, gate_ops].concat(), gate_x, up_ops, up_x))
     })?;
-    if !alike(defs, gate_x, up_x) {
+    if !defs.alike(gate_x, up_x) {
         return None;
     }
     let ops = [act_ops, up_ops, vec![root]].concat();
@@ -43,24 +43,6 @@ fn product(defs: &Defs, v: Value) -> Option<(Vec<usize>, Value)> {
     let (i, op) = defs.op(product)?;
     matches!(op.kind(), OpKind::DotGeneral { .. })
         .then(|| ([view, vec![i]].concat(), op.operands()[0]))
-}
-
-/// Whether `a` and `b` are the same value, or the same view (one op of the same kind) of one.
-fn alike(defs: &Defs, a: Value, b: Value) -> bool {
-    if a == b {
-        return true;
-    }
-    match (defs.op(a), defs.op(b)) {
-        (Some((_, x)), Some((_, y))) => {
-            x.kind() == y.kind()
-                && x.operands() == y.operands()
-                && matches!(
-                    x.kind(),
-                    OpKind::Reshape { .. } | OpKind::Transpose { .. } | OpKind::Convert { .. }
-                )
-        }
-        _ => false,
-    }
 }
 
 /// `act(x @ w + b)`, the bias broadcast along the product's rows (through the views a batched

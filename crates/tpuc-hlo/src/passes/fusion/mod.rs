@@ -171,6 +171,33 @@ impl Defs<'_> {
         }
     }
 
+    /// Whether `a` and `b` hold the same data in the same shape: the same value, a view of one
+    /// to its own shape, or the same view (one op of the same kind) of one value.
+    pub fn alike(&self, a: Value, b: Value) -> bool {
+        if a == b {
+            return true;
+        }
+        let (f, same_shape) = (self.f, self.f.ty(a) == self.f.ty(b));
+        let view_of = |v: Value, of: Value| {
+            self.reshape(v)
+                .is_some_and(|(_, x)| x == of && f.ty(x) == f.ty(v))
+        };
+        if same_shape && (view_of(a, b) || view_of(b, a)) {
+            return true;
+        }
+        match (self.op(a), self.op(b)) {
+            (Some((_, x)), Some((_, y))) => {
+                x.kind() == y.kind()
+                    && x.operands() == y.operands()
+                    && matches!(
+                        x.kind(),
+                        OpKind::Reshape { .. } | OpKind::Transpose { .. } | OpKind::Convert { .. }
+                    )
+            }
+            _ => false,
+        }
+    }
+
     /// `v = reshape(x)`: (its op's index, x).
     pub fn reshape(&self, v: Value) -> Option<(usize, Value)> {
         match self.op(v)? {

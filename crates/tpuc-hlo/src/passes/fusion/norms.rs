@@ -4,7 +4,7 @@ use super::{either, Defs, Match};
 use crate::ir::{AttrValue, BinaryOp, UnaryOp, Value};
 
 /// RMSNorm over the last dimension, `x * rsqrt(mean(x * x) + eps)`, times a weight broadcast
-/// along that dimension when there is one: `tpuc.rms_norm` with `epsilon`.
+/// along that dimension when there is one: `tpuc.rms_norm` with `epsilon` (when a constant).
 pub(super) fn rms_norm(defs: &Defs, root: usize) -> Option<Match> {
     let f = defs.func();
     let out = f.ops()[root].result()?;
@@ -25,9 +25,14 @@ pub(super) fn rms_norm(defs: &Defs, root: usize) -> Option<Match> {
     })?;
     let (rsqrt, shifted) = defs.unary(r, UnaryOp::Rsqrt)?;
     let (add, p, q) = defs.binary(shifted, BinaryOp::Add)?;
-    let ((mean, eps_ops, eps), _) = either(p, q, |m, e| {
-        let (ops, eps) = defs.constant(e)?;
-        Some((m, ops, eps))
+    // eps a constant (an attribute), or a scalar the program takes (the tpuc device's programs
+    // take an op's floats as operands): then an operand.
+    let ((mean, eps_ops, eps), _) = either(p, q, |m, e| match defs.constant(e) {
+        Some((ops, eps)) => Some((m, ops, Some(eps))),
+        None => {
+            let (i, scalar, _) = defs.broadcast(e)?;
+            (f.ty(scalar).rank() == 0).then_some((m, vec![i], None))
+        }
     })?;
     let (divide, summed, count) = defs.binary(mean, BinaryOp::Div)?;
     let (count_ops, n) = defs.constant(count)?;
@@ -40,7 +45,7 @@ pub(super) fn rms_norm(defs: &Defs, root: usize) -> Option<Match> {
         return None;
     }
     let (square, s1, s2) = defs.binary(squares, BinaryOp::Mul)?;
-    if s1 != x || s2 != x {
+    if s1 != s2 || !defs.alike(s1, x) {
         return None;
     }
     ops.extend([mul, rsqrt, add, divide, reshape, square]);
@@ -52,7 +57,11 @@ pub(super) fn rms_norm(defs: &Defs, root: usize) -> Option<Match> {
             .chain(&sum_ops),
     );
     ops.push(root);
-    Some(Match::new(f, ops, "tpuc.rms_norm").with("epsilon", AttrValue::f32(eps as f32)))
+    let m = Match::new(f, ops, "tpuc.rms_norm");
+    Some(match eps {
+        Some(eps) => m.with("epsilon", AttrValue::f32(eps as f32)),
+        None => m,
+    })
 }
 
 /// `out = broadcast(w) * normed` (either order), `w` a vector broadcast along dimension `last`:

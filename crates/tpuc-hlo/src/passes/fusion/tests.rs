@@ -17,6 +17,8 @@ struct Variant {
     first_dim: bool,
     /// No weight.
     unweighted: bool,
+    /// eps an argument (as the tpuc device's programs take an op's floats), not a constant.
+    eps_operand: bool,
 }
 
 /// `x * rsqrt(mean(x * x, -1, keepdim) + eps) * w` as tpuc lowers it (x: [2, 8, 32]).
@@ -35,7 +37,11 @@ fn rms_norm(v: Variant) -> Module {
     let n = b.scalar(DType::F32, [2.0, 32.0][usize::from(!v.first_dim)]);
     let n = b.broadcast_in_dim(n, &kept, &[]).unwrap();
     let mean = b.binary(BinaryOp::Div, summed, n).unwrap();
-    let eps = b.scalar(DType::F32, 1e-6);
+    let eps = if v.eps_operand {
+        b.arg(TensorType::scalar(DType::F32), ArgAttrs::default())
+    } else {
+        b.scalar(DType::F32, 1e-6)
+    };
     let eps = b.broadcast_in_dim(eps, &kept, &[]).unwrap();
     let scale = if v.eps_outside {
         let r = b.unary(UnaryOp::Rsqrt, mean).unwrap();
@@ -98,6 +104,27 @@ fn rms_norm_becomes_one_composite_with_its_epsilon() {
         assert_eq!(m.main.ops().len(), 1, "{text}");
         assert!(text.contains("func private @tpuc_rms_norm_impl("), "{text}");
     }
+}
+
+#[test]
+fn an_epsilon_the_program_takes_is_an_operand_not_an_attribute() {
+    let m = fused(rms_norm(Variant {
+        eps_operand: true,
+        ..Variant::default()
+    }));
+    assert_eq!(
+        composites(&m),
+        [("tpuc.rms_norm".to_string(), vec![])],
+        "{}",
+        print(&m)
+    );
+    let op = &m.main.ops()[0];
+    assert_eq!(
+        op.operands().len(),
+        3,
+        "x, the weight and eps: {}",
+        print(&m)
+    );
 }
 
 #[test]
