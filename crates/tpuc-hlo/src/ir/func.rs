@@ -417,6 +417,7 @@ impl Callees {
                 if self.index.contains_key(&callee.id()) {
                     continue;
                 }
+                let name = symbol_name(&name);
                 let count = taken.entry(name.clone()).or_insert(0);
                 let symbol = match *count {
                     0 => name,
@@ -442,4 +443,16 @@ impl Callees {
         let &i = self.index.get(&callee.id())?;
         Some(&self.functions[i].0)
     }
+}
+
+/// `name` as a symbol of the module: letters, digits and underscores, not first a digit.
+fn symbol_name(name: &str) -> String {
+    let mut symbol: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if !symbol.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        symbol.insert(0, '_');
+    }
+    symbol
 }

@@ -780,8 +780,8 @@ impl OpKind {
         }
     }
 
-    /// The function the op calls and the symbol it asks for it (a call's name; a composite's
-    /// name, its dots as underscores, `_impl` after): a private function of the module.
+    /// The function the op calls and the name it asks for it (a call's; a composite's with
+    /// `_impl` after): a private function of the module (`Module::callees` makes the symbol).
     pub fn called(&self) -> Option<(String, &Region)> {
         match self {
             OpKind::Call { name, callee } => Some((name.clone(), callee)),
@@ -789,7 +789,7 @@ impl OpKind {
                 name,
                 decomposition,
                 ..
-            } => Some((format!("{}_impl", name.replace('.', "_")), decomposition)),
+            } => Some((format!("{name}_impl"), decomposition)),
             _ => None,
         }
     }

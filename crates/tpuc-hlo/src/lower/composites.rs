@@ -7,6 +7,7 @@
 use tpuc_fx::{Arg, Node};
 
 use super::ctx::{Ctx, OpResult};
+use super::linear::attention_scale;
 use super::semantics::norm_dim;
 use super::LowerFn;
 use crate::ir::{AttrValue, Attributes, TensorType, Value};
@@ -18,11 +19,7 @@ pub(super) fn composite_of(cx: &Ctx, n: &Node) -> OpResult<Option<(&'static str,
     Ok(Some(match n.target.as_str() {
         "aten.scaled_dot_product_attention.default"
         | "aten._scaled_dot_product_flash_attention_for_cpu.default" => {
-            let q = cx.tensor(n, "query")?;
-            let head_dim = cx.b.shape(q).last().copied().unwrap_or(1);
-            let scale = cx
-                .opt_float(n, "scale")?
-                .unwrap_or(1.0 / (head_dim as f64).sqrt());
+            let scale = attention_scale(cx, n)?;
             let causal = cx.bool(n, "is_causal", false)?;
             (
                 "tpuc.attention",

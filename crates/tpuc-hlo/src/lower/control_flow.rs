@@ -205,29 +205,7 @@ fn along_leading_dimension(
     extra: &[Value],
     end: Option<Value>,
 ) -> OpResult<Vec<Option<Value>>> {
-    let Some(&first) = xs.first() else {
-        return err("it has no input to go along");
-    };
-    let length = match cx.b.shape(first).first() {
-        Some(&d) => d,
-        None => {
-            return err(format!(
-                "its input is a {}, which has no dimension to go along",
-                cx.b.ty(first)
-            ))
-        }
-    };
-    let mut slice_types = Vec::new();
-    for &x in xs {
-        let ty = cx.b.ty(x).clone();
-        if ty.shape.first() != Some(&length) {
-            return err(format!(
-                "its inputs differ in length: {} and {ty}",
-                cx.b.ty(first)
-            ));
-        }
-        slice_types.push(ty.with_shape(ty.shape[1..].to_vec()));
-    }
+    let (length, slice_types) = leading_rows(cx, xs, "it has no input to go along", "go along")?;
     let carried_types: Vec<TensorType> = init.iter().map(|&v| cx.b.ty(v).clone()).collect();
     let extra_types: Vec<TensorType> = extra.iter().map(|&v| cx.b.ty(v).clone()).collect();
     let arg_types: Vec<TensorType> = [&carried_types[..], &slice_types, &extra_types].concat();
@@ -286,29 +264,7 @@ fn associative_scan(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     let combine = subgraph(n, 0, "combine function")?;
     let xs = tensors(cx, n, 1, "scanned inputs")?;
     let extra = tensors(cx, n, 2, "additional inputs")?;
-    let Some(&first) = xs.first() else {
-        return err("it has no input to scan");
-    };
-    let length = match cx.b.shape(first).first() {
-        Some(&d) => d,
-        None => {
-            return err(format!(
-                "its input is a {}, which has no dimension to scan along",
-                cx.b.ty(first)
-            ))
-        }
-    };
-    let mut row_types = Vec::new();
-    for &x in &xs {
-        let ty = cx.b.ty(x).clone();
-        if ty.shape.first() != Some(&length) {
-            return err(format!(
-                "its inputs differ in length: {} and {ty}",
-                cx.b.ty(first)
-            ));
-        }
-        row_types.push(ty.with_shape(ty.shape[1..].to_vec()));
-    }
+    let (length, row_types) = leading_rows(cx, &xs, "it has no input to scan", "scan along")?;
     let extra_types: Vec<TensorType> = extra.iter().map(|&v| cx.b.ty(v).clone()).collect();
     let arg_types = [&row_types[..], &row_types, &extra_types].concat();
     let step = lower_subgraph(cx, combine, &arg_types)?;
@@ -396,23 +352,42 @@ fn invoke_subgraph(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         let state = cx.rng_state()?;
         operands.push(state);
     }
-    let mut results = cx.b.call(&symbol_name(&key.0), callee, &operands)?;
+    let mut results = cx.b.call(&key.0, callee, &operands)?;
     if draws {
         cx.rng_state = results.pop();
     }
     Ok(results.into_iter().map(Some).collect())
 }
 
-/// `name` as a symbol of the module: letters, digits and underscores, not first a digit.
-fn symbol_name(name: &str) -> String {
-    let mut symbol: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    if !symbol.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
-        symbol.insert(0, '_');
+/// The length of `xs`' common leading dimension and the type of one row of each; `none` the
+/// error without inputs, `along` what the dimension is for (in the error without one).
+fn leading_rows(
+    cx: &Ctx,
+    xs: &[Value],
+    none: &str,
+    along: &str,
+) -> OpResult<(i64, Vec<TensorType>)> {
+    let Some(&first) = xs.first() else {
+        return err(none);
+    };
+    let Some(&length) = cx.b.shape(first).first() else {
+        return err(format!(
+            "its input is a {}, which has no dimension to {along}",
+            cx.b.ty(first)
+        ));
+    };
+    let mut rows = Vec::with_capacity(xs.len());
+    for &x in xs {
+        let ty = cx.b.ty(x).clone();
+        if ty.shape.first() != Some(&length) {
+            return err(format!(
+                "its inputs differ in length: {} and {ty}",
+                cx.b.ty(first)
+            ));
+        }
+        rows.push(ty.with_shape(ty.shape[1..].to_vec()));
     }
-    symbol
+    Ok((length, rows))
 }
 
 /// Row `i` (an i64 scalar) of `whole` along its leading dimension.

@@ -303,6 +303,16 @@ struct Attention {
     lse: Option<DType>,
 }
 
+/// The factor an attention node scales its scores by: its `scale`, else one over the root of the
+/// query's last dimension (torch's default).
+pub(super) fn attention_scale(cx: &Ctx, n: &Node) -> OpResult<f64> {
+    let q = cx.tensor(n, "query")?;
+    let head_dim = cx.b.shape(q).last().copied().unwrap_or(1);
+    Ok(cx
+        .opt_float(n, "scale")?
+        .unwrap_or(1.0 / (head_dim as f64).sqrt()))
+}
+
 /// `scaled_dot_product_attention` and torch's fused kernels of it (with the fusion stage on, one
 /// `tpuc.attention` composite: `lower::composites`).
 fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
@@ -324,9 +334,7 @@ fn sdpa(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
     // heads (torch's `enable_gqa`). The CPU flash kernel takes such keys and values without
     // the flag: torch's `enable_gqa=True` on CPU tensors arrives as that kernel.
     let spec = Attention {
-        scale: cx
-            .opt_float(n, "scale")?
-            .unwrap_or(1.0 / (qs[qs.len() - 1] as f64).sqrt()),
+        scale: attention_scale(cx, n)?,
         causal: cx.bool(n, "is_causal", false)?,
         grouped: cx.bool(n, "enable_gqa", false)? || n.target.contains("flash_attention"),
         lse: if n.target.contains("flash_attention") {
