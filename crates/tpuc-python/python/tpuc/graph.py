@@ -89,8 +89,10 @@ def sizes_within_subgraphs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
     if all(trailing_at(n) is None for n in gm.graph.nodes):
         return gm
-    module = copy_module(gm)
-    graph = module.graph
+    graph = torch.fx.Graph()
+    env: dict = {}
+    for n in gm.graph.nodes:
+        env[n] = graph.node_copy(n, lambda x: env[x])
     done: dict[str, torch.fx.GraphModule] = {}
     for node in graph.nodes:
         at = trailing_at(node)
@@ -108,27 +110,21 @@ def sizes_within_subgraphs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             kept = [a for j, a in enumerate(trailing) if j not in sizes]
             node.args = ((*node.args[:at], *kept) if flat
                          else (*node.args[:at], type(node.args[at])(kept), *node.args[at + 1:]))
+    module = torch.fx.GraphModule(gm, graph)
     for target, sub in done.items():
         setattr(module, target, sub)
-    module.recompile()
     return module
-
-
-def copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of `gm` whose graph can be changed; node metadata (fake tensors, which do not
-    deep-copy) is shared, the module's tensors too."""
-    graph = torch.fx.Graph()
-    env: dict = {}
-    for node in gm.graph.nodes:
-        env[node] = graph.node_copy(node, lambda n: env[n])
-    return torch.fx.GraphModule(gm, graph)
 
 
 def _sizes_read_within(sub: torch.fx.GraphModule, sizes: list, trailing: int) -> torch.fx.GraphModule:
     """A copy of subgraph `sub` without the inputs at `sizes` (positions among its last
     `trailing` inputs, with the values passed there): each read from a dimension of a tensor
     input of the same size, or the int it is."""
-    module = sizes_within_subgraphs(copy_module(sub))
+    graph = torch.fx.Graph()
+    env: dict = {}
+    for n in sub.graph.nodes:
+        env[n] = graph.node_copy(n, lambda x: env[x])
+    module = sizes_within_subgraphs(torch.fx.GraphModule(sub, graph))
     graph = module.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     first = len(placeholders) - trailing
