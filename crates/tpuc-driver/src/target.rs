@@ -21,6 +21,9 @@ pub struct TargetInfo {
     /// The layout convolution kernels computed once (hoisted) are given: the one the plugin's
     /// convolutions read (XLA:CPU's own), else torch's (the plugin's compiler picks its own).
     pub conv_kernels: KernelLayout,
+    /// The newest StableHLO version the plugin reads (`1.16.1`), where it says: user kernels
+    /// serialized for a newer one are refused before the plugin sees them.
+    pub stablehlo_version: Option<String>,
 }
 
 impl TargetInfo {
@@ -38,6 +41,7 @@ impl TargetInfo {
             kind,
             devices,
             conv_kernels,
+            stablehlo_version: None,
         }
     }
 }
@@ -144,12 +148,19 @@ impl Target {
         }
         let opened: Vec<Device> = available.into_iter().take(devices).collect();
         let program_devices = if each { 1 } else { devices };
+        let stablehlo_version = client
+            .plugin()
+            .attribute("stablehlo_current_version")
+            .map(ToString::to_string);
         Ok(Target {
             client,
             plugin_path: path,
             devices: opened[..program_devices].to_vec(),
             each: opened,
-            info: TargetInfo::new(kind, program_devices),
+            info: TargetInfo {
+                stablehlo_version,
+                ..TargetInfo::new(kind, program_devices)
+            },
             executables: ExecutableCache::default(),
             not_paddable: Mutex::default(),
             prepared: Default::default(),

@@ -3,7 +3,7 @@
 //! expects, and prints it as text or writes bytecode. Nothing here decides a type or a rule:
 //! the IR already holds them; this crate only spells them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -21,6 +21,8 @@ use melior::ir::{
 use melior::Context;
 
 use tpuc_hlo::ir::*;
+
+mod foreign;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmitFormat {
@@ -48,6 +50,10 @@ pub enum EmitError {
     Print(String),
     #[error("internal error: {0}")]
     Invalid(String),
+    /// A user's kernel that cannot join the module (its module does not parse, or has another
+    /// signature than its op).
+    #[error("the kernel of {name}: {message}")]
+    Kernel { name: String, message: String },
 }
 
 /// Emits `module` as text or bytecode.
@@ -262,6 +268,15 @@ impl<'c> Emitter<'c> {
         for (symbol, callee) in self.callees.functions().to_vec() {
             let func = self.private_function(&symbol, callee.func(), m)?;
             module.body().append_operation(func);
+        }
+        let mut taken: HashSet<String> = std::iter::once("main".to_string())
+            .chain(self.callees.functions().iter().map(|(s, _)| s.clone()))
+            .collect();
+        for (symbol, function) in self.callees.foreign().to_vec() {
+            let ctx = self.ctx;
+            foreign::splice(ctx, &module, &symbol, &function, &mut taken, &mut |t| {
+                self.ty(t)
+            })?;
         }
         Ok(module)
     }
@@ -493,6 +508,12 @@ impl<'c> Emitter<'c> {
             OpKind::While { .. } | OpKind::Case { .. } => self.control_flow(op, m, &operands)?,
             OpKind::Call { callee, .. } => {
                 let symbol = self.symbol(callee, node)?;
+                ("func.call", vec![("callee", format!("@{symbol}"))], vec![])
+            }
+            OpKind::Foreign(function) => {
+                let symbol = self.callees.foreign_symbol(function).ok_or_else(|| {
+                    EmitError::Invalid(format!("(at {node}) a kernel's function not found"))
+                })?;
                 ("func.call", vec![("callee", format!("@{symbol}"))], vec![])
             }
             OpKind::Composite {
@@ -900,9 +921,10 @@ impl<'c> Emitter<'c> {
             OpKind::While { .. }
             | OpKind::Case { .. }
             | OpKind::Call { .. }
-            | OpKind::Composite { .. } => {
+            | OpKind::Composite { .. }
+            | OpKind::Foreign(_) => {
                 return Err(EmitError::Invalid(format!(
-                    "{} (at {}) has regions: `op` emits it",
+                    "{} (at {}) calls a function: `op` emits it",
                     op.kind().name(),
                     loc.node
                 )))

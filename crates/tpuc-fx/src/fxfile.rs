@@ -11,6 +11,7 @@ use prost::Message;
 use crate::dtype;
 use crate::error::{FxError, Result};
 use crate::graph::*;
+use crate::kernels::KernelsDocument;
 use crate::symbolic::SymbolRange;
 
 #[allow(clippy::all)]
@@ -19,10 +20,11 @@ pub mod proto {
 }
 
 pub const MAGIC: &[u8; 8] = b"TPUCFX1\n";
-/// The newest format version: 2 carries subgraph arguments. A program without them is written
-/// as version 1, which every reader reads; both are read.
-pub const FORMAT_VERSION: u32 = 2;
+/// The newest format version: 2 carries subgraph arguments, 3 user kernels. A program is
+/// written with the oldest version that holds it (1 when it has neither); all are read.
+pub const FORMAT_VERSION: u32 = 3;
 const FIRST_FORMAT_VERSION: u32 = 1;
+const SUBGRAPHS_FORMAT_VERSION: u32 = 2;
 /// Alignment of each weight in a side file: what memory maps and zero-copy buffers need.
 pub const WEIGHT_ALIGNMENT: usize = 64;
 
@@ -76,13 +78,21 @@ pub fn write_fx(program: &Program, path: &Path, storage: WeightStorage) -> Resul
         })
         .collect();
     let message = proto::Program {
-        format_version: if has_subgraphs(&program.graph) {
+        format_version: if !program.kernels.is_empty() {
             FORMAT_VERSION
+        } else if has_subgraphs(&program.graph) {
+            SUBGRAPHS_FORMAT_VERSION
         } else {
             FIRST_FORMAT_VERSION
         },
         graph: Some(graph_to_proto(&program.graph)),
         weights,
+        kernels: if program.kernels.is_empty() {
+            Vec::new()
+        } else {
+            serde_json::to_vec(&KernelsDocument::of(&program.kernels))
+                .expect("a kernels document serializes")
+        },
     };
     if storage == WeightStorage::SideFile {
         write_atomically(&side_path, &[&side]).map_err(|source| FxError::Io {
@@ -210,7 +220,26 @@ pub fn read_fx(path: &Path) -> Result<Program> {
         crate::pt2::check_weight_size(&weight).map_err(invalid)?;
         weights.insert(w.name, weight);
     }
-    crate::validate::validated(path, Program { graph, weights })
+    let kernels = if message.kernels.is_empty() {
+        Vec::new()
+    } else {
+        serde_json::from_slice::<KernelsDocument>(&message.kernels)
+            .map_err(|e| e.to_string())
+            .and_then(KernelsDocument::kernels)
+            .map_err(|message| FxError::Invalid {
+                path: path.to_path_buf(),
+                context: "kernels".into(),
+                message,
+            })?
+    };
+    crate::validate::validated(
+        path,
+        Program {
+            graph,
+            weights,
+            kernels,
+        },
+    )
 }
 
 fn dim_to_proto(d: &Dim) -> proto::Dim {
@@ -687,7 +716,7 @@ mod tests {
     }
 
     #[test]
-    fn subgraphs_need_version_2_and_both_versions_read_back() {
+    fn subgraphs_need_version_2_kernels_3_and_every_version_reads_back() {
         let plain = Program::new(graph(), HashMap::new()).unwrap();
         let mut nested = graph();
         nested.nodes[0].inputs.push(NamedArg {
@@ -712,10 +741,15 @@ mod tests {
             });
         }
         let functionalized = Program::new(functionalized, HashMap::new()).unwrap();
+        let with_kernels = Program::new(graph(), HashMap::new())
+            .unwrap()
+            .with_kernels(vec![crate::kernels::example()])
+            .unwrap();
         for (program, name, version) in [
             (&plain, "plain", 1),
             (&nested, "nested", 2),
             (&functionalized, "functionalized", 2),
+            (&with_kernels, "kernels", 3),
         ] {
             let (path, written_version) = written(program, name);
             assert_eq!(written_version, version, "{name}");
@@ -727,13 +761,14 @@ mod tests {
             format_version: FORMAT_VERSION + 1,
             graph: Some(graph_to_proto(&plain.graph)),
             weights: Vec::new(),
+            kernels: Vec::new(),
         };
         let path = std::env::temp_dir().join(format!("tpuc-fx-{}-future.fx", std::process::id()));
         std::fs::write(&path, [MAGIC.as_slice(), &future.encode_to_vec()].concat()).unwrap();
         let message = read_fx(&path).unwrap_err().to_string();
         std::fs::remove_file(path).unwrap();
         assert!(
-            message.contains("format version 3 is not supported"),
+            message.contains("format version 4 is not supported"),
             "{message}"
         );
     }

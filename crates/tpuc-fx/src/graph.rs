@@ -382,6 +382,8 @@ pub struct Weight {
 pub struct Program {
     pub(crate) graph: Graph,
     pub(crate) weights: HashMap<String, Weight>,
+    /// User kernels of the custom ops the graph calls (`crate::kernels`).
+    pub(crate) kernels: Vec<crate::kernels::Kernel>,
 }
 
 impl Program {
@@ -390,9 +392,28 @@ impl Program {
         graph: Graph,
         weights: HashMap<String, Weight>,
     ) -> std::result::Result<Program, (String, String)> {
-        let program = Program { graph, weights };
+        let program = Program {
+            graph,
+            weights,
+            kernels: Vec::new(),
+        };
         crate::validate::validate(&program)?;
         Ok(program)
+    }
+
+    /// The program with `kernels` for its custom ops, or what is wrong with them.
+    pub fn with_kernels(
+        mut self,
+        kernels: Vec<crate::kernels::Kernel>,
+    ) -> std::result::Result<Program, (String, String)> {
+        crate::kernels::check(&kernels).map_err(|m| ("kernels".to_string(), m))?;
+        self.kernels = kernels;
+        Ok(self)
+    }
+
+    /// The user kernels the program carries.
+    pub fn kernels(&self) -> &[crate::kernels::Kernel] {
+        &self.kernels
     }
 
     pub fn graph(&self) -> &Graph {

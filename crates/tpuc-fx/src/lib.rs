@@ -6,6 +6,7 @@ pub mod dtype;
 pub mod error;
 pub mod fxfile;
 pub mod graph;
+pub mod kernels;
 mod pt2;
 mod schema;
 pub mod source;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::dtype;
 use crate::error::{FxError, Result};
 use crate::graph::*;
+use crate::kernels::KernelsDocument;
 use crate::schema;
 use crate::symbolic::SymbolRange;
 
@@ -155,7 +156,7 @@ pub fn read_pt2(path: &Path) -> Result<Program> {
             .archive_error("weights are big-endian; tpuc reads little-endian archives".into()));
     }
     let model = archive.entry("models/model.json")?;
-    let graph = graph_from_json(path, "models/model.json", model.as_slice())?;
+    let (graph, _) = graph_from_json(path, "models/model.json", model.as_slice())?;
     let conv = Converter { path };
 
     let mut weights = HashMap::new();
@@ -192,25 +193,54 @@ pub fn read_pt2(path: &Path) -> Result<Program> {
             weights.insert(fqn, weight);
         }
     }
-    crate::validate::validated(path, Program { graph, weights })
+    let kernels = if archive.has(crate::kernels::ARCHIVE_ENTRY) {
+        let document: KernelsDocument = archive.json(crate::kernels::ARCHIVE_ENTRY)?;
+        document
+            .kernels()
+            .map_err(|m| conv.invalid(crate::kernels::ARCHIVE_ENTRY, m))?
+    } else {
+        Vec::new()
+    };
+    crate::validate::validated(
+        path,
+        Program {
+            graph,
+            weights,
+            kernels,
+        },
+    )
 }
 
 /// A program from a serialized `ExportedProgram` (torch.export's `model.json`) whose graph
 /// takes everything as inputs, without weights: what the torch.compile backend hands over.
 /// `origin` names it in errors.
 pub fn program_from_json(origin: &Path, json: &[u8]) -> Result<Program> {
-    let graph = graph_from_json(origin, "model.json", json)?;
+    let (graph, kernels) = graph_from_json(origin, "model.json", json)?;
+    let kernels = match kernels {
+        Some(document) => document.kernels().map_err(|message| FxError::Invalid {
+            path: origin.to_path_buf(),
+            context: "tpuc_kernels".into(),
+            message,
+        })?,
+        None => Vec::new(),
+    };
     crate::validate::validated(
         origin,
         Program {
             graph,
             weights: HashMap::new(),
+            kernels,
         },
     )
 }
 
-/// Parses and converts the graph of a serialized `ExportedProgram`, checking its schema version.
-fn graph_from_json(path: &Path, entry: &str, json: &[u8]) -> Result<Graph> {
+/// Parses and converts the graph of a serialized `ExportedProgram`, checking its schema version;
+/// with the kernels the backend put beside it, if any.
+fn graph_from_json(
+    path: &Path,
+    entry: &str,
+    json: &[u8],
+) -> Result<(Graph, Option<KernelsDocument>)> {
     let probe: schema::VersionProbe = parse_json(path, entry, json)?;
     if probe.schema_version.major != SUPPORTED_SCHEMA_MAJOR {
         return Err(FxError::SchemaVersion {
@@ -234,7 +264,7 @@ fn graph_from_json(path: &Path, entry: &str, json: &[u8]) -> Result<Graph> {
             (name, range)
         })
         .collect();
-    Ok(graph)
+    Ok((graph, exported.tpuc_kernels))
 }
 
 /// Checks that a weight's bytes hold exactly its dense row-major elements.

@@ -10,6 +10,9 @@ pub struct ExportedProgram {
     pub graph_module: GraphModule,
     #[serde(default)]
     pub range_constraints: HashMap<String, RangeConstraint>,
+    /// Not torch's: the user kernels the backend hands over with a graph (`crate::kernels`).
+    #[serde(default)]
+    pub tpuc_kernels: Option<crate::kernels::KernelsDocument>,
 }
 
 /// The sizes a symbol may take; None: unbounded on that side.

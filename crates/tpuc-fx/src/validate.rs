@@ -20,6 +20,7 @@ pub fn validated(path: &Path, program: Program) -> Result<Program> {
 /// On failure: (where, what), e.g. ("node add_1 (aten.add.Tensor)", "uses undefined value x").
 /// Subgraphs a node takes are checked as graphs of their own (they read only their inputs).
 pub fn validate(program: &Program) -> std::result::Result<(), (String, String)> {
+    crate::kernels::check(&program.kernels).map_err(|m| ("kernels".to_string(), m))?;
     validate_graph(&program.graph, Some(program), "")
 }
 

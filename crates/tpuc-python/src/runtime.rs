@@ -125,6 +125,18 @@ impl Runtime {
         self.target.platform().map_err(driver_error)
     }
 
+    /// The StableHLO versions the plugin reads, `(current, minimum)` (`"1.16.1"`), None where
+    /// it does not say.
+    #[getter]
+    fn stablehlo_versions(&self) -> (Option<String>, Option<String>) {
+        let plugin = self.target.client().plugin();
+        let version = |key| plugin.attribute(key).map(ToString::to_string);
+        (
+            version("stablehlo_current_version"),
+            version("stablehlo_minimum_version"),
+        )
+    }
+
     /// The bytes of the buffers alive on device `index` and the most there were since the
     /// last reset: `(allocated, peak)`.
     fn memory_use(&self, index: usize) -> PyResult<(usize, usize)> {

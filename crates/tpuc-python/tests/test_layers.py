@@ -12,7 +12,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "python" / "tpuc"
 LAYERS = [
     {"_tpuc", "_tpuc_native"},
     {"runtime", "tolerance"},
-    {"graph", "options", "decompositions", "custom_ops", "sharding"},
+    {"graph", "options", "decompositions", "custom_ops", "kernels", "sharding"},
     {"compiler"},
     {"accelerator", "autocast", "process_group", "op_tracing", "flex_attention", "default_compiler"},
     {"device", "planner", "plan_store", "fusion", "checks"},

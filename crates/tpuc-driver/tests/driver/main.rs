@@ -1,13 +1,14 @@
 //! The driver's tests: bad programs refused by name, execution on the XLA CPU plugin
 //! (`execution`: every golden case against torch's outputs, bad inputs), the runtime layer
 //! (`runner`: a model opened and run as `tpuc run` runs it), dynamic sizes and buckets, the
-//! pipeline's options and programs over device meshes. The golden modules themselves
+//! pipeline's options, programs over device meshes and user kernels. The golden modules themselves
 //! (testdata/lowering/<case>.pt2 -> <case>.mlir) are crates/tpuc-filetests'; the `tpuc` command
 //! is crates/tpuc-cli/tests/cli's.
 
 mod control_flow;
 mod dynamic;
 mod execution;
+mod kernels;
 mod pipeline;
 mod runner;
 mod sharded;
@@ -262,6 +263,7 @@ fn main() {
     ];
     trials.extend(execution::trials(&cases));
     trials.extend(control_flow::trials());
+    trials.extend(kernels::trials());
     trials.extend(dynamic::trials());
     trials.extend(pipeline::trials());
     trials.extend(sharded::trials());

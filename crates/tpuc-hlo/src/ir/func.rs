@@ -2,11 +2,12 @@
 //! [`super::Builder`], [`super::Rewriter`] and the checked edits here, so a function that
 //! exists is well typed: every op's results have the types its rule gives.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::attrs::{ArgAttrs, MeshSharding};
-use super::ops::{Loc, OpKind, Region, Value};
+use super::ops::{ForeignFunction, Loc, OpKind, Region, Value};
 use super::types::TensorType;
 use super::typing::infer;
 use crate::ir::TypeError;
@@ -407,6 +408,8 @@ impl Module {
 pub struct Callees {
     functions: Vec<(String, Region)>,
     index: HashMap<usize, usize>,
+    foreign: Vec<(String, Arc<ForeignFunction>)>,
+    foreign_index: HashMap<*const ForeignFunction, usize>,
 }
 
 impl Callees {
@@ -417,15 +420,16 @@ impl Callees {
                 if self.index.contains_key(&callee.id()) {
                     continue;
                 }
-                let name = symbol_name(&name);
-                let count = taken.entry(name.clone()).or_insert(0);
-                let symbol = match *count {
-                    0 => name,
-                    n => format!("{name}_{n}"),
-                };
-                *count += 1;
+                let symbol = unique_symbol(&name, taken);
                 self.index.insert(callee.id(), self.functions.len());
                 self.functions.push((symbol, callee.clone()));
+            }
+            if let OpKind::Foreign(function) = &op.kind {
+                if let Entry::Vacant(entry) = self.foreign_index.entry(Arc::as_ptr(function)) {
+                    entry.insert(self.foreign.len());
+                    let symbol = unique_symbol(&function.name, taken);
+                    self.foreign.push((symbol, function.clone()));
+                }
             }
             for region in op.kind.regions() {
                 self.gather(region.func(), taken);
@@ -443,6 +447,29 @@ impl Callees {
         let &i = self.index.get(&callee.id())?;
         Some(&self.functions[i].0)
     }
+
+    /// Each foreign function the module calls with its name, in the order first called.
+    pub fn foreign(&self) -> &[(String, Arc<ForeignFunction>)] {
+        &self.foreign
+    }
+
+    /// The symbol name of `function`, a foreign function the module calls.
+    pub fn foreign_symbol(&self, function: &Arc<ForeignFunction>) -> Option<&str> {
+        let &i = self.foreign_index.get(&Arc::as_ptr(function))?;
+        Some(&self.foreign[i].0)
+    }
+}
+
+/// A symbol for `name` no other function of the module has (`taken` counts each name's uses).
+fn unique_symbol(name: &str, taken: &mut HashMap<String, usize>) -> String {
+    let name = symbol_name(name);
+    let count = taken.entry(name.clone()).or_insert(0);
+    let symbol = match *count {
+        0 => name,
+        n => format!("{name}_{n}"),
+    };
+    *count += 1;
+    symbol
 }
 
 /// `name` as a symbol of the module: letters, digits and underscores, not first a digit.

@@ -586,6 +586,21 @@ pub enum OpKind {
         version: i32,
         decomposition: Region,
     },
+    /// A call of a function written outside tpuc (a user's kernel): a private function of the
+    /// module made from the kernel's own module, once per kernel however many call it.
+    Foreign(Arc<ForeignFunction>),
+}
+
+/// A function tpuc did not write (a user's JAX kernel, `tpuc.jax_op`): a module in MLIR's
+/// generic form whose public `main` takes `operands` and returns `results`. tpuc checks only
+/// the types; the plugin compiles the body.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ForeignFunction {
+    /// What it computes, for its symbol and messages: the op it implements (`mylib.scale.default`).
+    pub name: String,
+    pub module: Arc<str>,
+    pub operands: Vec<TensorType>,
+    pub results: Vec<TensorType>,
 }
 
 impl OpKind {
@@ -636,6 +651,7 @@ impl OpKind {
             OpKind::Case { .. } => "stablehlo.case",
             OpKind::Call { .. } => "func.call",
             OpKind::Composite { .. } => "stablehlo.composite",
+            OpKind::Foreign(_) => "func.call",
         }
     }
 

@@ -46,6 +46,14 @@ pub fn print(module: &Module) -> String {
             &callees,
         );
     }
+    for (symbol, function) in callees.foreign() {
+        let _ = writeln!(
+            out,
+            "func private @{symbol}: the kernel of {} ({} bytes of StableHLO)",
+            function.name,
+            function.module.len()
+        );
+    }
     out
 }
 
@@ -92,6 +100,13 @@ fn print_func(out: &mut String, f: &Func, header: &str, indent: &str, callees: &
         }
         if let Some((_, callee)) = op.kind().called() {
             let _ = write!(line, " @{}", callees.symbol(callee).unwrap_or("?"));
+        }
+        if let OpKind::Foreign(function) = op.kind() {
+            let _ = write!(
+                line,
+                " @{}",
+                callees.foreign_symbol(function).unwrap_or("?")
+            );
         }
         for (key, text) in attributes(op.kind()) {
             let _ = write!(line, " {key}={text}");
@@ -275,7 +290,9 @@ fn attributes(kind: &OpKind) -> Vec<(&'static str, String)> {
             ("concat", concat_dim.to_string()),
             ("groups", list(groups)),
         ],
-        OpKind::While { .. } | OpKind::Case { .. } | OpKind::Call { .. } => vec![],
+        OpKind::While { .. } | OpKind::Case { .. } | OpKind::Call { .. } | OpKind::Foreign(_) => {
+            vec![]
+        }
         OpKind::Composite {
             name,
             attributes,

@@ -311,3 +311,53 @@ fn passes_reach_a_called_function_once_and_keep_it_shared() {
         print(&out)
     );
 }
+
+fn foreign_doubling() -> std::sync::Arc<ForeignFunction> {
+    std::sync::Arc::new(ForeignFunction {
+        name: "mylib.twice.default".into(),
+        module: "\"builtin.module\"() ({}) : () -> ()".into(),
+        operands: vec![f32s(&[2])],
+        results: vec![f32s(&[2])],
+    })
+}
+
+#[test]
+fn a_kernel_called_twice_is_named_once_and_survives_the_passes() {
+    let mut b = Builder::new();
+    let x = b.arg(f32s(&[2]), ArgAttrs::default());
+    let kernel = foreign_doubling();
+    let once = b.op(OpKind::Foreign(kernel.clone()), &[x]).unwrap();
+    let twice = b.op(OpKind::Foreign(kernel), &once).unwrap();
+    // A call of the kernel whose result nothing reads goes with the other dead code.
+    b.op(OpKind::Foreign(foreign_doubling()), &[x]).unwrap();
+    let m = Module::new(b.finish(twice, vec![]));
+    verify(&m).unwrap();
+    let options = PipelineOptions {
+        verify: true,
+        ..PipelineOptions::default()
+    };
+    let out = pipeline(m, &options).unwrap().main;
+    let callees = out.callees();
+    let names: Vec<&str> = callees.foreign().iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["mylib_twice_default"]);
+    let text = print(&out);
+    assert!(
+        text.matches("func.call").count() == 2
+            && text.contains("@mylib_twice_default : tensor<2xf32>")
+            && text.contains("func private @mylib_twice_default: the kernel of mylib.twice.default"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_kernel_of_other_operand_types_is_refused_by_name() {
+    let mut b = Builder::new();
+    let x = b.arg(f32s(&[3]), ArgAttrs::default());
+    let e = b.op(OpKind::Foreign(foreign_doubling()), &[x]).unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "the kernel of mylib.twice.default takes (tensor<2xf32>), the op passes (tensor<3xf32>)"
+        ),
+        "{e}"
+    );
+}

@@ -526,6 +526,18 @@ pub fn infer(kind: &OpKind, operands: &[&TensorType]) -> Rule {
             signature(&format!("@{name}"), callee.func(), &passed, &results)?;
             Ok(results)
         }
+        OpKind::Foreign(function) => {
+            let passed: Vec<TensorType> = operands.iter().map(|&t| t.clone()).collect();
+            if passed != function.operands {
+                return Err(format!(
+                    "the kernel of {} takes {}, the op passes {}",
+                    function.name,
+                    types_text(&function.operands),
+                    types_text(&passed)
+                ));
+            }
+            Ok(function.results.clone())
+        }
         OpKind::Composite {
             name,
             decomposition,

@@ -51,6 +51,8 @@ pub struct Ctx<'p> {
     /// The functions lowered for repeated blocks so far, by torch's name for the block and the
     /// types it is called with: shared by the program and every subgraph in it.
     pub(super) functions: Rc<RefCell<Functions>>,
+    /// The program's user kernels (`kernels.rs`), shared by every subgraph in it.
+    pub(super) kernels: Rc<[super::kernels::UserKernel]>,
 }
 
 /// Functions lowered for blocks, by the block's name and the types it is called with.
@@ -81,6 +83,7 @@ impl<'p> Ctx<'p> {
             sizes: HashMap::new(),
             used: used_tensors(graph),
             functions: Rc::default(),
+            kernels: Rc::from([]),
         }
     }
 

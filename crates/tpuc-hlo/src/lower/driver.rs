@@ -8,6 +8,7 @@ use tpuc_fx::{Arg, DType, Dim, GraphInput, InputKind, Node, OutputValue, Program
 
 use super::composites::{composite_of, lower_as_composite};
 use super::ctx::{meta_type, output_slots, Ctx, OpError, OpResult};
+use super::kernels::{has_kernel, kernel_lowering, user_kernels, UserKernel};
 use super::registry::{is_collective, is_pointwise, is_supported, lowering, Lowering, Variant};
 use super::{in_place, padding, LowerError, LowerOptions, Lowered, Unsupported, WeightsMode};
 use crate::ir::*;
@@ -73,8 +74,10 @@ fn node_loc(n: &Node) -> Arc<Loc> {
 pub fn lower(program: &Program, opts: &LowerOptions) -> Result<Lowered, LowerError> {
     let g = program.graph();
     refuse_dynamic_sizes(program)?;
-    refuse_unsupported(g)?;
+    let kernels = user_kernels(program);
+    refuse_unsupported(g, &kernels)?;
     let mut cx = Ctx::new(Builder::new(), opts, g);
+    cx.kernels = kernels;
     let mut args = bind_inputs(&mut cx, program)?;
     args.extend(bind_sizes(&mut cx));
     let mut spread = padding::Spread::default();
@@ -148,6 +151,7 @@ fn lower_graph(
     };
     let mut inner = Ctx::new(cx.b.nested(), opts, g);
     inner.functions = cx.functions.clone();
+    inner.kernels = cx.kernels.clone();
     let within = |e: LowerError| OpError(format!("subgraph {}: {e}", sub.name));
     for (input, ty) in g.inputs.iter().zip(arg_types) {
         let recorded = g
@@ -206,9 +210,9 @@ fn refuse_dynamic_sizes(program: &Program) -> Result<(), LowerError> {
 
 /// Every node without a lowering, in the graph and the subgraphs its nodes run, reported at
 /// once.
-fn refuse_unsupported(g: &tpuc_fx::Graph) -> Result<(), LowerError> {
+fn refuse_unsupported(g: &tpuc_fx::Graph, kernels: &[UserKernel]) -> Result<(), LowerError> {
     let mut unsupported = Vec::new();
-    find_unsupported(g, &mut unsupported);
+    find_unsupported(g, kernels, &mut unsupported);
     if unsupported.is_empty() {
         return Ok(());
     }
@@ -216,10 +220,14 @@ fn refuse_unsupported(g: &tpuc_fx::Graph) -> Result<(), LowerError> {
     Err(LowerError::Unsupported(unsupported))
 }
 
-fn find_unsupported(g: &tpuc_fx::Graph, found: &mut Vec<Unsupported>) {
+fn find_unsupported(g: &tpuc_fx::Graph, kernels: &[UserKernel], found: &mut Vec<Unsupported>) {
     for n in &g.nodes {
         // Collectives lower (or say why not: outside a rank program) node by node.
-        if !is_supported(&n.target) && !is_collective(&n.target) && !computes_static_sizes(g, n) {
+        if !is_supported(&n.target)
+            && !is_collective(&n.target)
+            && !has_kernel(kernels, &n.target)
+            && !computes_static_sizes(g, n)
+        {
             // An operator that runs another (auto_functionalized of a custom op) names it.
             let runs = n.inputs.iter().find_map(|a| match &a.arg {
                 Arg::Operator(op) => Some(op),
@@ -236,7 +244,7 @@ fn find_unsupported(g: &tpuc_fx::Graph, found: &mut Vec<Unsupported>) {
         }
         for a in &n.inputs {
             if let Arg::Graph(sub) = &a.arg {
-                find_unsupported(&sub.graph, found);
+                find_unsupported(&sub.graph, kernels, found);
             }
         }
     }
@@ -329,7 +337,9 @@ fn lower_node<'p>(
         f: lower_fn,
         variant,
         handles_complex,
-    } = lowering(&n.target).ok_or_else(|| node_err("internal error: no lowering".into()))?;
+    } = lowering(&n.target)
+        .or_else(|| has_kernel(&cx.kernels, &n.target).then(kernel_lowering))
+        .ok_or_else(|| node_err("internal error: no lowering".into()))?;
     let mutated = match variant {
         Variant::Functional => None,
         Variant::InPlace => Some("self"),

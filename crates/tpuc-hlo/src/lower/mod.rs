@@ -21,6 +21,7 @@ mod elementwise;
 mod fft;
 mod in_place;
 mod indexing;
+mod kernels;
 mod linalg;
 mod linear;
 mod norm;
@@ -175,6 +176,18 @@ fn describe_unsupported(list: &[Unsupported]) -> String {
             u.node,
             source_suffix(&u.source)
         ));
+    }
+    // A custom op of the user's own namespace may be a JAX kernel whose StableHLO the program
+    // does not carry.
+    let torch_namespaces = ["aten.", "prims.", "higher_order.", "quantized_decomposed."];
+    if ops
+        .iter()
+        .any(|op| !torch_namespaces.iter().any(|ns| op.starts_with(ns)))
+    {
+        s.push_str(
+            "\n(a custom op registered with tpuc.jax_op runs when its kernels travel with the \
+             program: tpuc.save_kernels(exported_program, path) writes them into the archive)",
+        );
     }
     s
 }

@@ -15,6 +15,9 @@ program of a torch.distributed computation (DTensor, functional collectives) on 
 
 Ahead of time, ``tpuc.compile_exported(exported_program)`` compiles a ``torch.export`` program
 for a plugin and returns a callable (``.stablehlo()``, ``.save(path)``, ``tpuc.load(path)``).
+
+``tpuc.jax_op("mylib::name", fn)`` makes a JAX function (or a Pallas kernel) a torch op that every
+path above compiles into its programs (docs/kernels.md).
 """
 import importlib
 
@@ -55,12 +58,14 @@ _WHERE = {
     "Mesh": "._tpuc", "Plan": "._tpuc", "mark_sharding": ".sharding", "shard": ".sharding",
     "sharding_constraint": ".sharding",
     "compile_exported": ".exported", "load": ".exported", "CompiledProgram": ".exported",
+    "jax_op": ".kernels", "save_kernels": ".kernels",
 }
 
 __all__ = sorted(_WHERE)
 
 
-_SUBMODULES = {"backend", "compiler", "decompositions", "exported", "graph", "options", "ranks", "runtime", "sharding"}
+_SUBMODULES = {"backend", "compiler", "decompositions", "exported", "graph", "kernels", "options", "ranks", "runtime",
+               "sharding"}
 
 
 def __getattr__(name: str):

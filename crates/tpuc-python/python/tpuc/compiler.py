@@ -25,7 +25,7 @@ import torch
 from torch._decomp import core_aten_decompositions
 from torch._functorch.aot_autograd import make_boxed_func
 
-from . import _tpuc, custom_ops
+from . import _tpuc, custom_ops, kernels
 from .decompositions import EXTRA, NOT_DECOMPOSED, library_extra
 from .graph import (
     HOST_ASSERTS,
@@ -139,6 +139,8 @@ class LoweredOps:
         self.known: dict[str, bool] = dict.fromkeys(self.REWRITTEN, True)
 
     def __contains__(self, op: str) -> bool:
+        if kernels.registered(op):  # registered at any time, so never cached
+            return True
         found = self.known.get(op)
         if found is None:
             found = self.known[op] = _tpuc.is_supported(op)

@@ -13,7 +13,7 @@ import tempfile
 
 import torch
 
-from . import _tpuc
+from . import _tpuc, kernels
 from .runtime import DTYPES, dtype_name
 
 _SAVED_FORMAT = 1
@@ -48,6 +48,8 @@ def compile_exported(program, *, plugin: str | None = None, matmul_precision: st
         own = tempfile.mkdtemp(prefix="tpuc-program-")
         path = os.path.join(own, _PROGRAM)
         torch.export.save(program, path)
+        if kernels.calls_kernels(program.graph_module):
+            kernels.save_kernels(program, path)
     elif isinstance(program, (str, os.PathLike)):
         path = os.fspath(program)
         if not os.path.isfile(path):

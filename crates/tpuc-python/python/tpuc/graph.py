@@ -18,7 +18,7 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from . import _tpuc
+from . import _tpuc, kernels
 
 # Node metadata the compiler reads; the rest (module stacks with types, ...) does not serialize.
 _KEPT_META = ("val", "stack_trace")
@@ -283,6 +283,10 @@ def serialize(gm: torch.fx.GraphModule, tensor_outputs: list[int]) -> bytes:
         "graph_module": _dataclass_to_dict(serialized),
         "schema_version": {"major": SCHEMA_VERSION[0], "minor": SCHEMA_VERSION[1]},
     }
+    # The user kernels its calls need, beside torch's fields (tpuc_fx::kernels).
+    found = kernels.document(gm)
+    if found is not None:
+        program["tpuc_kernels"] = found
     return json.dumps(program).encode()
 
 

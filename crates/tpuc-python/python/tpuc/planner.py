@@ -30,7 +30,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from . import _tpuc, _tpuc_native, op_tracing, plan_store
+from . import _tpuc, _tpuc_native, kernels, op_tracing, plan_store
 from .accelerator import NAME
 from .runtime import dtype_name, session
 
@@ -707,8 +707,10 @@ class _StoredPlans:
 
     def __init__(self, name: str, overload: str, types: bytes, values: bytes, device: int):
         compiler = op_tracing.compiler()
-        # Dumps are of what the planner traces: a process asked for them plans every op.
-        self.on = bool(types) and not compiler.opts.dump_dir and plan_store.directory() is not None
+        # Dumps are of what the planner traces: a process asked for them plans every op. A JAX
+        # kernel's op is planned in every process: its function is the process's own.
+        self.on = (bool(types) and not compiler.opts.dump_dir and plan_store.directory() is not None
+                   and not kernels.registered(str(op_of(name, overload))))
         if not self.on:
             return
         settings = f"{compiler.opts!r} {torch.get_default_dtype()} {torch.are_deterministic_algorithms_enabled()} " \
