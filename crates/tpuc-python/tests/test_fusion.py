@@ -124,17 +124,133 @@ def test_a_plan_lays_out_a_fused_training_step_as_an_unfused_one():
     assert counts[0] == counts[1] and '"all-gather": 42' in counts[0], counts
 
 
-def test_layer_norms_softmaxes_and_mlps_of_min_gpt_are_composites(tmp_path):
-    """minGPT writes its attention by hand (not recognised as attention yet): its softmax is,
-    its layer norms and its MLPs' first layer with GELU."""
+def test_attention_written_out_layer_norms_and_mlps_of_min_gpt_are_composites(tmp_path):
+    """minGPT writes its attention by hand (scores, a stored boolean mask, softmax, values): one
+    causal attention composite per block, the softmax inside it; its layer norms and its MLPs'
+    first layer with GELU too."""
     model, inputs = MODELS["mingpt"]
     text = fused_inference(model, inputs, tmp_path)
     norms = sum(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
     assert composites(text, "tpuc.layer_norm") == norms > 0
-    assert composites(text, "tpuc.softmax") == len(model.blocks)
-    assert "dim = 3 : i64" in text
+    calls = [line for line in text.splitlines() if 'name = "tpuc.attention"' in line]
+    assert len(calls) == len(model.blocks)
+    assert all("causal = true" in line and "scale = 0.353553385" in line for line in calls), calls
     # Each block's MLP: a linear layer and GELU (tanh).
     assert composites(text, "tpuc.linear") == len(model.blocks) == text.count('activation = "gelu_tanh"')
+
+
+def _hugging_face_llama(attention: str):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         attn_implementation=attention)
+    return LlamaForCausalLM(config).eval()
+
+
+def _hugging_face_gpt2(attention: str):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                        bos_token_id=0, eos_token_id=0, attn_implementation=attention)
+    return GPT2LMHeadModel(config).eval()
+
+
+@pytest.mark.parametrize("make,attention,expected", [
+    (_hugging_face_llama, "sdpa", {"rms_norm": 5, "rotary": 4, "attention": 2, "gated_mlp": 2}),
+    (_hugging_face_llama, "eager", {"rms_norm": 5, "rotary": 4, "attention": 2, "gated_mlp": 2}),
+    (_hugging_face_gpt2, "eager", {"layer_norm": 5, "attention": 2}),
+], ids=["llama-sdpa", "llama-eager", "gpt2-eager"])
+def test_hugging_face_models_fuse_with_their_results_unchanged(make, attention, expected, tmp_path):
+    """Transformers' own models: attention through SDPA or written out (their eager
+    implementation, the causal mask added as a constant), each layer's patterns once."""
+    model = make(attention)
+    tokens = torch.randint(0, 64, (2, 16))
+    with torch.no_grad():
+        want = model(tokens).logits
+        got = torch.compile(model, backend="tpuc", options={"strict": True, "fusion": "patterns",
+                                                            "dump_dir": str(tmp_path)})(tokens).logits
+    torch.testing.assert_close(got, want, **TOL)
+    text = "".join(open(p).read() for p in glob.glob(str(tmp_path / "*.mlir")))
+    counts = {name: composites(text, f"tpuc.{name}") for name in expected}
+    assert counts == expected
+    calls = [line for line in text.splitlines() if 'name = "tpuc.attention"' in line]
+    assert all("causal = true" in line for line in calls), calls
+
+
+@pytest.mark.parametrize("options,attributes", [
+    ({}, 'ignore_index = -100 : i64, reduction = "mean"'),
+    ({"reduction": "sum", "ignore_index": 3}, 'ignore_index = 3 : i64, reduction = "sum"'),
+    ({"label_smoothing": 0.1}, None),
+], ids=["mean", "sum", "label-smoothing"])
+def test_softmax_with_cross_entropy_is_one_composite(options, attributes, tmp_path):
+    """The loss of logits and target classes: one composite of the two (a target equal to
+    `ignore_index` left out); label smoothing, another formula, is not matched."""
+    classifier = torch.nn.Linear(8, 5)
+    x, targets = torch.randn(6, 8), torch.tensor([0, 3, 4, 3, 1, 2])
+
+    def loss(x, targets):
+        return torch.nn.functional.cross_entropy(classifier(x), targets, **options)
+
+    with torch.no_grad():
+        got = torch.compile(loss, backend="tpuc", options={"strict": True, "fusion": "patterns",
+                                                           "dump_dir": str(tmp_path)})(x, targets)
+        torch.testing.assert_close(got, loss(x, targets), **TOL)
+    (text,) = [open(p).read() for p in glob.glob(str(tmp_path / "*.mlir"))]
+    calls = [line for line in text.splitlines() if 'name = "tpuc.cross_entropy"' in line]
+    if attributes is None:
+        assert calls == []
+    else:
+        assert len(calls) == 1 and attributes in calls[0], calls
+        # Its operands: the logits and the targets.
+        assert "(tensor<6x5xf32>, tensor<6xi64>) -> tensor<f32>" in calls[0]
+
+
+def test_long_attention_is_computed_in_blocks_with_memory_linear_in_the_sequence(tmp_path):
+    """With `kernels`, attention over 2048 positions runs over blocks of 256 keys with an online
+    softmax: the results are the plain form's, and XLA's temporaries (read from `tpuc run`)
+    shrink from the [heads, 2048, 2048] scores to a block's."""
+
+    class Attention(torch.nn.Module):
+        def forward(self, q, k, v):
+            k, v = (t.repeat_interleave(2, dim=1) for t in (k, v))
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    inputs = (torch.randn(1, 4, 2048, 32), torch.randn(1, 2, 2048, 32), torch.randn(1, 2, 2048, 32))
+    with torch.no_grad():
+        want = Attention()(*inputs)
+    path = tmp_path / "attention.pt2"
+    torch.export.save(torch.export.export(Attention(), inputs), path)
+    np.savez(tmp_path / "inputs.npz", *[t.numpy() for t in inputs])
+    np.savez(tmp_path / "want.npz", want.numpy())
+    tpuc_cli = os.path.join(os.path.dirname(sys.executable), "tpuc")
+    temporaries = {}
+    for fusion in ("patterns", "kernels"):
+        ran = subprocess.run([tpuc_cli, "run", str(path), "-i", str(tmp_path / "inputs.npz"), "--fusion", fusion,
+                              "--expect", str(tmp_path / "want.npz"), "--out", str(tmp_path / fusion),
+                              "--cache-dir", "off"], capture_output=True, text=True, timeout=120)
+        output = ran.stdout + ran.stderr
+        assert ran.returncode == 0 and "all 1 outputs match" in output, output
+        amount, unit = re.search(r"([\d.]+) (B|KiB|MiB|GiB) of temporaries", output).groups()
+        temporaries[fusion] = float(amount) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit]
+    # The plain form holds the 4 x 2048 x 2048 float32 scores (64 MiB) at least.
+    assert temporaries["patterns"] >= 64 << 20
+    assert temporaries["kernels"] < temporaries["patterns"] / 4, temporaries
+    compiled = subprocess.run([tpuc_cli, "compile", str(path), "--fusion", "kernels", "--emit", "ir"],
+                              capture_output=True, text=True, timeout=120)
+    assert "stablehlo.while" in compiled.stdout and "x2048x256xf32>" in compiled.stdout
+
+
+def test_a_torchvision_vision_transformer_block_fuses(tmp_path):
+    """torchvision's ViT encoder block: its layer norms, its attention (nn.MultiheadAttention
+    through SDPA) and its MLP's first layer with exact GELU."""
+    from torchvision.models.vision_transformer import EncoderBlock
+
+    block = EncoderBlock(num_heads=4, hidden_dim=32, mlp_dim=64, dropout=0.0, attention_dropout=0.0).eval()
+    text = fused_inference(block, (torch.randn(2, 10, 32),), tmp_path)
+    assert {name: composites(text, f"tpuc.{name}") for name in ("layer_norm", "attention", "linear")} == {
+        "layer_norm": 2, "attention": 1, "linear": 1}
+    assert 'activation = "gelu"' in text
 
 
 def test_linear_layers_with_their_activation_are_composites(tmp_path):

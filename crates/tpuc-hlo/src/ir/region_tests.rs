@@ -344,7 +344,8 @@ fn a_kernel_called_twice_is_named_once_and_survives_the_passes() {
     assert!(
         text.matches("func.call").count() == 2
             && text.contains("@mylib_twice_default : tensor<2xf32>")
-            && text.contains("func private @mylib_twice_default: the kernel of mylib.twice.default"),
+            && text
+                .contains("func private @mylib_twice_default: the kernel of mylib.twice.default"),
         "{text}"
     );
 }

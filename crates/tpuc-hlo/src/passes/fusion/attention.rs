@@ -2,10 +2,11 @@
 //! (`lower::linear`); here its keys and values, when the model repeats their heads for
 //! grouped-query attention (`repeat_interleave` or `expand` then `reshape`: the same ops once
 //! lowered), are taken before the repeat, which moves into the decomposition, so that a kernel
-//! sees the grouped heads.
+//! sees the grouped heads. Attention a model writes out op by op is matched too
+//! ([`written_out`]).
 
-use super::Defs;
-use crate::ir::{BuildResult, Func, Op, Rewriter, Value};
+use super::{Defs, Match};
+use crate::ir::{AttrValue, BinaryOp, BuildResult, Func, Op, OpKind, Rewriter, Value};
 
 pub(super) const ATTENTION: &str = "tpuc.attention";
 
@@ -142,4 +143,241 @@ fn use_counts(f: &Func) -> Vec<usize> {
         }
     }
     uses
+}
+
+/// Attention a model writes out (minGPT, Hugging Face's eager attention): `softmax(scores) @ v`,
+/// the scores `q @ k^T` scaled by a constant (a division or a product; none is a scale of 1),
+/// then masked by a boolean mask filling `-inf` or by an additive mask (`causal` when the mask
+/// is a constant hiding exactly what lies after each query's position), views allowed between
+/// the steps. The root is the product with the values; the product's factors, the values and
+/// the mask are the composite's operands.
+pub(super) fn written_out(defs: &Defs, root: usize) -> Option<Match> {
+    let f = defs.func();
+    let op = &f.ops()[root];
+    let OpKind::DotGeneral { .. } = op.kind() else {
+        return None;
+    };
+    let mut ops = vec![root];
+    let probabilities = through_reshape(defs, op.operands()[0], &mut ops);
+    let (softmax, softmax_op) = defs.op(probabilities)?;
+    match softmax_op.kind().composite() {
+        Some((SOFTMAX, attributes, _))
+            if attributes.iter().any(|(k, v)| {
+                k == "dim" && *v == AttrValue::I64(f.ty(probabilities).rank() as i64 - 1)
+            }) => {}
+        _ => return None,
+    }
+    ops.push(softmax);
+    let mut scores = softmax_op.operands()[0];
+    // The mask: a constant one filling -inf where it holds, or an added one.
+    let mut causal = false;
+    if let Some((at, select)) = defs.op(scores).filter(|(_, o)| *o.kind() == OpKind::Select) {
+        let (hidden, fill, kept) = (
+            select.operands()[0],
+            select.operands()[1],
+            select.operands()[2],
+        );
+        let (fill_ops, value) = defs.constant(fill)?;
+        if value != f64::NEG_INFINITY {
+            return None;
+        }
+        // The mask stays an operand (a model may compute it once for every layer); what it
+        // holds is read where it is a constant.
+        causal = constant_mask(defs, hidden).is_some_and(|(_, mask)| hides_the_future(&mask));
+        ops.extend([vec![at], fill_ops].concat());
+        scores = kept;
+    } else if let Some((at, a, b)) = defs.binary(scores, BinaryOp::Add) {
+        // The scores are the product's side; the other is the mask: a constant one of zeros
+        // and a very negative number (Hugging Face's causal masks, folded) is read, any other
+        // is an operand.
+        let product_side = |v: Value| scaled_product(defs, v).is_some();
+        let mask;
+        (scores, mask) = if product_side(a) {
+            (a, b)
+        } else if product_side(b) {
+            (b, a)
+        } else {
+            return None;
+        };
+        ops.push(at);
+        causal = additive_mask(defs, mask).is_some_and(|(_, hidden)| hides_the_future(&hidden));
+    }
+    let (scale_ops, scale, product) = scaled_product(defs, scores)?;
+    ops.extend(scale_ops);
+    let raw = through_reshape(defs, product, &mut ops);
+    let (dot, _) = defs.op(raw)?;
+    ops.push(dot);
+    Some(
+        Match::new(f, ops, ATTENTION)
+            .with("scale", AttrValue::f32(scale as f32))
+            .with("causal", AttrValue::Bool(causal)),
+    )
+}
+
+const SOFTMAX: &str = "tpuc.softmax";
+
+/// `v`, or what a chain of reshapes made it of (their ops added to `ops`).
+fn through_reshape(defs: &Defs, mut v: Value, ops: &mut Vec<usize>) -> Value {
+    while let Some((at, x)) = defs.reshape(v) {
+        ops.push(at);
+        v = x;
+    }
+    v
+}
+
+/// `v` as a product's result (`dot_general`, maybe reshaped) scaled by a constant: the scaling's
+/// ops, the scale, the product's value (before its reshapes).
+fn scaled_product(defs: &Defs, v: Value) -> Option<(Vec<usize>, f64, Value)> {
+    let is_product = |v: Value| {
+        let x = through_reshape(defs, v, &mut Vec::new());
+        defs.op(x)
+            .is_some_and(|(_, o)| matches!(o.kind(), OpKind::DotGeneral { .. }))
+            .then_some(v)
+    };
+    if let Some((at, a, b)) = defs.binary(v, BinaryOp::Div) {
+        let (ops, c) = scalar(defs, b)?;
+        let product = is_product(a)?;
+        return Some(([vec![at], ops].concat(), 1.0 / c, product));
+    }
+    if let Some((at, a, b)) = defs.binary(v, BinaryOp::Mul) {
+        let ((ops, c), swapped) = super::either(a, b, |_, c| scalar(defs, c))?;
+        let product = is_product(if swapped { b } else { a })?;
+        return Some(([vec![at], ops].concat(), c, product));
+    }
+    Some((Vec::new(), 1.0, is_product(v)?))
+}
+
+/// A float constant of one value, seen through an optimization barrier the lowering keeps a
+/// Python number's rounding with.
+fn scalar(defs: &Defs, v: Value) -> Option<(Vec<usize>, f64)> {
+    if let Some(found) = defs.constant(v) {
+        return Some(found);
+    }
+    let (at, o) = defs.op(v)?;
+    match o.kind() {
+        OpKind::BroadcastInDim { .. } | OpKind::OptimizationBarrier => {
+            let (ops, c) = scalar(defs, o.operands()[0])?;
+            Some(([vec![at], ops].concat(), c))
+        }
+        _ => None,
+    }
+}
+
+/// A boolean mask computed from constants alone (a stored mask, a comparison of positions
+/// folded): its ops and its last two dimensions' values, `hidden[query][key]`; None when the
+/// mask is none, varies along other dimensions or is not read off constants here.
+fn constant_mask(defs: &Defs, v: Value) -> Option<(Vec<usize>, Vec<Vec<bool>>)> {
+    let f = defs.func();
+    let (at, o) = defs.op(v)?;
+    match o.kind() {
+        OpKind::BroadcastInDim { dims, .. } if keeps_the_matrix(f, v, o.operands()[0], dims) => {
+            let (ops, mask) = constant_mask(defs, o.operands()[0])?;
+            Some(([vec![at], ops].concat(), mask))
+        }
+        // A boolean constant (folded), or `x != 0` of an integer one: how the plugin's
+        // legalisation writes boolean constants.
+        OpKind::Constant(_) => {
+            let (ops, values) = byte_constant(defs, v)?;
+            Some((ops, square(f.ty(v), &values)?))
+        }
+        OpKind::Compare {
+            dir: crate::ir::CompareDir::Ne,
+            ..
+        } => {
+            let (zero_ops, zero) = byte_constant(defs, o.operands()[1])?;
+            if zero.iter().any(|&z| z != 0) {
+                return None;
+            }
+            let (ops, values) = byte_constant(defs, o.operands()[0])?;
+            Some((
+                [vec![at], zero_ops, ops].concat(),
+                square(f.ty(v), &values)?,
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// A constant float32 mask added to scores, of zeros and numbers at most -1e30 (hiding what
+/// they are added to), broadcast along leading dimensions only: its ops and whether each
+/// element hides, `hidden[query][key]`.
+fn additive_mask(defs: &Defs, v: Value) -> Option<(Vec<usize>, Vec<Vec<bool>>)> {
+    let f = defs.func();
+    let (at, o) = defs.op(v)?;
+    match o.kind() {
+        OpKind::BroadcastInDim { dims, .. } if keeps_the_matrix(f, v, o.operands()[0], dims) => {
+            let (ops, hidden) = additive_mask(defs, o.operands()[0])?;
+            Some(([vec![at], ops].concat(), hidden))
+        }
+        OpKind::Constant(lit) if lit.ty.elem == crate::ir::DType::F32 => {
+            let values: Vec<f32> = lit
+                .bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            if values.iter().any(|&x| x != 0.0 && x > -1e30) {
+                return None;
+            }
+            let bytes: Vec<u8> = values.iter().map(|&x| u8::from(x != 0.0)).collect();
+            Some((vec![at], square(&lit.ty, &bytes)?))
+        }
+        _ => None,
+    }
+}
+
+/// A boolean or 8-bit integer constant's elements (one when a splat) and its op.
+fn byte_constant(defs: &Defs, v: Value) -> Option<(Vec<usize>, Vec<u8>)> {
+    let (at, o) = defs.op(v)?;
+    match o.kind() {
+        OpKind::Constant(lit) if lit.ty.elem.byte_size() == 1 && !lit.ty.elem.is_float() => {
+            Some((vec![at], lit.bytes.to_vec()))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `v`, broadcast from `source` along `dims`, repeats whole matrices: `source`'s last
+/// two dimensions are `v`'s, unchanged (a batch's or the heads' dimensions may grow).
+fn keeps_the_matrix(f: &Func, v: Value, source: Value, dims: &[i64]) -> bool {
+    let (to, from) = (f.ty(v), f.ty(source));
+    let (rank, source_rank) = (to.rank(), from.rank());
+    source_rank >= 2
+        && dims[source_rank - 2..] == [rank as i64 - 2, rank as i64 - 1]
+        && from.shape[source_rank - 2..] == to.shape[rank - 2..]
+}
+
+/// The matrix over the last two dimensions of a constant of `ty` (its elements `values`, one
+/// standing for all), as rows of predicates; None unless every such matrix in it is the same.
+fn square(ty: &crate::ir::TensorType, values: &[u8]) -> Option<Vec<Vec<bool>>> {
+    let rank = ty.rank();
+    if rank < 2 {
+        return None;
+    }
+    let (rows, cols) = (ty.shape[rank - 2] as usize, ty.shape[rank - 1] as usize);
+    let at = |i: usize| {
+        values
+            .get(if values.len() == 1 { 0 } else { i })
+            .is_some_and(|&b| b != 0)
+    };
+    let matrices = (ty.numel() as usize).checked_div(rows * cols)?;
+    let first: Vec<Vec<bool>> = (0..rows)
+        .map(|r| (0..cols).map(|c| at(r * cols + c)).collect())
+        .collect();
+    let all_alike = (1..matrices)
+        .all(|m| (0..rows * cols).all(|i| at(m * rows * cols + i) == first[i / cols][i % cols]));
+    all_alike.then_some(first)
+}
+
+/// Whether `hidden` hides exactly the keys after each query's position (square or not: the
+/// queries the last of the keys, as a cache's).
+fn hides_the_future(hidden: &[Vec<bool>]) -> bool {
+    let rows = hidden.len();
+    let cols = hidden.first().map_or(0, Vec::len);
+    rows > 0
+        && cols >= rows
+        && hidden.iter().enumerate().all(|(r, row)| {
+            row.iter()
+                .enumerate()
+                .all(|(c, &h)| h == (c > r + cols - rows))
+        })
 }

@@ -8,6 +8,7 @@
 
 mod attention;
 mod kernels;
+mod losses;
 mod mlp;
 mod norms;
 mod rotary;
@@ -59,7 +60,8 @@ impl Fusion {
             }
             Fusion::Kernels => {
                 "As patterns, each computed by the formulation tpuc holds for the plugin where it \
-                 has one (grouped-query attention as one batched product over head groups)"
+                 has one (grouped-query attention as one batched product over head groups, long \
+                 attention in blocks of keys)"
             }
         }
     }
@@ -254,7 +256,14 @@ pub(super) fn either<T>(
 /// Every pattern, tried at each op in turn.
 type Pattern = fn(&Defs, usize) -> Option<Match>;
 
-const PATTERNS: &[Pattern] = &[norms::rms_norm, mlp::gated_mlp, mlp::linear, rotary::rotary];
+const PATTERNS: &[Pattern] = &[
+    norms::rms_norm,
+    mlp::gated_mlp,
+    mlp::linear,
+    rotary::rotary,
+    attention::written_out,
+    losses::cross_entropy,
+];
 
 /// The patterns of `module`'s main function (and its regions, see `passes::everywhere`) as
 /// composites; the attention composites of lowering reading grouped keys and values. A match

@@ -417,3 +417,186 @@ fn a_linear_layer_with_its_activation_becomes_one_composite() {
         assert!(composites(&fused(linear(act, false))).is_empty());
     }
 }
+
+/// How attention written out op by op is masked in [`written_attention`].
+#[derive(Clone, Copy, PartialEq)]
+enum Mask {
+    None,
+    /// A stored boolean mask hiding what follows each position (true: hidden).
+    Causal,
+    /// A stored mask hiding another pattern (the diagonal).
+    Other,
+    /// A mask added to the scores (an argument).
+    Additive,
+    /// A constant mask added to the scores: 0 where seen, the float's lowest where hidden.
+    AdditiveCausal,
+}
+
+/// minGPT's attention as tpuc lowers it: `softmax(q @ k^T / sqrt(8), masked) @ v` over
+/// [8, 16, 8] (batch times heads, positions, head size); the softmax its lowering's composite.
+fn written_attention(mask: Mask, scale: bool) -> Module {
+    let mut b = Builder::new();
+    let q = b.arg(f32s(&[8, 16, 8]), ArgAttrs::default());
+    let kt = b.arg(f32s(&[8, 8, 16]), ArgAttrs::default());
+    let v = b.arg(f32s(&[8, 16, 8]), ArgAttrs::default());
+    let additive = b.arg(f32s(&[2, 4, 16, 16]), ArgAttrs::default());
+    let batched = |lhs: i64, rhs: i64| crate::ir::DotDims {
+        lhs_batch: vec![0],
+        rhs_batch: vec![0],
+        lhs_contracting: vec![lhs],
+        rhs_contracting: vec![rhs],
+    };
+    let scores = b
+        .dot_general(q, kt, batched(2, 1), Default::default())
+        .unwrap();
+    let mut scores = b.reshape(scores, &[2, 4, 16, 16]).unwrap();
+    if scale {
+        let c = b.scalar(DType::F32, 8f64.sqrt());
+        let c = b.op1(OpKind::OptimizationBarrier, &[c]).unwrap();
+        let c = b.broadcast_in_dim(c, &[2, 4, 16, 16], &[]).unwrap();
+        scores = b.binary(BinaryOp::Div, scores, c).unwrap();
+    }
+    match mask {
+        Mask::Causal | Mask::Other => {
+            let hidden: Vec<f64> = (0..16)
+                .flat_map(|r| {
+                    (0..16).map(move |c| {
+                        f64::from(u8::from(if mask == Mask::Causal { c > r } else { c == r }))
+                    })
+                })
+                .collect();
+            let stored = b
+                .dense(TensorType::new(vec![16, 16], DType::U8), &hidden)
+                .unwrap();
+            let zero = b.splat(&TensorType::new(vec![16, 16], DType::U8), 0.0);
+            let pred = b.compare(crate::ir::CompareDir::Ne, stored, zero).unwrap();
+            let pred = b.broadcast_in_dim(pred, &[2, 4, 16, 16], &[2, 3]).unwrap();
+            let fill = b.scalar(DType::F32, f64::NEG_INFINITY);
+            let fill = b.broadcast_in_dim(fill, &[2, 4, 16, 16], &[]).unwrap();
+            scores = b.select(pred, fill, scores).unwrap();
+        }
+        Mask::Additive => scores = b.binary(BinaryOp::Add, scores, additive).unwrap(),
+        Mask::AdditiveCausal => {
+            let lowest: Vec<f64> = (0..16)
+                .flat_map(|r| (0..16).map(move |c| if c > r { f64::from(f32::MIN) } else { 0.0 }))
+                .collect();
+            let stored = b.dense(f32s(&[16, 16]), &lowest).unwrap();
+            let stored = b
+                .broadcast_in_dim(stored, &[2, 4, 16, 16], &[2, 3])
+                .unwrap();
+            scores = b.binary(BinaryOp::Add, scores, stored).unwrap();
+        }
+        Mask::None => {}
+    }
+    let ty = f32s(&[2, 4, 16, 16]);
+    let softmax = b
+        .region(std::slice::from_ref(&ty), |b, a| {
+            Ok(vec![b.unary(UnaryOp::Exp, a[0])?])
+        })
+        .unwrap();
+    let p = b
+        .composite(
+            "tpuc.softmax",
+            vec![("dim".into(), AttrValue::I64(3))],
+            1,
+            softmax,
+            &[scores],
+        )
+        .unwrap()[0];
+    let p = b.reshape(p, &[8, 16, 16]).unwrap();
+    let out = b
+        .dot_general(p, v, batched(2, 1), Default::default())
+        .unwrap();
+    Module::new(b.finish(vec![out], vec![]))
+}
+
+#[test]
+fn attention_written_out_becomes_one_composite_causal_when_its_mask_says() {
+    for (mask, scale, causal, operands) in [
+        (Mask::Causal, true, true, 4),
+        (Mask::Other, true, false, 4),
+        (Mask::None, false, false, 3),
+        (Mask::Additive, true, false, 4),
+        (Mask::AdditiveCausal, true, true, 4),
+    ] {
+        let m = fused(written_attention(mask, scale));
+        let found = composites(&m);
+        let scale_attr = AttrValue::f32(if scale { 1.0 / 8f64.sqrt() as f32 } else { 1.0 });
+        assert_eq!(
+            found,
+            vec![(
+                "tpuc.attention".to_string(),
+                vec![
+                    ("scale".to_string(), scale_attr),
+                    ("causal".to_string(), AttrValue::Bool(causal))
+                ]
+            )],
+            "{}",
+            print(&m)
+        );
+        let op = m
+            .main
+            .ops()
+            .iter()
+            .find(|op| op.kind().composite().is_some())
+            .unwrap();
+        assert_eq!(op.operands().len(), operands, "{}", print(&m));
+    }
+}
+
+/// torch's attention over `keys` positions as its lowering's composite (a stand-in
+/// decomposition: the registry replaces it), `results` 2 for the flash form's log-sum-exp.
+fn long_attention(heads: i64, kv_heads: i64, keys: i64, results: usize) -> Module {
+    let mut b = Builder::new();
+    let q = b.arg(f32s(&[1, heads, keys, 16]), ArgAttrs::default());
+    let k = b.arg(f32s(&[1, kv_heads, keys, 16]), ArgAttrs::default());
+    let v = b.arg(f32s(&[1, kv_heads, keys, 16]), ArgAttrs::default());
+    let types = [b.ty(q).clone(), b.ty(k).clone(), b.ty(v).clone()];
+    let stand_in = b
+        .region(&types, |b, a| {
+            let out = b.unary(UnaryOp::Neg, a[0])?;
+            let mut r = vec![out];
+            if results == 2 {
+                r.push(b.reduce_by(a[0], &[3], BinaryOp::Add)?);
+            }
+            Ok(r)
+        })
+        .unwrap();
+    let attributes = vec![
+        ("scale".to_string(), AttrValue::f32(0.25)),
+        ("causal".to_string(), AttrValue::Bool(true)),
+    ];
+    let out = b
+        .composite(attention::ATTENTION, attributes, 1, stand_in, &[q, k, v])
+        .unwrap();
+    Module::new(b.finish(out, vec![]))
+}
+
+#[test]
+fn long_attention_is_computed_in_blocks_of_keys() {
+    for (heads, kv_heads, keys, results, blocked) in [
+        (2, 2, 1024, 2, true),
+        (4, 2, 2048, 1, true),
+        (2, 2, 512, 1, false),
+        (2, 2, 1000, 1, false),
+    ] {
+        let mut f = long_attention(heads, kv_heads, keys, results).main;
+        kernels::choose(&mut f).unwrap();
+        let m = Module::new(f);
+        verify(&m).unwrap();
+        let text = print(&m);
+        assert_eq!(
+            text.contains("stablehlo.while"),
+            blocked,
+            "{keys} keys:\n{text}"
+        );
+        if blocked {
+            // The scores of one block of keys at a time.
+            let block = format!("x{}x256xf32>", keys);
+            assert!(
+                text.contains(&block) && !text.contains(&format!("x{keys}x{keys}xf32>")),
+                "{text}"
+            );
+        }
+    }
+}
