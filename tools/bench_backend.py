@@ -19,7 +19,9 @@ swiglu, rmsnorm, attention (projections, RoPE, GQA, causal SDPA) and sdpa (8 hea
 Inference under torch.no_grad. Run on an idle machine: tools/bench_backend.sh.
 
 usage: bench_backend.py [--threads 1 2] [--models tiny llama_block resnet18 | linear swiglu
-                        rmsnorm attention sdpa] [--rounds 15] [--repeat 1] [--json OUT]
+                        rmsnorm attention sdpa] [--backends eager inductor tpuc tpuc-kernels]
+                        [--rounds 15] [--repeat 1] [--json OUT]
+(`tpuc-patterns`, `tpuc-kernels`: tpuc with that fusion choice.)
 """
 import argparse
 import json
@@ -80,10 +82,16 @@ def build(name):
 
 
 def compiled(model_name, backend):
+    """The model under `backend`: eager, a torch.compile backend, or `tpuc-<fusion>` (tpuc with
+    that fusion choice: `tpuc-kernels`)."""
     import torch
 
     model, inputs = build(model_name)
-    return (model if backend == "eager" else torch.compile(model, backend=backend)), inputs
+    if backend == "eager":
+        return model, inputs
+    if backend.startswith("tpuc-"):
+        return torch.compile(model, backend="tpuc", options={"fusion": backend.removeprefix("tpuc-")}), inputs
+    return torch.compile(model, backend=backend), inputs
 
 
 def first_call(model_name, backend):

@@ -21,8 +21,12 @@
 //!   after each); [`Pass`] lists them.
 //! - `emit`: as `lower`, then emits StableHLO text through MLIR; the checks read that.
 //! - `error`: lowering (or the pipeline) must fail; the checks read the error.
+//!
+//! `lower`, `emit` and `error` take `fusion=patterns` (or `kernels`) after them: the graph is
+//! lowered and passed with that fusion choice (composites, `passes::fusion`).
 
 use tpuc_fx::Program;
+use tpuc_hlo::passes::Fusion;
 
 use crate::check::{Check, CheckKind};
 use crate::graph_text::{parse_program, ParseError};
@@ -73,6 +77,8 @@ pub enum TestKind {
 #[derive(Debug)]
 pub struct Case {
     pub test: TestKind,
+    /// The fusion choice the case lowers and passes with (`fusion=...`; none by default).
+    pub fusion: Fusion,
     pub program: Program,
     pub checks: Vec<Check>,
 }
@@ -111,14 +117,16 @@ pub fn parse_case(text: &str) -> Result<Case, ParseError> {
         });
     }
     let program = parse_program(&graph_lines)?;
+    let (test, fusion) = test;
     Ok(Case {
         test,
+        fusion,
         program,
         checks,
     })
 }
 
-fn test_kind(words: &str) -> Result<TestKind, String> {
+fn test_kind(words: &str) -> Result<(TestKind, Fusion), String> {
     let mut words = words.split_whitespace();
     let kind = match words.next() {
         Some("lower") => TestKind::Lower,
@@ -137,7 +145,7 @@ fn test_kind(words: &str) -> Result<TestKind, String> {
             if passes.is_empty() {
                 return Err(format!("`test pass` names passes: {}", Pass::names()));
             }
-            return Ok(TestKind::Passes(passes));
+            return Ok((TestKind::Passes(passes), Fusion::None));
         }
         other => {
             return Err(format!(
@@ -146,9 +154,16 @@ fn test_kind(words: &str) -> Result<TestKind, String> {
             ))
         }
     };
+    let fusion = match words.next() {
+        Some(word) => match word.strip_prefix("fusion=") {
+            Some(choice) => choice.parse::<Fusion>()?,
+            None => return Err(format!("unexpected {word:?} after the test's kind")),
+        },
+        None => Fusion::None,
+    };
     match words.next() {
         Some(extra) => Err(format!("unexpected {extra:?} after the test's kind")),
-        None => Ok(kind),
+        None => Ok((kind, fusion)),
     }
 }
 

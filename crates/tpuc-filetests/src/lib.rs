@@ -32,14 +32,19 @@ pub fn run_case(case: &Case, emit: Emitter) -> Result<(), String> {
 
 /// The text the case's checks read.
 fn output(case: &Case, emit: Emitter) -> Result<String, String> {
+    let lower_options = LowerOptions {
+        fusion: case.fusion,
+        ..LowerOptions::default()
+    };
     let lower = || -> Result<Module, String> {
-        tpuc_hlo::lower(&case.program, &LowerOptions::default())
+        tpuc_hlo::lower(&case.program, &lower_options)
             .map(|lowered| lowered.module)
             .map_err(|e| e.to_string())
     };
     let through_pipeline = || -> Result<Module, String> {
         let options = PipelineOptions {
             verify: true,
+            fusion: case.fusion,
             ..PipelineOptions::default()
         };
         Ok(pipeline(lower()?, &options)
