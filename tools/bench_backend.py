@@ -20,7 +20,7 @@ Inference under torch.no_grad. Run on an idle machine: tools/bench_backend.sh.
 
 usage: bench_backend.py [--threads 1 2] [--models tiny llama_block resnet18 | linear swiglu
                         rmsnorm attention sdpa] [--backends eager inductor tpuc tpuc-kernels]
-                        [--rounds 15] [--repeat 1] [--json OUT]
+                        [--rounds 15] [--repeat 1] [--steady-only] [--json OUT]
 (`tpuc-patterns`, `tpuc-kernels`: tpuc with that fusion choice.)
 """
 import argparse
@@ -207,6 +207,8 @@ def main():
                         help="steady-state processes per model and thread count, rounds pooled "
                              "(default 1)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--steady-only", action="store_true", dest="steady_only",
+                        help="skip the first-call processes (steady-state latency only)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
@@ -234,7 +236,7 @@ def main():
             timed = pooled(runs)
             for backend in args.backends:
                 try:
-                    cold, warm = first_calls(args, env, common, backend)
+                    cold, warm = (float("nan"),) * 2 if args.steady_only else first_calls(args, env, common, backend)
                 except RuntimeError as e:
                     print(f"{threads:>7} {model:<12} {backend:<9} first call FAILED: {e}")
                     continue

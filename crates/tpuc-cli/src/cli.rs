@@ -109,7 +109,7 @@ enum Command {
         #[arg(long, value_parser = precision_parser(), default_value = "highest")]
         matmul_precision: Precision,
         /// Named patterns as stablehlo.composite ops (`--emit ir` shows them).
-        #[arg(long, value_parser = fusion_parser(), default_value = "none")]
+        #[arg(long, value_parser = fusion_parser(), default_value = Fusion::RECOMMENDED.name())]
         fusion: Fusion,
         /// Print node/op counts and the time of each stage to standard error.
         #[arg(long)]
@@ -209,7 +209,7 @@ enum Command {
         #[arg(long, value_parser = precision_parser(), default_value = "highest")]
         matmul_precision: Precision,
         /// Named patterns as stablehlo.composite ops (`--emit ir` shows them).
-        #[arg(long, value_parser = fusion_parser(), default_value = "none")]
+        #[arg(long, value_parser = fusion_parser(), default_value = Fusion::RECOMMENDED.name())]
         fusion: Fusion,
         /// Seed of the model's random ops (rand, dropout, ...): the same seed gives the same
         /// numbers (see docs/random.md).

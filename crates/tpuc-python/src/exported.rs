@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
 use tpuc_driver::model::OpenTimings;
-use tpuc_driver::{EmitFormat, Fusion, Loaded, LowerOptions, Precision, RunOptions, WeightsMode};
+use tpuc_driver::{EmitFormat, Loaded, LowerOptions, Precision, RunOptions, WeightsMode};
 use tpuc_pjrt::{CacheOutcome, HostTensor};
 
 use crate::{driver_error, dtype, error, host_bytes};
@@ -32,7 +32,7 @@ impl ExportedProgram {
     #[new]
     #[pyo3(signature = (path, *, plugin=None, matmul_precision="highest", hoist_weights=true,
                         cache_dir=None, sizes=BTreeMap::new(), mesh=None, plan=None, seed=0,
-                        search_paths=Vec::new(), fusion="none"))]
+                        search_paths=Vec::new(), fusion=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -46,10 +46,10 @@ impl ExportedProgram {
         plan: Option<String>,
         seed: u64,
         search_paths: Vec<PathBuf>,
-        fusion: &str,
+        fusion: Option<&str>,
     ) -> PyResult<ExportedProgram> {
         let precision: Precision = matmul_precision.parse().map_err(error)?;
-        let fusion: Fusion = fusion.parse().map_err(error)?;
+        let fusion = crate::options::fusion_choice(fusion)?;
         let mesh =
             tpuc_driver::layout::parse(mesh.as_deref(), plan.as_deref()).map_err(driver_error)?;
         let options = RunOptions {

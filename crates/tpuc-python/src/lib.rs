@@ -241,6 +241,11 @@ fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<options::PyMesh>()?;
     m.add_class::<options::PyPlan>()?;
     m.add_class::<options::CompileOptions>()?;
+    // The fusion choice the API uses unless told (`Fusion::RECOMMENDED`).
+    m.add(
+        "DEFAULT_FUSION",
+        tpuc_hlo::passes::Fusion::RECOMMENDED.name(),
+    )?;
     m.add_class::<runtime::Runtime>()?;
     m.add_class::<exported::ExportedProgram>()?;
     m.add_class::<runtime::DeviceBuffer>()?;

@@ -175,7 +175,7 @@ impl PyPlan {
 /// default), `cache_dir` (the cache of compiled executables on disk; None for $TPUC_CACHE_DIR
 /// or the default, "off" for none), `buckets` (how graphs with dynamic sizes are compiled:
 /// "pow2", "pow2:MIN", a list of sizes or their text, "off" or None for one executable per size)
-/// and `fusion` (none, patterns).
+/// and `fusion` (none, patterns, kernels; None for the recommended one, `DEFAULT_FUSION`).
 #[pyclass(frozen, module = "tpuc", name = "CompileOptions")]
 pub(crate) struct CompileOptions {
     pub(crate) precision: Precision,
@@ -184,15 +184,23 @@ pub(crate) struct CompileOptions {
     pub(crate) fusion: Fusion,
 }
 
+/// The fusion choice named (`none`, `patterns`, `kernels`), or the recommended one when None.
+pub(crate) fn fusion_choice(given: Option<&str>) -> PyResult<Fusion> {
+    match given {
+        Some(name) => name.parse().map_err(PyValueError::new_err),
+        None => Ok(Fusion::RECOMMENDED),
+    }
+}
+
 #[pymethods]
 impl CompileOptions {
     #[new]
-    #[pyo3(signature = (*, matmul_precision="highest", cache_dir=None, buckets=None, fusion="none"))]
+    #[pyo3(signature = (*, matmul_precision="highest", cache_dir=None, buckets=None, fusion=None))]
     fn new(
         matmul_precision: &str,
         cache_dir: Option<String>,
         buckets: Option<&Bound<'_, PyAny>>,
-        fusion: &str,
+        fusion: Option<&str>,
     ) -> PyResult<Self> {
         let precision = matmul_precision.parse().map_err(|_| {
             let names: Vec<&str> = Precision::ALL.iter().map(|p| p.name()).collect();
@@ -204,7 +212,7 @@ impl CompileOptions {
             precision,
             cache_dir,
             buckets: buckets.map(bucket_policy).transpose()?.flatten(),
-            fusion: fusion.parse().map_err(PyValueError::new_err)?,
+            fusion: fusion_choice(fusion)?,
         })
     }
 

@@ -78,13 +78,22 @@ def test_a_fused_training_step_matches_eager(fusion, tmp_path):
     assert len(forward) == 1 and composites(forward[0], "tpuc.attention") == layers > 0, forward
 
 
-def test_fusion_is_off_unless_asked_and_a_bad_choice_is_named(tmp_path):
+def test_fusion_is_kernels_unless_told_and_a_bad_choice_is_named(tmp_path, monkeypatch):
+    """The best measured choice (`kernels`) unless an option or TPUC_FUSION says otherwise;
+    "none" leaves every op as lowered."""
+    monkeypatch.delenv("TPUC_FUSION", raising=False)
+    assert tpuc.Options.parse({}).fusion == "kernels"
     model, inputs = MODELS["llama"]
-    torch._dynamo.reset()
-    with torch.no_grad():
-        torch.compile(model, backend="tpuc", options={"strict": True, "dump_dir": str(tmp_path)})(*inputs)
-    (text,) = [open(p).read() for p in glob.glob(str(tmp_path / "*.mlir"))]
-    assert "stablehlo.composite" not in text
+    texts = {}
+    for fusion in (None, "none"):
+        torch._dynamo.reset()
+        dump = tmp_path / str(fusion)
+        options = {"strict": True, "dump_dir": str(dump)} | ({} if fusion is None else {"fusion": fusion})
+        with torch.no_grad():
+            torch.compile(model, backend="tpuc", options=options)(*inputs)
+        (texts[fusion],) = [open(p).read() for p in glob.glob(str(dump / "*.mlir"))]
+    assert composites(texts[None], "tpuc.attention") > 0
+    assert "stablehlo.composite" not in texts["none"]
     with pytest.raises(Exception, match='fusion must be none, patterns or kernels, not "all"'):
         torch.compile(model, backend="tpuc", options={"fusion": "all"})(*inputs)
 

@@ -56,6 +56,8 @@ def _round_backward(x, grad):
 
 
 tpuc.jax_op("kernels_test::round_ste", lambda x: jnp.round(x), backward=_round_backward)
+# An integer input: the rows to take (differentiated in its float input only).
+tpuc.jax_op("kernels_test::take_rows", lambda x, rows: jnp.take(x, rows, axis=0) * 2)
 # Two results, the second input unused (JAX's export drops it from the kernel's signature).
 tpuc.jax_op("kernels_test::split_scale", lambda x, unused: (x * 2, x.sum(0)), outputs=2)
 
@@ -127,6 +129,19 @@ def test_gradients_come_from_jax_vjp_or_the_users_backward():
     device_block(x.to("tpuc")).square().sum().backward()
     for g, p in zip(grads, device_block.parameters()):
         torch.testing.assert_close(p.grad.cpu(), g, rtol=1e-4, atol=1e-4)
+
+
+def test_a_kernel_with_an_integer_input_is_differentiated_in_its_float_one():
+    x, rows = torch.randn(5, 3, requires_grad=True), torch.tensor([4, 0, 4])
+    compiled = torch.compile(lambda a, r: torch.ops.kernels_test.take_rows(a, r), backend="tpuc",
+                             options={"strict": True})
+    got = compiled(x, rows)
+    torch.testing.assert_close(got, x[rows] * 2)
+    got.sum().backward()
+    want = torch.zeros(5, 3)
+    want[0] += 2
+    want[4] += 4
+    torch.testing.assert_close(x.grad, want)
 
 
 def test_a_kernel_with_two_results_and_an_unused_input():

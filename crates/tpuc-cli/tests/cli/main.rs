@@ -86,21 +86,40 @@ fn size_settings_are_checked() -> Result<(), Failed> {
     Ok(())
 }
 
-/// `tpuc compile --emit ir` prints tpuc's own IR after the passes.
+/// `tpuc compile --emit ir` prints tpuc's own IR after the passes: by default with the fusion
+/// stage's composites (the first layer and its ReLU one `tpuc.linear`, its function after
+/// `main`, each op at its own node), with `--fusion none` every op as lowered.
 fn cli_emits_the_ir() -> Result<(), Failed> {
-    let out = tpuc()
-        .args(["compile", "--emit", "ir"])
-        .arg(lowering_dir().join("mlp.pt2"))
-        .output()?;
-    let text = String::from_utf8(out.stdout)?;
-    let expected = [
-        "func @main(%0: tensor<32x16xf32>",
-        "stablehlo.dot_general %4, %0 batch=[]x[] contracting=[1]x[1] precision=highest",
-        "// linear (",
-        "return",
-    ];
-    if !out.status.success() || expected.iter().any(|e| !text.contains(e)) {
-        return Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr)).into());
+    for (fusion, expected) in [
+        (
+            None,
+            &[
+                "func @main(%0: tensor<32x16xf32>",
+                "stablehlo.composite %4, %0, %1 @tpuc_linear_impl name=\"tpuc.linear\" attributes={activation=\"relu\"}",
+                "func private @tpuc_linear_impl(",
+                "stablehlo.dot_general %5, %6 batch=[]x[] contracting=[1]x[1] precision=highest : tensor<4x32xf32>  // linear (",
+            ][..],
+        ),
+        (
+            Some("none"),
+            &[
+                "func @main(%0: tensor<32x16xf32>",
+                "stablehlo.dot_general %4, %0 batch=[]x[] contracting=[1]x[1] precision=highest",
+                "// linear (",
+                "return",
+            ][..],
+        ),
+    ] {
+        let mut command = tpuc();
+        command.args(["compile", "--emit", "ir"]);
+        if let Some(choice) = fusion {
+            command.args(["--fusion", choice]);
+        }
+        let out = command.arg(lowering_dir().join("mlp.pt2")).output()?;
+        let text = String::from_utf8(out.stdout)?;
+        if !out.status.success() || expected.iter().any(|e| !text.contains(e)) {
+            return Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr)).into());
+        }
     }
     Ok(())
 }

@@ -25,7 +25,7 @@ _MANIFEST = "tpuc.json"
 def compile_exported(program, *, plugin: str | None = None, matmul_precision: str = "highest",
                      hoist_weights: bool = True, cache_dir: str | None = None,
                      sizes: dict[str, int] | None = None, mesh: "str | _tpuc.Mesh | None" = None, plan: str | None = None,
-                     seed: int = 0, fusion: str = "none") -> "CompiledProgram":
+                     seed: int = 0, fusion: str | None = None) -> "CompiledProgram":
     """`program` compiled for `plugin` and loaded there, ready to call.
 
     program:          a `torch.export.ExportedProgram`, or the path of a `.pt2` archive (or a
@@ -41,7 +41,7 @@ def compile_exported(program, *, plugin: str | None = None, matmul_precision: st
     mesh, plan:       run over a mesh of devices (`"dp=2"`, `"fsdp=2,tp=2"`) laid out by a plan
                       (`"dp"`, `"fsdp,tp"`, or a plan file), as `tpuc run --mesh --plan`.
     seed:             the seed of the program's random ops.
-    fusion:           "none" or "patterns" (`tpuc compile --fusion`).
+    fusion:           "kernels" (default when None), "patterns" or "none" (`tpuc compile --fusion`).
     """
     own = None
     if isinstance(program, torch.export.ExportedProgram):

@@ -269,8 +269,22 @@ def _register_backward(kernel: JaxKernel, backward, library) -> None:
     if by_vjp:
         def backward(*args):
             primals, cotangents = args[:arity], args[arity:]
-            _, pullback = jax.vjp(kernel.fn, *primals)
-            return tuple(pullback(cotangents[0] if outputs == 1 else tuple(cotangents)))
+            # Differentiated in its floating inputs only; integer inputs (indices) get zeros,
+            # which the op's gradient drops.
+            floating = [i for i, p in enumerate(primals) if jax.numpy.issubdtype(p.dtype, jax.numpy.inexact)]
+
+            def of_floats(*xs):
+                full = list(primals)
+                for i, x in zip(floating, xs):
+                    full[i] = x
+                return kernel.fn(*full)
+
+            _, pullback = jax.vjp(of_floats, *[primals[i] for i in floating])
+            grads = pullback(cotangents[0] if outputs == 1 else tuple(cotangents))
+            result = [jax.numpy.zeros_like(p) for p in primals]
+            for i, g in zip(floating, grads):
+                result[i] = g
+            return tuple(result)
     parameters = [f"x{i}" for i in range(arity)] + [f"g{i}" for i in range(outputs)]
     # `jax_op` reads the parameters from the signature; this one's come from the op's.
     namespace, name = kernel.qualname.split("::")

@@ -25,12 +25,13 @@ class Options:
     dump_dir:         write each compiled graph's FX graph, StableHLO and compile times there
                       (also TPUC_DUMP_DIR).
     matmul_precision: "highest" (default; what torch computes), "high" or "default".
-    fusion:           "none" (default: every op as lowered), "patterns": named patterns
-                      (RMSNorm, ...) become stablehlo.composite ops tpuc.<pattern> whose
-                      decomposition is the ops matched, so that a backend may run its own kernel
-                      for them (XLA:CPU runs the decomposition: the results are the same), or
-                      "kernels": each computed by tpuc's formulation for the plugin where it
-                      has one (also TPUC_FUSION, which the tpuc device's programs follow too).
+    fusion:           "kernels" (default): named patterns (RMSNorm, attention, ...) become
+                      stablehlo.composite ops tpuc.<pattern>, each computed by tpuc's
+                      formulation for the plugin where it has one (long attention in blocks of
+                      keys, grouped-query attention without repeated copies), else by the ops
+                      matched; "patterns": the composites, computed by the ops matched, so that
+                      a backend may run its own kernel for them; "none": every op as lowered
+                      (also TPUC_FUSION, which the tpuc device's programs follow too).
     hoist_weights:    compute what a forward graph derives from the model's parameters and
                       buffers alone once per version of them instead of on every call: convolution
                       kernels in the layout the plugin's convolutions read, batch norm scales and
@@ -73,7 +74,7 @@ class Options:
     strict: bool = False
     dump_dir: str | None = None
     matmul_precision: str = "highest"
-    fusion: str = "none"
+    fusion: str = _tpuc.DEFAULT_FUSION
     hoist_weights: bool = True
     mesh: Any = None
     plan: Any = None
@@ -92,7 +93,7 @@ class Options:
         values = {
             "strict": env_strict,
             "dump_dir": os.environ.get("TPUC_DUMP_DIR") or None,
-            "fusion": os.environ.get("TPUC_FUSION") or "none",
+            "fusion": os.environ.get("TPUC_FUSION") or _tpuc.DEFAULT_FUSION,
         }
         values.update(given)
         if "keep_whole" in values:
