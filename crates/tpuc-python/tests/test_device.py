@@ -987,7 +987,8 @@ def test_the_dump_directory_records_the_devices_programs_and_cache(tmp_path):
 
 
 def test_compare_names_the_first_node_of_a_compiled_graph_that_diverges(monkeypatch):
-    from tpuc.compiler import GraphCompiler, _copy_module
+    from tpuc.compiler import GraphCompiler
+    from tpuc.graph import copy_module
 
     def forward(x):
         y = (x * 3).relu()
@@ -1003,7 +1004,7 @@ def test_compare_names_the_first_node_of_a_compiled_graph_that_diverges(monkeypa
     real = GraphCompiler.prepare
 
     def perturbed(self, gm, name, *args, **kwargs):
-        gm = _copy_module(gm)
+        gm = copy_module(gm)
         for node in gm.graph.nodes:
             if node.target == torch.ops.aten.sin.default:
                 node.target = torch.ops.aten.cos.default

@@ -29,6 +29,7 @@ from . import _tpuc, custom_ops, kernels
 from .decompositions import EXTRA, NOT_DECOMPOSED, library_extra
 from .graph import (
     HOST_ASSERTS,
+    copy_module,
     data_dependent_sizes,
     is_host_check,
     is_structural,
@@ -195,7 +196,7 @@ def _without_input_aliases(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             stand_ins[first + j] = torch.empty(tuple(value.shape), dtype=value.dtype)
     if not stand_ins:
         return gm
-    gm = _copy_module(gm)
+    gm = copy_module(gm)
     output = next(n for n in gm.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
     outputs = [output.args[0]] if single else list(output.args[0])
@@ -402,7 +403,7 @@ class GraphCompiler:
                 return lowered(node.args[0]) if is_structural(node) else lowered(node)
 
         original = gm
-        gm = _copy_module(gm)
+        gm = copy_module(gm)
         partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
         fused = partitioner.fuse_partitions(partitioner.propose_partitions())
         for index, node in enumerate(n for n in fused.graph.nodes if n.op == "call_module"):
@@ -603,7 +604,7 @@ def _quantized_results(gm: torch.fx.GraphModule, name: str):
         return gm, {}
     importlib.import_module("torch.ao.quantization.fx._decomposed")  # registers quantized_decomposed
 
-    gm = _copy_module(gm)
+    gm = copy_module(gm)
     wrapped = {}
     for node in [n for n in gm.graph.nodes if n.op == "call_function" and n.target is quantize]:
         x, scale, zero_point, dtype = node.args
@@ -638,7 +639,7 @@ def _host_checks(gm: torch.fx.GraphModule):
     single = not isinstance(output.args[0], (tuple, list))
     if not any(is_host_check(n) for n in gm.graph.nodes):
         return gm, [], [], single
-    gm = _copy_module(gm)
+    gm = copy_module(gm)
     graph = gm.graph
     output = next(n for n in graph.nodes if n.op == "output")
     position = {p: i for i, p in enumerate(n for n in graph.nodes if n.op == "placeholder")}
@@ -774,7 +775,7 @@ def _lift_constants(gm: torch.fx.GraphModule, name: str):
 
     if not any(is_constant(n) for n in gm.graph.nodes):
         return gm, []
-    gm = _copy_module(gm)
+    gm = copy_module(gm)
     nodes = list(gm.graph.nodes)
     anchor = next((n for n in reversed(nodes) if n.op == "placeholder"), None)
     constants = []
@@ -795,16 +796,6 @@ def _lift_constants(gm: torch.fx.GraphModule, name: str):
         constants.append(value)
     gm.recompile()
     return gm, constants
-
-
-def _copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of `gm` whose graph can be changed; node metadata (fake tensors, which do not
-    deep-copy) is shared, the module's tensors too."""
-    graph = torch.fx.Graph()
-    env: dict = {}
-    for node in gm.graph.nodes:
-        env[node] = graph.node_copy(node, lambda n: env[n])
-    return torch.fx.GraphModule(gm, graph)
 
 
 def _is_size(value) -> bool:
@@ -866,7 +857,7 @@ def _size_nodes(roots: list) -> set:
 def _without(gm: torch.fx.GraphModule, unused: list[torch.fx.Node], tensor_outputs: list[int]) -> torch.fx.GraphModule:
     """A copy of `gm` returning only its outputs at `tensor_outputs`, without the placeholders
     `unused` (which then have no users: the outputs left out may have returned them)."""
-    gm = _copy_module(gm)
+    gm = copy_module(gm)
     output = next(n for n in gm.graph.nodes if n.op == "output")
     returned = output.args[0]
     returned = list(returned) if isinstance(returned, (tuple, list)) else [returned]
@@ -981,7 +972,7 @@ def _sizes_from_tensors(gm: torch.fx.GraphModule) -> torch.fx.GraphModule | None
     if not all(_feeds_only_sizes(s) for s in free):
         return None
     sizes = [s for s in sizes if s not in free]
-    gm = _copy_module(gm)
+    gm = copy_module(gm)
     nodes = {n.name: n for n in gm.graph.nodes}
     anchor = next(n for n in reversed(list(gm.graph.nodes)) if n.op == "placeholder")
     for size in sizes:

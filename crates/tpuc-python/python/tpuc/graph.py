@@ -68,6 +68,16 @@ _TRAILING_OPERANDS = {"cond": 3, "while_loop": 3, "scan": 3, "map_impl": 2, "ass
                       "invoke_subgraph": 2}
 
 
+def copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of `gm` whose graph can be changed; node metadata (fake tensors, which do not
+    deep-copy) is shared, the module's tensors too."""
+    graph = torch.fx.Graph()
+    env: dict = {}
+    for node in gm.graph.nodes:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    return torch.fx.GraphModule(gm, graph)
+
+
 def _is_size_value(a) -> bool:
     return isinstance(a, int) and not isinstance(a, bool) or (
         isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.SymInt))
@@ -89,12 +99,9 @@ def sizes_within_subgraphs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
     if all(trailing_at(n) is None for n in gm.graph.nodes):
         return gm
-    graph = torch.fx.Graph()
-    env: dict = {}
-    for n in gm.graph.nodes:
-        env[n] = graph.node_copy(n, lambda x: env[x])
+    module = copy_module(gm)
     done: dict[str, torch.fx.GraphModule] = {}
-    for node in graph.nodes:
+    for node in module.graph.nodes:
         at = trailing_at(node)
         if at is None:
             continue
@@ -110,7 +117,7 @@ def sizes_within_subgraphs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             kept = [a for j, a in enumerate(trailing) if j not in sizes]
             node.args = ((*node.args[:at], *kept) if flat
                          else (*node.args[:at], type(node.args[at])(kept), *node.args[at + 1:]))
-    module = torch.fx.GraphModule(gm, graph)
+    module.recompile()
     for target, sub in done.items():
         setattr(module, target, sub)
     return module
@@ -120,11 +127,7 @@ def _sizes_read_within(sub: torch.fx.GraphModule, sizes: list, trailing: int) ->
     """A copy of subgraph `sub` without the inputs at `sizes` (positions among its last
     `trailing` inputs, with the values passed there): each read from a dimension of a tensor
     input of the same size, or the int it is."""
-    graph = torch.fx.Graph()
-    env: dict = {}
-    for n in sub.graph.nodes:
-        env[n] = graph.node_copy(n, lambda x: env[x])
-    module = sizes_within_subgraphs(torch.fx.GraphModule(sub, graph))
+    module = sizes_within_subgraphs(copy_module(sub))
     graph = module.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     first = len(placeholders) - trailing
