@@ -52,7 +52,8 @@ def test_every_collective_on_two_ranks_of_the_device_and_a_mismatch_named():
     assert "rank 0 (this one): all_reduce (sum) of float32[4]" in error and "rank 1: all_reduce (sum) of float32[5]" in error
 
 
-@pytest.mark.parametrize("model", ["mlp", "llama"])
+# The Llama run is the suite's longest (about 50 s beside another worker): with the cores to itself.
+@pytest.mark.parametrize("model", ["mlp", pytest.param("llama", marks=pytest.mark.alone)])
 def test_ddp_fsdp2_and_tensor_parallel_train_on_the_device_as_on_the_cpu(model, tmp_path):
     program = f"training:{model}" + (f"={tmp_path / 'checkpoint'}" if model == "llama" else "")
     differences = programs(program)["training"]["differences"]

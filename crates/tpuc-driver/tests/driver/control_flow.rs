@@ -156,7 +156,7 @@ fn bad_subgraphs_are_named() -> Result<(), Failed> {
             }),
             vec![
                 "higher_order.cond",
-                "true branch (argument 1) is a tensor, not a graph",
+                "true branch (argument 1) is of kind tensor, not a graph",
             ],
         ),
         (
@@ -195,7 +195,7 @@ fn bad_subgraphs_are_named() -> Result<(), Failed> {
             Box::new(|v| node_of(v, CALL)["inputs"][1]["arg"] = serde_json::json!({"as_int": 3})),
             vec![
                 "higher_order.invoke_subgraph",
-                "identifier (argument 1) is a int, not a string",
+                "identifier (argument 1) is of kind int, not a string",
             ],
         ),
         (

@@ -25,7 +25,7 @@ fn subgraph<'n>(n: &'n Node, i: usize, what: &str) -> OpResult<&'n Subgraph> {
     match positional(n, i, what)? {
         Arg::Graph(g) => Ok(g),
         other => err(format!(
-            "its {what} (argument {i}) is a {}, not a graph",
+            "its {what} (argument {i}) is of kind {}, not a graph",
             other.kind_name()
         )),
     }
@@ -37,7 +37,7 @@ fn tensors(cx: &mut Ctx, n: &Node, i: usize, what: &str) -> OpResult<Vec<Value>>
         Arg::Tensors(names) => names.iter().map(|t| cx.value(t)).collect(),
         Arg::None => Ok(Vec::new()),
         other => err(format!(
-            "its {what} (argument {i}) is a {}, not a tensor list",
+            "its {what} (argument {i}) is of kind {}, not a tensor list",
             other.kind_name()
         )),
     }
@@ -71,7 +71,7 @@ fn cond(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         Arg::Bool(b) => cx.b.scalar(DType::I32, f64::from(u8::from(*b))),
         other => {
             return err(format!(
-                "its predicate is a {}, not a boolean",
+                "its predicate is of kind {}, not a boolean",
                 other.kind_name()
             ))
         }
@@ -314,7 +314,7 @@ fn invoke_subgraph(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
         Arg::Str(s) => s.clone(),
         other => {
             return err(format!(
-                "its identifier (argument 1) is a {}, not a string",
+                "its identifier (argument 1) is of kind {}, not a string",
                 other.kind_name()
             ))
         }
@@ -325,7 +325,7 @@ fn invoke_subgraph(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             Arg::Tensor(t) => operands.push(cx.value(t)?),
             other => {
                 return err(format!(
-                    "its operand {} is a {}: only tensors are passed to a repeated block",
+                    "its operand {} is of kind {}: only tensors are passed to a repeated block",
                     i - 2,
                     other.kind_name()
                 ))

@@ -69,7 +69,7 @@ fn call_kernel(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             Arg::Tensor(t) => operands.push(cx.value(t)?),
             other => {
                 return Err(OpError(format!(
-                    "a kernel's op takes tensors only; its argument {} is {}",
+                    "a kernel's op takes tensors only; its argument {} is of kind {}",
                     a.name,
                     other.kind_name()
                 )))
