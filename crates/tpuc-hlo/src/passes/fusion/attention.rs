@@ -183,7 +183,7 @@ pub(super) fn written_out(defs: &Defs, root: usize) -> Option<Match> {
         }
         // The mask stays an operand (a model may compute it once for every layer); what it
         // holds is read where it is a constant.
-        causal = constant_mask(defs, hidden).is_some_and(|(_, mask)| hides_the_future(&mask));
+        causal = mask_matrix(defs, hidden, boolean_mask).is_some_and(|m| hides_the_future(&m));
         ops.extend([vec![at], fill_ops].concat());
         scores = kept;
     } else if let Some((at, a, b)) = defs.binary(scores, BinaryOp::Add) {
@@ -200,7 +200,7 @@ pub(super) fn written_out(defs: &Defs, root: usize) -> Option<Match> {
             return None;
         };
         ops.push(at);
-        causal = additive_mask(defs, mask).is_some_and(|(_, hidden)| hides_the_future(&hidden));
+        causal = mask_matrix(defs, mask, additive_mask).is_some_and(|m| hides_the_future(&m));
     }
     let (scale_ops, scale, product) = scaled_product(defs, scores)?;
     ops.extend(scale_ops);
@@ -263,74 +263,76 @@ fn scalar(defs: &Defs, v: Value) -> Option<(Vec<usize>, f64)> {
     }
 }
 
-/// A boolean mask computed from constants alone (a stored mask, a comparison of positions
-/// folded): its ops and its last two dimensions' values, `hidden[query][key]`; None when the
-/// mask is none, varies along other dimensions or is not read off constants here.
-fn constant_mask(defs: &Defs, v: Value) -> Option<(Vec<usize>, Vec<Vec<bool>>)> {
-    let f = defs.func();
-    let (at, o) = defs.op(v)?;
+/// What a constant mask hides over its last two dimensions, `hidden[query][key]`, seen through
+/// broadcasts along its leading dimensions (batch, heads), the constant itself read by `leaf`;
+/// None when the mask is no constant or varies along other dimensions.
+fn mask_matrix(
+    defs: &Defs,
+    v: Value,
+    leaf: fn(&Defs, Value) -> Option<Vec<Vec<bool>>>,
+) -> Option<Vec<Vec<bool>>> {
+    let (_, o) = defs.op(v)?;
     match o.kind() {
-        OpKind::BroadcastInDim { dims, .. } if keeps_the_matrix(f, v, o.operands()[0], dims) => {
-            let (ops, mask) = constant_mask(defs, o.operands()[0])?;
-            Some(([vec![at], ops].concat(), mask))
+        OpKind::BroadcastInDim { dims, .. }
+            if keeps_the_matrix(defs.func(), v, o.operands()[0], dims) =>
+        {
+            mask_matrix(defs, o.operands()[0], leaf)
         }
-        // A boolean constant (folded), or `x != 0` of an integer one: how the plugin's
-        // legalisation writes boolean constants.
-        OpKind::Constant(_) => {
-            let (ops, values) = byte_constant(defs, v)?;
-            Some((ops, square(f.ty(v), &values)?))
-        }
+        _ => leaf(defs, v),
+    }
+}
+
+/// A boolean constant (folded), or `x != 0` of an integer one (how the plugin's legalisation
+/// writes boolean constants): where it is true.
+fn boolean_mask(defs: &Defs, v: Value) -> Option<Vec<Vec<bool>>> {
+    let (_, o) = defs.op(v)?;
+    let values = match o.kind() {
+        OpKind::Constant(_) => byte_constant(defs, v)?,
         OpKind::Compare {
             dir: crate::ir::CompareDir::Ne,
             ..
         } => {
-            let (zero_ops, zero) = byte_constant(defs, o.operands()[1])?;
-            if zero.iter().any(|&z| z != 0) {
+            if byte_constant(defs, o.operands()[1])?
+                .iter()
+                .any(|&z| z != 0)
+            {
                 return None;
             }
-            let (ops, values) = byte_constant(defs, o.operands()[0])?;
-            Some((
-                [vec![at], zero_ops, ops].concat(),
-                square(f.ty(v), &values)?,
-            ))
+            byte_constant(defs, o.operands()[0])?
         }
-        _ => None,
-    }
+        _ => return None,
+    };
+    square(defs.func().ty(v), &values)
 }
 
-/// A constant float32 mask added to scores, of zeros and numbers at most -1e30 (hiding what
-/// they are added to), broadcast along leading dimensions only: its ops and whether each
-/// element hides, `hidden[query][key]`.
-fn additive_mask(defs: &Defs, v: Value) -> Option<(Vec<usize>, Vec<Vec<bool>>)> {
-    let f = defs.func();
-    let (at, o) = defs.op(v)?;
-    match o.kind() {
-        OpKind::BroadcastInDim { dims, .. } if keeps_the_matrix(f, v, o.operands()[0], dims) => {
-            let (ops, hidden) = additive_mask(defs, o.operands()[0])?;
-            Some(([vec![at], ops].concat(), hidden))
-        }
-        OpKind::Constant(lit) if lit.ty.elem == crate::ir::DType::F32 => {
-            let values: Vec<f32> = lit
-                .bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            if values.iter().any(|&x| x != 0.0 && x > -1e30) {
-                return None;
-            }
-            let bytes: Vec<u8> = values.iter().map(|&x| u8::from(x != 0.0)).collect();
-            Some((vec![at], square(&lit.ty, &bytes)?))
-        }
-        _ => None,
+/// A float32 constant added to scores, of zeros and numbers at most -1e30 (hiding what they are
+/// added to): where it hides.
+fn additive_mask(defs: &Defs, v: Value) -> Option<Vec<Vec<bool>>> {
+    let (_, o) = defs.op(v)?;
+    let OpKind::Constant(lit) = o.kind() else {
+        return None;
+    };
+    if lit.ty.elem != crate::ir::DType::F32 {
+        return None;
     }
+    let values: Vec<f32> = lit
+        .bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    if values.iter().any(|&x| x != 0.0 && x > -1e30) {
+        return None;
+    }
+    let hidden: Vec<u8> = values.iter().map(|&x| u8::from(x != 0.0)).collect();
+    square(&lit.ty, &hidden)
 }
 
-/// A boolean or 8-bit integer constant's elements (one when a splat) and its op.
-fn byte_constant(defs: &Defs, v: Value) -> Option<(Vec<usize>, Vec<u8>)> {
-    let (at, o) = defs.op(v)?;
+/// A boolean or 8-bit integer constant's elements (one when a splat).
+fn byte_constant(defs: &Defs, v: Value) -> Option<Vec<u8>> {
+    let (_, o) = defs.op(v)?;
     match o.kind() {
         OpKind::Constant(lit) if lit.ty.elem.byte_size() == 1 && !lit.ty.elem.is_float() => {
-            Some((vec![at], lit.bytes.to_vec()))
+            Some(lit.bytes.to_vec())
         }
         _ => None,
     }
