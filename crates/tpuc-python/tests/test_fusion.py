@@ -157,6 +157,17 @@ def _hugging_face_llama(attention: str):
     return LlamaForCausalLM(config).eval()
 
 
+def _hugging_face_gemma(attention: str):
+    """Gemma: GeGLU (its gate's GELU the tanh approximation), norms scaled by `1 + weight`."""
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    config = GemmaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                         max_position_embeddings=64, hidden_activation="gelu_pytorch_tanh",
+                         attn_implementation=attention)
+    return GemmaForCausalLM(config).eval()
+
+
 def _hugging_face_gpt2(attention: str):
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -168,8 +179,9 @@ def _hugging_face_gpt2(attention: str):
 @pytest.mark.parametrize("make,attention,expected", [
     (_hugging_face_llama, "sdpa", {"rms_norm": 5, "rotary": 4, "attention": 2, "gated_mlp": 2}),
     (_hugging_face_llama, "eager", {"rms_norm": 5, "rotary": 4, "attention": 2, "gated_mlp": 2}),
+    (_hugging_face_gemma, "eager", {"rms_norm": 5, "rotary": 4, "attention": 2, "gated_mlp": 2}),
     (_hugging_face_gpt2, "eager", {"layer_norm": 5, "attention": 2}),
-], ids=["llama-sdpa", "llama-eager", "gpt2-eager"])
+], ids=["llama-sdpa", "llama-eager", "gemma-eager", "gpt2-eager"])
 def test_hugging_face_models_fuse_with_their_results_unchanged(make, attention, expected, tmp_path):
     """Transformers' own models: attention through SDPA or written out (their eager
     implementation, the causal mask added as a constant), each layer's patterns once."""
@@ -185,6 +197,9 @@ def test_hugging_face_models_fuse_with_their_results_unchanged(make, attention, 
     assert counts == expected
     calls = [line for line in text.splitlines() if 'name = "tpuc.attention"' in line]
     assert all("causal = true" in line for line in calls), calls
+    activation = {"gemma": "gelu_tanh"}.get(make.__name__.removeprefix("_hugging_face_"), "silu")
+    mlps = [line for line in text.splitlines() if 'name = "tpuc.gated_mlp"' in line]
+    assert all(f'activation = "{activation}"' in line for line in mlps), mlps
 
 
 @pytest.mark.parametrize("options,attributes", [
@@ -213,6 +228,31 @@ def test_softmax_with_cross_entropy_is_one_composite(options, attributes, tmp_pa
         assert len(calls) == 1 and attributes in calls[0], calls
         # Its operands: the logits and the targets.
         assert "(tensor<6x5xf32>, tensor<6xi64>) -> tensor<f32>" in calls[0]
+
+
+class _WrittenOutCausalAttention(torch.nn.Module):
+    """Attention written out: scores scaled by hand, a boolean mask made in the graph (a
+    constant to the compiler; a buffer would be an input, of contents unknown)."""
+
+    def forward(self, q, k, v):
+        positions = q.shape[-2]
+        hidden = torch.ones(positions, positions, dtype=torch.bool).triu(1)
+        scores = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+        return scores.masked_fill(hidden, float("-inf")).softmax(-1) @ v
+
+
+@pytest.mark.parametrize("positions,blocked", [(16, False), (1024, True)])
+def test_written_out_causal_attention_computes_its_mask_from_positions(positions, blocked, tmp_path):
+    """With `kernels`, attention a model writes out with a stored causal mask computes the mask
+    from positions (the stored one left unread), in blocks of keys when the sequence is long;
+    the results are eager's."""
+    q, k, v = (torch.randn(1, 2, positions, 16) for _ in range(3))
+    text = fused_inference(_WrittenOutCausalAttention(), (q, k, v), tmp_path, "kernels")
+    calls = [line for line in text.splitlines() if 'name = "tpuc.attention"' in line]
+    assert len(calls) == 1 and "causal = true" in calls[0], calls
+    decomposition = text[text.index("func.func private @tpuc_attention"):]
+    assert "stablehlo.iota" in decomposition
+    assert ("stablehlo.while" in decomposition) == blocked
 
 
 def test_long_attention_is_computed_in_blocks_with_memory_linear_in_the_sequence(tmp_path):

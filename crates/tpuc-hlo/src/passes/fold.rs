@@ -12,6 +12,7 @@
 
 use crate::ir::{
     BinaryOp, CompareDir, CompareType, DType, Func, Literal, Module, OpKind, TensorType, UnaryOp,
+    Value,
 };
 
 /// The largest tensor evaluated here (elements). Larger results stay computed by the device:
@@ -20,7 +21,7 @@ const MAX_ELEMENTS: usize = 1 << 18;
 
 /// A known tensor's elements in row-major order.
 #[derive(Clone, Debug, PartialEq)]
-enum Elems {
+pub(crate) enum Elems {
     /// float32 values are held rounded to float32.
     Float(Vec<f64>),
     /// Wrapped to the element type's width (unsigned types up to 32 bits hold their value).
@@ -249,6 +250,38 @@ pub fn fold_constants(mut module: Module) -> Module {
         }
     }
     module
+}
+
+/// The elements of `v`, computed here as folding computes them, from constants alone (no
+/// argument of `f` read) and through values of at most `limit` elements each: for a pass that
+/// reads what a constant holds though folding left it computed (a mask too large to fold).
+pub(crate) fn elements_of(f: &Func, v: Value, limit: usize) -> Option<Elems> {
+    let defining = f.defining_ops();
+    let mut known: Vec<Known> = vec![Known::Unknown; f.value_count()];
+    // The ops `v` depends on, in program order (defined before read).
+    let mut needed = Vec::new();
+    let mut pending = vec![v];
+    let mut seen = vec![false; f.ops().len()];
+    while let Some(x) = pending.pop() {
+        let i = (*defining.get(x.index())?)?;
+        if !std::mem::replace(&mut seen[i], true) {
+            let op = &f.ops()[i];
+            if op.results().len() != 1 || f.ty(op.results()[0]).numel() as usize > limit {
+                return None;
+            }
+            needed.push(i);
+            pending.extend(op.operands());
+        }
+    }
+    needed.sort_unstable();
+    for i in needed {
+        let result = f.ops()[i].results()[0];
+        known[result.index()] = Known::Ready(compute(f, &mut known, i)?);
+    }
+    match std::mem::replace(&mut known[v.index()], Known::Unknown) {
+        Known::Ready(values) => Some(values),
+        _ => None,
+    }
 }
 
 /// The value of `f.ops[i]`'s single result, its operands computed first where deferred; None
@@ -757,6 +790,24 @@ mod tests {
                 kind => assert!(!folded, "{n}x{n} mask not folded: {kind:?}"),
             }
         }
+    }
+
+    /// A mask too large to fold is still read by `elements_of` (within its own limit); what
+    /// reads an argument, or exceeds the limit, is not.
+    #[test]
+    fn elements_of_reads_a_mask_left_computed() {
+        let mut b = Builder::new();
+        let x = b.arg(TensorType::new(vec![4, 4], DType::Bool), Default::default());
+        let mask = causal_mask(&mut b, 1024);
+        let small = causal_mask(&mut b, 4);
+        let read = b.binary(BinaryOp::And, small, x).unwrap();
+        let f = fold(b.finish(vec![mask, read], Vec::new()));
+        let Some(Elems::Bool(values)) = elements_of(&f, mask, 1 << 22) else {
+            panic!("the 1024x1024 mask was not read");
+        };
+        assert_eq!((values[0], values[1], values[1024]), (true, false, true));
+        assert_eq!(elements_of(&f, mask, 1 << 18), None);
+        assert_eq!(elements_of(&f, read, 1 << 22), None);
     }
 
     #[test]

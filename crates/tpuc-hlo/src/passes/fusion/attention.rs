@@ -7,6 +7,7 @@
 
 use super::{Defs, Match};
 use crate::ir::{AttrValue, BinaryOp, BuildResult, Func, Op, OpKind, Rewriter, Value};
+use crate::passes::fold::{elements_of, Elems};
 
 pub(super) const ATTENTION: &str = "tpuc.attention";
 
@@ -282,60 +283,34 @@ fn mask_matrix(
     }
 }
 
-/// A boolean constant (folded), or `x != 0` of an integer one (how the plugin's legalisation
-/// writes boolean constants): where it is true.
+/// The largest mask read (elements): 2048 queries by 2048 keys. A larger one stays an operand
+/// of contents unread (not `causal`).
+const MASK_READ_LIMIT: usize = 1 << 22;
+
+/// A boolean mask computed from constants alone (folded, or computed from positions as a
+/// model's `triu` is): where it is true.
 fn boolean_mask(defs: &Defs, v: Value) -> Option<Vec<Vec<bool>>> {
-    let (_, o) = defs.op(v)?;
-    let values = match o.kind() {
-        OpKind::Constant(_) => byte_constant(defs, v)?,
-        OpKind::Compare {
-            dir: crate::ir::CompareDir::Ne,
-            ..
-        } => {
-            if byte_constant(defs, o.operands()[1])?
-                .iter()
-                .any(|&z| z != 0)
-            {
-                return None;
-            }
-            byte_constant(defs, o.operands()[0])?
-        }
-        _ => return None,
-    };
-    square(defs.func().ty(v), &values)
+    match elements_of(defs.func(), v, MASK_READ_LIMIT)? {
+        Elems::Bool(hidden) => square(defs.func().ty(v), &hidden),
+        _ => None,
+    }
 }
 
-/// A float32 constant added to scores, of zeros and numbers at most -1e30 (hiding what they are
-/// added to): where it hides.
+/// A float32 mask computed from constants alone, added to scores, of zeros and numbers at most
+/// -1e30 (hiding what they are added to): where it hides.
 fn additive_mask(defs: &Defs, v: Value) -> Option<Vec<Vec<bool>>> {
-    let (_, o) = defs.op(v)?;
-    let OpKind::Constant(lit) = o.kind() else {
-        return None;
-    };
-    if lit.ty.elem != crate::ir::DType::F32 {
+    let ty = defs.func().ty(v);
+    if ty.elem != crate::ir::DType::F32 {
         return None;
     }
-    let values: Vec<f32> = lit
-        .bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let Elems::Float(values) = elements_of(defs.func(), v, MASK_READ_LIMIT)? else {
+        return None;
+    };
     if values.iter().any(|&x| x != 0.0 && x > -1e30) {
         return None;
     }
-    let hidden: Vec<u8> = values.iter().map(|&x| u8::from(x != 0.0)).collect();
-    square(&lit.ty, &hidden)
-}
-
-/// A boolean or 8-bit integer constant's elements (one when a splat).
-fn byte_constant(defs: &Defs, v: Value) -> Option<Vec<u8>> {
-    let (_, o) = defs.op(v)?;
-    match o.kind() {
-        OpKind::Constant(lit) if lit.ty.elem.byte_size() == 1 && !lit.ty.elem.is_float() => {
-            Some(lit.bytes.to_vec())
-        }
-        _ => None,
-    }
+    let hidden: Vec<bool> = values.iter().map(|&x| x != 0.0).collect();
+    square(ty, &hidden)
 }
 
 /// Whether `v`, broadcast from `source` along `dims`, repeats whole matrices: `source`'s last
@@ -350,7 +325,7 @@ fn keeps_the_matrix(f: &Func, v: Value, source: Value, dims: &[i64]) -> bool {
 
 /// The matrix over the last two dimensions of a constant of `ty` (its elements `values`, one
 /// standing for all), as rows of predicates; None unless every such matrix in it is the same.
-fn square(ty: &crate::ir::TensorType, values: &[u8]) -> Option<Vec<Vec<bool>>> {
+fn square(ty: &crate::ir::TensorType, values: &[bool]) -> Option<Vec<Vec<bool>>> {
     let rank = ty.rank();
     if rank < 2 {
         return None;
@@ -359,7 +334,7 @@ fn square(ty: &crate::ir::TensorType, values: &[u8]) -> Option<Vec<Vec<bool>>> {
     let at = |i: usize| {
         values
             .get(if values.len() == 1 { 0 } else { i })
-            .is_some_and(|&b| b != 0)
+            .is_some_and(|&b| b)
     };
     let matrices = (ty.numel() as usize).checked_div(rows * cols)?;
     let first: Vec<Vec<bool>> = (0..rows)
@@ -370,16 +345,14 @@ fn square(ty: &crate::ir::TensorType, values: &[u8]) -> Option<Vec<Vec<bool>>> {
     all_alike.then_some(first)
 }
 
-/// Whether `hidden` hides exactly the keys after each query's position (square or not: the
-/// queries the last of the keys, as a cache's).
+/// Whether `hidden` hides exactly the keys after each query's position, query `r` at key
+/// position `r`: the top-left alignment of torch's `is_causal`, which the composite's
+/// `causal` means. (A cache's mask, its queries the last of the keys, is bottom-right aligned:
+/// not `causal`, the mask operand still applying it.)
 fn hides_the_future(hidden: &[Vec<bool>]) -> bool {
-    let rows = hidden.len();
-    let cols = hidden.first().map_or(0, Vec::len);
-    rows > 0
-        && cols >= rows
-        && hidden.iter().enumerate().all(|(r, row)| {
-            row.iter()
-                .enumerate()
-                .all(|(c, &h)| h == (c > r + cols - rows))
-        })
+    !hidden.is_empty()
+        && hidden
+            .iter()
+            .enumerate()
+            .all(|(r, row)| row.iter().enumerate().all(|(c, &h)| h == (c > r)))
 }

@@ -1,25 +1,27 @@
-//! Gated MLPs as tpuc lowers them: `act(x @ gate) * (x @ up)`, the activation SiLU (SwiGLU).
+//! Gated MLPs as tpuc lowers them: `act(x @ gate) * (x @ up)`, the activation SiLU (SwiGLU),
+//! GELU exact or tanh (GeGLU) or ReLU (ReGLU); linear layers with their activation.
 
 use super::{either, Defs, Match};
 use crate::ir::{AttrValue, BinaryOp, OpKind, UnaryOp, Value};
 
-/// `silu(x @ w_gate) * (x @ w_up)` (either order), both products of the same `x` (or of views
-/// of it the lowering made alike): `tpuc.gated_mlp` with `activation = "silu"`.
+/// `act(x @ w_gate) * (x @ w_up)` (either order), both products of the same `x` (or of views
+/// of it the lowering made alike), `act` one [`activation`] reads: `tpuc.gated_mlp` with
+/// `activation`.
 pub(super) fn gated_mlp(defs: &Defs, root: usize) -> Option<Match> {
     let f = defs.func();
     let out = f.ops()[root].result()?;
     let (_, a, b) = defs.binary(out, BinaryOp::Mul)?;
-    let ((act_ops, gate_x, up_ops, up_x), _) = either(a, b, |act, up| {
-        let (act_ops, gate) = silu(defs, act)?;
+    let ((act_ops, gate_x, up_ops, up_x, name), _) = either(a, b, |act, up| {
+        let (act_ops, gate, name) = activation(defs, act)?;
         let (gate_ops, gate_x) = product(defs, gate)?;
         let (up_ops, up_x) = product(defs, up)?;
-        Some(([act_ops, gate_ops].concat(), gate_x, up_ops, up_x))
+        Some(([act_ops, gate_ops].concat(), gate_x, up_ops, up_x, name))
     })?;
     if !defs.alike(gate_x, up_x) {
         return None;
     }
     let ops = [act_ops, up_ops, vec![root]].concat();
-    Some(Match::new(f, ops, "tpuc.gated_mlp").with("activation", AttrValue::Str("silu".into())))
+    Some(Match::new(f, ops, "tpuc.gated_mlp").with("activation", AttrValue::Str(name.into())))
 }
 
 /// `v = g * logistic(g)` (either order): its ops and `g`.

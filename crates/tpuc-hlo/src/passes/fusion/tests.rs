@@ -62,8 +62,12 @@ fn rms_norm(v: Variant) -> Module {
 }
 
 fn fused(m: Module) -> Module {
+    fused_by(m, Fusion::Patterns)
+}
+
+fn fused_by(m: Module, fusion: Fusion) -> Module {
     let options = PipelineOptions {
-        fusion: Fusion::Patterns,
+        fusion,
         verify: true,
         ..PipelineOptions::default()
     };
@@ -253,7 +257,17 @@ fn attention_reads_keys_and_values_before_their_heads_are_repeated() {
 
 /// `silu(x @ wg) * (x @ wu)` (or, as near misses, with ReLU, or with the up projection of
 /// another activation).
-fn swiglu(relu: bool, other_input: bool) -> Module {
+/// What multiplies the up projection in [`gated`]: an activation of the gate's product, or
+/// `exp` of it, which is none.
+#[derive(Clone, Copy)]
+enum Gate {
+    Silu,
+    Relu,
+    Exp,
+}
+
+/// `gate(x @ wg) * (x @ wu)`; `other_input`: the up projection of another `y`.
+fn gated(gate_kind: Gate, other_input: bool) -> Module {
     let mut b = Builder::new();
     let x = b.arg(f32s(&[4, 8]), ArgAttrs::default());
     let y = b.arg(f32s(&[4, 8]), ArgAttrs::default());
@@ -267,12 +281,16 @@ fn swiglu(relu: bool, other_input: bool) -> Module {
     };
     let precision = crate::ir::Precision::Highest;
     let gate = b.dot_general(x, wg, dims.clone(), precision).unwrap();
-    let act = if relu {
-        let zero = b.splat(&f32s(&[4, 16]), 0.0);
-        b.binary(BinaryOp::Max, gate, zero).unwrap()
-    } else {
-        let s = b.unary(UnaryOp::Logistic, gate).unwrap();
-        b.binary(BinaryOp::Mul, gate, s).unwrap()
+    let act = match gate_kind {
+        Gate::Relu => {
+            let zero = b.splat(&f32s(&[4, 16]), 0.0);
+            b.binary(BinaryOp::Max, gate, zero).unwrap()
+        }
+        Gate::Silu => {
+            let s = b.unary(UnaryOp::Logistic, gate).unwrap();
+            b.binary(BinaryOp::Mul, gate, s).unwrap()
+        }
+        Gate::Exp => b.unary(UnaryOp::Exp, gate).unwrap(),
     };
     let up_input = if other_input { y } else { x };
     let up = b.dot_general(up_input, wu, dims, precision).unwrap();
@@ -281,19 +299,21 @@ fn swiglu(relu: bool, other_input: bool) -> Module {
 }
 
 #[test]
-fn a_swiglu_product_becomes_a_gated_mlp_and_its_near_misses_do_not() {
-    let m = fused(swiglu(false, false));
-    assert_eq!(
-        composites(&m),
-        [(
-            "tpuc.gated_mlp".to_string(),
-            vec![("activation".to_string(), AttrValue::Str("silu".into()))]
-        )],
-        "{}",
-        print(&m)
-    );
-    for (relu, other) in [(true, false), (false, true)] {
-        let m = fused(swiglu(relu, other));
+fn gated_products_become_gated_mlps_and_their_near_misses_do_not() {
+    for (gate, name) in [(Gate::Silu, "silu"), (Gate::Relu, "relu")] {
+        let m = fused(gated(gate, false));
+        assert_eq!(
+            composites(&m),
+            [(
+                "tpuc.gated_mlp".to_string(),
+                vec![("activation".to_string(), AttrValue::Str(name.into()))]
+            )],
+            "{}",
+            print(&m)
+        );
+    }
+    for (gate, other) in [(Gate::Exp, false), (Gate::Silu, true)] {
+        let m = fused(gated(gate, other));
         assert!(composites(&m).is_empty(), "{}", print(&m));
     }
 }
@@ -313,7 +333,7 @@ fn alike_matches_share_one_decomposition() {
     assert_eq!(m.callees().functions().len(), 1, "{}", print(&m));
     let other = fused(rms_norm(Variant::default()));
     assert!(!m.callees().functions()[0].1.func().same_as(
-        &fused(swiglu(false, false)).callees().functions()[0]
+        &fused(gated(Gate::Silu, false)).callees().functions()[0]
             .1
             .func()
             .clone()
@@ -545,19 +565,39 @@ fn attention_written_out_becomes_one_composite_causal_when_its_mask_says() {
 }
 
 /// torch's attention over `keys` positions as its lowering's composite (a stand-in
-/// decomposition: the registry replaces it), `results` 2 for the flash form's log-sum-exp.
+/// decomposition with the products of the lowering, `q @ transpose(k)` and `scores @ v`, the
+/// key/value heads repeated for the query's: the registry replaces the rest), `results` 2 for
+/// the flash form's log-sum-exp.
 fn long_attention(heads: i64, kv_heads: i64, keys: i64, results: usize) -> Module {
     let mut b = Builder::new();
     let q = b.arg(f32s(&[1, heads, keys, 16]), ArgAttrs::default());
     let k = b.arg(f32s(&[1, kv_heads, keys, 16]), ArgAttrs::default());
     let v = b.arg(f32s(&[1, kv_heads, keys, 16]), ArgAttrs::default());
     let types = [b.ty(q).clone(), b.ty(k).clone(), b.ty(v).clone()];
+    let dims = crate::ir::DotDims {
+        lhs_batch: vec![0, 1],
+        rhs_batch: vec![0, 1],
+        lhs_contracting: vec![3],
+        rhs_contracting: vec![2],
+    };
     let stand_in = b
         .region(&types, |b, a| {
-            let out = b.unary(UnaryOp::Neg, a[0])?;
+            let repeat = |b: &mut Builder, x| -> crate::ir::BuildResult<_> {
+                if heads == kv_heads {
+                    return Ok(x);
+                }
+                let split = b.reshape(x, &[1, kv_heads, 1, keys, 16])?;
+                let wide = [1, kv_heads, heads / kv_heads, keys, 16];
+                let wide = b.broadcast_in_dim(split, &wide, &[0, 1, 2, 3, 4])?;
+                b.reshape(wide, &[1, heads, keys, 16])
+            };
+            let (k, v) = (repeat(b, a[1])?, repeat(b, a[2])?);
+            let kt = b.transpose(k, &[0, 1, 3, 2])?;
+            let scores = b.dot_general(a[0], kt, dims.clone(), Default::default())?;
+            let out = b.dot_general(scores, v, dims.clone(), Default::default())?;
             let mut r = vec![out];
             if results == 2 {
-                r.push(b.reduce_by(a[0], &[3], BinaryOp::Add)?);
+                r.push(b.reduce_by(scores, &[3], BinaryOp::Add)?);
             }
             Ok(r)
         })
@@ -570,6 +610,65 @@ fn long_attention(heads: i64, kv_heads: i64, keys: i64, results: usize) -> Modul
         .composite(attention::ATTENTION, attributes, 1, stand_in, &[q, k, v])
         .unwrap();
     Module::new(b.finish(out, vec![]))
+}
+
+/// The decomposition of `m`'s attention composite.
+fn attention_decomposition(m: &Module) -> Func {
+    m.main
+        .ops()
+        .iter()
+        .find_map(|op| match op.kind().composite() {
+            Some((attention::ATTENTION, _, decomposition)) => Some(decomposition.func().clone()),
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[test]
+fn the_registry_computes_a_written_out_causal_mask_from_positions() {
+    for (mask, from_positions) in [
+        (Mask::Causal, true),
+        (Mask::AdditiveCausal, true),
+        (Mask::Other, false),
+        (Mask::Additive, false),
+        (Mask::None, false),
+    ] {
+        let m = fused_by(written_attention(mask, true), Fusion::Kernels);
+        let text = print(&m);
+        let f = attention_decomposition(&m);
+        let iota = f
+            .ops()
+            .iter()
+            .any(|op| matches!(op.kind(), OpKind::Iota { .. }));
+        assert_eq!(iota, from_positions, "{text}");
+        if from_positions {
+            // The stored mask is no longer read: its operand is left unused.
+            let mask_arg = f.args()[2];
+            assert!(
+                f.ops().iter().all(|op| !op.operands().contains(&mask_arg)),
+                "{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn roles_are_read_off_the_products_keys_transposed_where_written_out() {
+    let m = fused(written_attention(Mask::Causal, true));
+    assert_eq!(
+        kernels::roles(&attention_decomposition(&m)),
+        Some((0, 1, 3, true)),
+        "{}",
+        print(&m)
+    );
+    let m = long_attention(4, 2, 512, 1);
+    assert_eq!(
+        kernels::roles(&attention_decomposition(&m)),
+        Some((0, 1, 2, false))
+    );
+    // Products of other forms name no roles.
+    let m = fused(gated(Gate::Silu, false));
+    assert_eq!(kernels::roles(m.callees().functions()[0].1.func()), None);
 }
 
 #[test]
