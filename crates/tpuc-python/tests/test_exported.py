@@ -128,3 +128,74 @@ def test_a_program_whose_sizes_tensor_values_decide_is_refused_by_kind():
         with pytest.raises(tpuc.DynamicSizeError, match="tensor values decide the size u0") as raised:
             tpuc.compile_exported(str(archive), cache_dir="off", sizes=sizes)
         assert raised.value.value_decided is True
+
+
+class _Regions(torch.nn.Module):
+    """Regions torch.export keeps as higher-order ops: one under `torch.no_grad()` (Hugging
+    Face's rotary embeddings), one with autocast turned off, optionally one with it on."""
+
+    def __init__(self, autocast_on: bool = False):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.autocast_on = autocast_on
+
+    def forward(self, x):
+        with torch.no_grad():
+            angles = x.float().to(x.device) * 2.0
+        with torch.autocast("cpu", enabled=self.autocast_on):
+            y = self.linear(angles).cos()
+        return y + x
+
+
+def test_grad_mode_and_disabled_autocast_regions_run_as_their_bodies(tmp_path):
+    torch.manual_seed(0)
+    model, x = _Regions(), torch.randn(3, 4)
+    program = torch.export.export(model, (x,))
+    targets = {str(n.target) for n in program.graph.nodes}
+    assert any("wrap_with_set_grad_enabled" in t for t in targets), targets
+    assert any("wrap_with_autocast" in t for t in targets), targets
+    compiled = tpuc.compile_exported(program, cache_dir="off")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), **TOL)
+
+
+def test_an_enabled_autocast_region_is_refused_by_name():
+    model, x = _Regions(autocast_on=True), torch.randn(3, 4)
+    program = torch.export.export(model, (x,))
+    with pytest.raises(tpuc.TpucError, match="enabled torch.autocast region"):
+        tpuc.compile_exported(program, cache_dir="off")
+
+
+def test_a_hugging_face_model_runs_from_its_default_export(tmp_path):
+    """`torch.export.export` of a Transformers model as a user writes it (no decompositions
+    run): its rotary embedding's no-grad region and device moves included, through `tpuc run`."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = LlamaForCausalLM(config).eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, tokens):
+            return self.model(tokens).logits
+
+    tokens = torch.randint(0, 64, (2, 16))
+    torch.export.save(torch.export.export(Logits(), (tokens,)), tmp_path / "llama.pt2")
+    np.savez(tmp_path / "inputs.npz", tokens.numpy())
+    with torch.no_grad():
+        np.savez(tmp_path / "want.npz", Logits()(tokens).numpy())
+    tpuc_cli = os.path.join(os.path.dirname(sys.executable), "tpuc")
+    ran = subprocess.run([tpuc_cli, "run", "llama.pt2", "-i", "inputs.npz", "--expect", "want.npz",
+                          "--out", "out", "--cache-dir", "off"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 0 and "all 1 outputs match" in ran.stdout + ran.stderr, ran.stderr

@@ -319,19 +319,7 @@ fn invoke_subgraph(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             ))
         }
     };
-    let mut operands = Vec::new();
-    for (i, input) in n.inputs.iter().enumerate().skip(2) {
-        match &input.arg {
-            Arg::Tensor(t) => operands.push(cx.value(t)?),
-            other => {
-                return err(format!(
-                    "its operand {} is of kind {}: only tensors are passed to a repeated block",
-                    i - 2,
-                    other.kind_name()
-                ))
-            }
-        }
-    }
+    let operands = tensors_from(cx, n, 2)?;
     let types: Vec<TensorType> = operands.iter().map(|&v| cx.b.ty(v).clone()).collect();
     let key = (identifier, types);
     let known = cx.functions.borrow().get(&key).cloned();
@@ -345,14 +333,50 @@ fn invoke_subgraph(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
             callee
         }
     };
+    run_body(cx, &callee, operands, Some(&key.0))
+}
+
+/// The node's tensors from argument `from` on (each a tensor or a list of them).
+fn tensors_from(cx: &mut Ctx, n: &Node, from: usize) -> OpResult<Vec<Value>> {
+    let mut operands = Vec::new();
+    for (i, input) in n.inputs.iter().enumerate().skip(from) {
+        match &input.arg {
+            Arg::Tensor(t) => operands.push(cx.value(t)?),
+            Arg::Tensors(ts) => {
+                for t in ts {
+                    operands.push(cx.value(t)?);
+                }
+            }
+            other => {
+                return err(format!(
+                    "its argument {i} is of kind {}: only tensors are passed to its graph",
+                    other.kind_name()
+                ))
+            }
+        }
+    }
+    Ok(operands)
+}
+
+/// `callee` (a [`lower_function`] of a node's graph) run over `operands` and the program's
+/// sizes: called as `symbol`, or inlined without one. A graph drawing random numbers (dropout)
+/// takes the generator's state and returns it.
+fn run_body(
+    cx: &mut Ctx,
+    callee: &Region,
+    mut operands: Vec<Value>,
+    symbol: Option<&str>,
+) -> OpResult<Vec<Option<Value>>> {
     operands.extend(cx.size_operands());
-    // A block drawing random numbers (dropout) takes the generator's state and returns it.
     let draws = callee.func().args().len() > operands.len();
     if draws {
         let state = cx.rng_state()?;
         operands.push(state);
     }
-    let mut results = cx.b.call(&key.0, callee, &operands)?;
+    let mut results = match symbol {
+        Some(symbol) => cx.b.call(symbol, callee.clone(), &operands)?,
+        None => cx.b.inline(callee.func(), &operands)?,
+    };
     if draws {
         cx.rng_state = results.pop();
     }
@@ -417,7 +441,45 @@ fn listed(types: &[TensorType]) -> String {
     format!("({})", each.join(", "))
 }
 
+/// A region of the program run under another grad mode (`torch.no_grad()` in a model's
+/// forward, as Hugging Face's rotary embeddings do), as `torch.export` keeps it:
+/// `wrap_with_set_grad_enabled(enabled, body, *args)`. The grad mode changes nothing the
+/// program computes: the body, inlined.
+fn with_grad_mode(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    inline_body(cx, n, 1)
+}
+
+/// A region under `torch.autocast`, as `torch.export` keeps it: `wrap_with_autocast(device,
+/// dtype, enabled, cache_enabled, body, *args)`. A disabled one (a model turning autocast off
+/// around a numerically sensitive part) is its body; an enabled one would change the body's
+/// dtypes, which the exported graph does not say.
+fn with_autocast(cx: &mut Ctx, n: &Node) -> OpResult<Vec<Option<Value>>> {
+    match positional(n, 2, "enabled")? {
+        Arg::Bool(false) => inline_body(cx, n, 4),
+        Arg::Bool(true) => err(
+            "an enabled torch.autocast region is not supported in an exported program: its \
+             dtypes are decided when it runs; export the model with autocast's dtype applied \
+             (model.to(dtype)), or call ep.run_decompositions() first",
+        ),
+        other => err(format!(
+            "its `enabled` (argument 2) is of kind {}, not a boolean",
+            other.kind_name()
+        )),
+    }
+}
+
+/// The graph of argument `at` inlined over the node's tensors after it, its results the node's.
+fn inline_body(cx: &mut Ctx, n: &Node, at: usize) -> OpResult<Vec<Option<Value>>> {
+    let body = subgraph(n, at, "body")?;
+    let operands = tensors_from(cx, n, at + 1)?;
+    let types: Vec<TensorType> = operands.iter().map(|&v| cx.b.ty(v).clone()).collect();
+    let callee = lower_function(cx, body, &types)?;
+    run_body(cx, &callee, operands, None)
+}
+
 pub fn register(r: &mut Registry) {
+    r.add(&["higher_order.wrap_with_set_grad_enabled"], with_grad_mode);
+    r.add(&["higher_order.wrap_with_autocast"], with_autocast);
     r.add(&["higher_order.cond"], cond);
     r.add(&["higher_order.while_loop"], while_loop);
     r.add(&["higher_order.scan"], scan);

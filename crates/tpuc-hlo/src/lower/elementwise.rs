@@ -1094,6 +1094,7 @@ pub fn register(r: &mut Registry) {
     r.add_complex(
         &[
             "aten.to.dtype",
+            "aten.to.device",
             "aten.to.dtype_layout",
             "aten._to_copy.default",
             "aten.clone.default",
