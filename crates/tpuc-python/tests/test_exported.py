@@ -168,7 +168,9 @@ def test_an_enabled_autocast_region_is_refused_by_name():
 
 def test_a_hugging_face_model_runs_from_its_default_export(tmp_path):
     """`torch.export.export` of a Transformers model as a user writes it (no decompositions
-    run): its rotary embedding's no-grad region and device moves included, through `tpuc run`."""
+    run): its rotary embedding's no-grad region and device moves included, through `tpuc run`;
+    `tpuc compile` finds each layer's patterns as the backend does (the eager attention's mask,
+    computed in the graph, read as causal)."""
     import os
     import subprocess
     import sys
@@ -178,7 +180,8 @@ def test_a_hugging_face_model_runs_from_its_default_export(tmp_path):
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         attn_implementation="eager")
     model = LlamaForCausalLM(config).eval()
 
     class Logits(torch.nn.Module):
@@ -199,3 +202,10 @@ def test_a_hugging_face_model_runs_from_its_default_export(tmp_path):
                           "--out", "out", "--cache-dir", "off"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120)
     assert ran.returncode == 0 and "all 1 outputs match" in ran.stdout + ran.stderr, ran.stderr
+    compiled = subprocess.run([tpuc_cli, "compile", "llama.pt2", "-o", "llama.mlir"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+    assert compiled.returncode == 0, compiled.stderr
+    text = (tmp_path / "llama.mlir").read_text()
+    counts = {name: text.count(f'name = "tpuc.{name}"') for name in ("rms_norm", "rotary", "attention", "gated_mlp")}
+    assert counts == {"rms_norm": 5, "rotary": 4, "attention": 2, "gated_mlp": 2}, counts
+    assert text.count("causal = true") == 2

@@ -33,7 +33,10 @@ pub(super) fn composite_of(cx: &Ctx, n: &Node) -> OpResult<Option<(&'static str,
             "tpuc.layer_norm",
             vec![float("epsilon", cx.float(n, "eps", Some(1e-5))?)],
         ),
-        "aten._softmax.default" | "aten._log_softmax.default" => {
+        "aten._softmax.default"
+        | "aten._log_softmax.default"
+        | "aten.softmax.int"
+        | "aten.log_softmax.int" => {
             let name = if n.target.contains("log") {
                 "tpuc.log_softmax"
             } else {
