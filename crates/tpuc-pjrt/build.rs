@@ -1,5 +1,9 @@
 // Generates the Rust types of the XLA protos in proto/xla (pure Rust, no protoc needed).
-const PROTOS: [&str; 2] = ["xla/compile_options.proto", "xla/op_sharding.proto"];
+const PROTOS: [&str; 3] = [
+    "xla/compile_options.proto",
+    "xla/op_sharding.proto",
+    "xla/hlo.proto",
+];
 
 fn main() {
     let proto_root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../proto");

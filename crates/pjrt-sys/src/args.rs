@@ -287,6 +287,17 @@ pjrt_structs! {
 
     /// What XLA's compiled program needs of each device's memory (sizes in bytes), and of the
     /// host's.
+    pub struct PJRT_Executable_OptimizedProgram_Args {
+        pub executable: *mut PJRT_Executable,
+        pub program: *mut PJRT_Program,
+    }
+
+    pub struct PJRT_Executable_GetCostAnalysis_Args {
+        pub executable: *mut PJRT_Executable,
+        pub num_properties: usize,
+        pub properties: *const PJRT_NamedValue,
+    }
+
     pub struct PJRT_Executable_GetCompiledMemoryStats_Args {
         pub executable: *mut PJRT_Executable,
         pub generated_code_size_in_bytes: i64,

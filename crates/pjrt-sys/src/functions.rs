@@ -245,6 +245,8 @@ functions! {
     PJRT_Executable_OutputElementTypes(PJRT_Executable_OutputElementTypes_Args) -> *mut PJRT_Error;
     PJRT_Executable_OutputDimensions(PJRT_Executable_OutputDimensions_Args) -> *mut PJRT_Error;
     PJRT_Executable_GetCompiledMemoryStats(PJRT_Executable_GetCompiledMemoryStats_Args) -> *mut PJRT_Error;
+    PJRT_Executable_OptimizedProgram(PJRT_Executable_OptimizedProgram_Args) -> *mut PJRT_Error;
+    PJRT_Executable_GetCostAnalysis(PJRT_Executable_GetCostAnalysis_Args) -> *mut PJRT_Error;
     PJRT_LoadedExecutable_Destroy(PJRT_LoadedExecutable_Destroy_Args) -> *mut PJRT_Error;
     PJRT_LoadedExecutable_GetExecutable(PJRT_LoadedExecutable_GetExecutable_Args) -> *mut PJRT_Error;
     PJRT_LoadedExecutable_AddressableDevices(PJRT_LoadedExecutable_AddressableDevices_Args) -> *mut PJRT_Error;

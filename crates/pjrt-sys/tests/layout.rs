@@ -73,6 +73,8 @@ fn layouts_match_the_c_header() {
         PJRT_Executable_NumOutputs_Args,
         PJRT_Executable_OutputElementTypes_Args,
         PJRT_Executable_OutputDimensions_Args,
+        PJRT_Executable_OptimizedProgram_Args,
+        PJRT_Executable_GetCostAnalysis_Args,
         PJRT_Executable_GetCompiledMemoryStats_Args,
         PJRT_Shardings_Extension,
         PJRT_Shardings_PJRT_Executable_OutputShardings_Args,

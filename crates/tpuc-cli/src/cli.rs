@@ -164,6 +164,31 @@ enum Command {
         #[arg(long)]
         clear: bool,
     },
+    /// Examine a program before running it: which ops do not lower (with their source lines),
+    /// its symbolic sizes and the buckets they compile for, each device's memory (XLA's figures
+    /// from compiling without running), the collectives a plan makes and where they come from,
+    /// and what it computes (FLOPs and bytes). Nothing runs on a device.
+    ///
+    /// Exit status: 0 when the program lowers and fits, 1 when something does not (with
+    /// --strict also when it compiles per size instead of per bucket), 2 when the program or
+    /// the plugin cannot be read. docs/doctor.md describes the report and its --json schema.
+    Doctor {
+        /// The program: a .pt2 archive from torch.export.save, or a .fx file.
+        model: PathBuf,
+        #[command(flatten)]
+        execution: ExecutionArgs,
+        /// Each device's memory (e.g. 16GiB, 512MiB, or bytes): a device needing more makes
+        /// the exit status 1.
+        #[arg(long, value_name = "SIZE", value_parser = parse_byte_size)]
+        device_memory: Option<u64>,
+        /// The report as JSON (docs/doctor.md) on standard output instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also fail (exit status 1) when a program with symbolic sizes compiles per size
+        /// instead of per bucket.
+        #[arg(long)]
+        strict: bool,
+    },
     /// List the PJRT plugins found on this machine: path, API version, platform, StableHLO
     /// versions and devices.
     Plugins {
@@ -191,26 +216,12 @@ enum Command {
         /// The archive a compiled module was compiled from (weights and signature).
         #[arg(long, value_name = "ARCHIVE")]
         weights: Option<PathBuf>,
-        /// PJRT plugin: cpu, tpu, cuda, or a path to a plugin library.
-        /// [default: $TPUC_PJRT_PLUGIN, else cpu]
-        #[arg(long)]
-        plugin: Option<String>,
-        /// Run data-parallel on this many devices (inputs split along their first dimension);
-        /// the same as --mesh dp=N --plan dp.
-        #[arg(long, default_value_t = 1)]
-        devices: usize,
         #[command(flatten)]
-        layout: LayoutArgs,
+        execution: ExecutionArgs,
         /// Compute everything on every run, instead of computing what the weights alone
         /// determine (convolution kernels relaid out for the plugin, batch norm scales) once.
         #[arg(long)]
         no_hoist: bool,
-        /// Precision of f32 matmuls and convolutions.
-        #[arg(long, value_parser = precision_parser(), default_value = "highest")]
-        matmul_precision: Precision,
-        /// Named patterns as stablehlo.composite ops (`--emit ir` shows them).
-        #[arg(long, value_parser = fusion_parser(), default_value = Fusion::RECOMMENDED.name())]
-        fusion: Fusion,
         /// Seed of the model's random ops (rand, dropout, ...): the same seed gives the same
         /// numbers (see docs/random.md).
         #[arg(long, default_value_t = 0)]
@@ -236,23 +247,100 @@ enum Command {
         /// Absolute tolerance of --expect.
         #[arg(long, default_value_t = 1e-5)]
         atol: f64,
-        /// The size of a symbol of a program exported with dynamic shapes, e.g. --size s0=8
-        /// (repeatable). Symbols not set take their sizes from the inputs' shapes, else the
-        /// sizes the program was exported with.
-        #[arg(long = "size", value_name = "SYMBOL=SIZE", value_delimiter = ',')]
-        sizes: Vec<String>,
-        /// How a program exported with dynamic shapes is compiled: for each size's bucket, the
-        /// inputs padded to it and the results sliced back, so that one executable (in the
-        /// cache) serves every size of a bucket: pow2 (powers of two from 16), pow2:MIN, a list
-        /// of sizes (64,128,256), or off (for the sizes themselves). See docs/buckets.md.
-        #[arg(long, value_name = "POLICY", default_value = "pow2", value_parser = parse_buckets)]
-        buckets: BucketPolicy,
     },
+}
+
+/// How a program runs, for `tpuc run` and `tpuc doctor` alike: on which plugin and devices,
+/// laid out how, lowered how, at which sizes.
+#[derive(clap::Args)]
+struct ExecutionArgs {
+    /// PJRT plugin: cpu, tpu, cuda, or a path to a plugin library.
+    /// [default: $TPUC_PJRT_PLUGIN, else cpu]
+    #[arg(long)]
+    plugin: Option<String>,
+    /// Run data-parallel on this many devices (inputs split along their first dimension); the
+    /// same as --mesh dp=N --plan dp.
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
+    #[command(flatten)]
+    layout: LayoutArgs,
+    /// Precision of f32 matmuls and convolutions.
+    #[arg(long, value_parser = precision_parser(), default_value = "highest")]
+    matmul_precision: Precision,
+    /// Named patterns as stablehlo.composite ops (`tpuc compile --emit ir` shows them).
+    #[arg(long, value_parser = fusion_parser(), default_value = Fusion::RECOMMENDED.name())]
+    fusion: Fusion,
+    /// The size of a symbol of a program exported with dynamic shapes, e.g. --size s0=8
+    /// (repeatable). Symbols not set take their sizes from the inputs' shapes where there are
+    /// inputs, else the sizes the program was exported with.
+    #[arg(long = "size", value_name = "SYMBOL=SIZE", value_delimiter = ',')]
+    sizes: Vec<String>,
+    /// How a program exported with dynamic shapes is compiled: for each size's bucket, the
+    /// inputs padded to it and the results sliced back, so that one executable (in the cache)
+    /// serves every size of a bucket: pow2 (powers of two from 16), pow2:MIN, a list of sizes
+    /// (64,128,256), or off (for the sizes themselves). See docs/buckets.md.
+    #[arg(long, value_name = "POLICY", default_value = "pow2", value_parser = parse_buckets)]
+    buckets: BucketPolicy,
+}
+
+impl ExecutionArgs {
+    /// The driver's options for running as these say (weights as arguments).
+    fn run_options(self, search_paths: &[PathBuf]) -> Result<RunOptions> {
+        let options = RunOptions {
+            sizes: crate::parse_sizes(&self.sizes)?,
+            buckets: self.buckets.0,
+            plugin: self.plugin,
+            devices: self.devices,
+            lower: LowerOptions {
+                weights: WeightsMode::Args,
+                precision: self.matmul_precision,
+                fusion: self.fusion,
+                ..LowerOptions::default()
+            },
+            dialect: self.layout.partitioner.into(),
+            mesh: self.layout.mesh_and_plan()?,
+            search_paths: search_paths.to_vec(),
+            ..RunOptions::default()
+        };
+        if options.mesh.is_some() && self.devices != 1 {
+            bail!("--devices N is the same as --mesh dp=N --plan dp: give one or the other");
+        }
+        Ok(options)
+    }
 }
 
 /// `--buckets`: a policy, or `off` (None).
 #[derive(Clone)]
 struct BucketPolicy(Option<Buckets>);
+
+/// `--device-memory`: bytes, or a number with a binary or decimal unit (`16GiB`, `512MB`).
+fn parse_byte_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a size such as 16GiB, 512MB or 1000000"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "{text:?}: unknown unit {other:?} (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
+    };
+    Ok((number * scale as f64) as u64)
+}
 
 fn parse_buckets(text: &str) -> Result<BucketPolicy, String> {
     if text == "off" {
@@ -388,6 +476,21 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
             }
         }
         Command::Plugins { plugin } => return plugins::list(plugin.as_deref(), search_paths),
+        Command::Doctor {
+            model,
+            execution,
+            device_memory,
+            json,
+            strict,
+        } => {
+            let run = execution.run_options(search_paths)?;
+            let options = tpuc_driver::doctor::DoctorOptions {
+                run,
+                device_memory,
+                unbounded_limit: None,
+            };
+            return crate::doctor::doctor(&model, &options, json, strict);
+        }
         Command::Cache {
             cache_dir,
             stats,
@@ -398,43 +501,21 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
             inputs,
             out,
             weights,
-            plugin,
-            devices,
-            layout,
+            execution,
             no_hoist,
-            matmul_precision,
-            fusion,
             seed,
             expect,
             repeat,
             rtol,
             atol,
             cache_dir,
-            sizes,
-            buckets,
         } => {
             let options = RunOptions {
-                sizes: crate::parse_sizes(&sizes)?,
-                input_dims: None,
-                buckets: buckets.0,
-                plugin,
-                devices,
                 seed,
-                lower: LowerOptions {
-                    weights: WeightsMode::Args,
-                    precision: matmul_precision,
-                    fusion,
-                    ..LowerOptions::default()
-                },
                 cache_dir,
                 hoist_weights: !no_hoist,
-                dialect: layout.partitioner.into(),
-                mesh: layout.mesh_and_plan()?,
-                search_paths: search_paths.to_vec(),
+                ..execution.run_options(search_paths)?
             };
-            if options.mesh.is_some() && devices != 1 {
-                bail!("--devices N is the same as --mesh dp=N --plan dp: give one or the other");
-            }
             let request = RunRequest {
                 model,
                 weights,
@@ -627,20 +708,9 @@ fn run_model(request: &RunRequest, options: &RunOptions) -> Result<()> {
     Ok(())
 }
 
-/// Bytes as B, KiB, MiB or GiB.
+/// Bytes as B, KiB, MiB, GiB or TiB.
 fn size(bytes: usize) -> String {
-    let units = ["B", "KiB", "MiB", "GiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < units.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", units[unit])
-    }
+    tpuc_driver::doctor::human_bytes(bytes as u64)
 }
 
 /// Where each input's module goes: `output` itself for one input; with several, `output` is a
@@ -797,10 +867,13 @@ pub fn main(args: impl IntoIterator<Item = OsString>, search_paths: &[PathBuf]) 
                 let _ = usage.print();
                 usage.exit_code() as u8
             }
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                1
-            }
+            Err(e) => match e.downcast::<crate::doctor::Verdict>() {
+                Ok(verdict) => verdict.exit_status(),
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    1
+                }
+            },
         },
     }
 }

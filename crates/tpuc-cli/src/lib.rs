@@ -12,6 +12,7 @@ macro_rules! say {
 }
 
 pub mod cli;
+pub mod doctor;
 /// `.npy` / `.npz` files (`tpuc-npy`).
 pub use tpuc_npy as npy;
 mod plugins;

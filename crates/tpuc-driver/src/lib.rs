@@ -18,6 +18,7 @@
 mod buckets;
 mod cache;
 mod compile;
+pub mod doctor;
 mod error;
 pub mod layout;
 mod loaded;

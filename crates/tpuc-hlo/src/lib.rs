@@ -2,6 +2,7 @@
 //! the passes over it (`passes`), the signature a compiled module presents to whoever runs it,
 //! and sharding plans (`plan`). Nothing here links MLIR: `tpuc-emit` spells the IR as MLIR.
 
+pub mod cost;
 pub mod ir;
 pub mod lower;
 pub mod passes;

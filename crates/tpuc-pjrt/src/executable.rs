@@ -4,7 +4,7 @@ use crate::client::ClientInner;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::plugin::{pjrt_call, raw_slice, string_from};
+use crate::plugin::{named_value, pjrt_call, raw_slice, string_from, AttributeValue};
 use crate::tiling::Tiling;
 use crate::DType;
 use pjrt_sys::*;
@@ -131,6 +131,75 @@ impl Executable {
             temporaries: bytes(args.temp_size_in_bytes),
             code: bytes(args.generated_code_size_in_bytes),
         })
+    }
+
+    /// The program XLA compiled, after its optimizations (for an SPMD program, one device's
+    /// part, its collectives included), as the plugin serializes it: an `HloModuleProto`, bare
+    /// or with its configuration (`crate::hlo` reads both).
+    pub fn optimized_program(&self) -> Result<crate::hlo::Serialized> {
+        let format = "hlo";
+        let mut program = PJRT_Program::new();
+        program.format = format.as_ptr().cast();
+        program.format_size = format.len();
+        let fill = |program: &mut PJRT_Program| -> Result<()> {
+            let mut args = PJRT_Executable_OptimizedProgram_Args::new();
+            args.executable = self.executable;
+            args.program = program;
+            pjrt_call!(
+                self.client.plugin,
+                PJRT_Executable_OptimizedProgram,
+                &mut args
+            )
+        };
+        // A first call with no buffer says how large the program is; the second writes it.
+        fill(&mut program)?;
+        let mut code = vec![0u8; program.code_size];
+        program.code = code.as_mut_ptr().cast();
+        fill(&mut program)?;
+        code.truncate(program.code_size);
+        // SAFETY: the plugin set the format it wrote, a string it owns.
+        let written = unsafe { string_from(program.format, program.format_size) };
+        Ok(crate::hlo::Serialized {
+            format: written,
+            bytes: code,
+        })
+    }
+
+    /// XLA's cost analysis of the compiled program (one device's part): its figures by name,
+    /// e.g. `flops`, `transcendentals`, `bytes accessed`; None where the plugin does not
+    /// implement it (XLA's CPU plugin).
+    pub fn cost_analysis(&self) -> Result<Option<Vec<(String, f64)>>> {
+        let mut args = PJRT_Executable_GetCostAnalysis_Args::new();
+        args.executable = self.executable;
+        let called = pjrt_call!(
+            self.client.plugin,
+            PJRT_Executable_GetCostAnalysis,
+            &mut args
+        );
+        match called {
+            Err(Error::Pjrt {
+                code: crate::ErrorCode::Unimplemented,
+                ..
+            }) => return Ok(None),
+            other => other?,
+        }
+        // SAFETY: the properties live as long as the executable.
+        let properties = unsafe { raw_slice(args.properties, args.num_properties) };
+        Ok(Some(
+            properties
+                .iter()
+                // SAFETY: the plugin filled each value in.
+                .map(|p| unsafe { named_value(p) })
+                .filter_map(|(name, value)| {
+                    let number = match value {
+                        AttributeValue::Int(i) => i as f64,
+                        AttributeValue::Float(f) => f64::from(f),
+                        _ => return None,
+                    };
+                    Some((name, number))
+                })
+                .collect(),
+        ))
     }
 
     /// How the program lays each output out over its devices, as XLA compiled it (what its

@@ -28,6 +28,7 @@ mod element_type;
 mod error;
 mod event;
 mod executable;
+pub mod hlo;
 mod host;
 mod host_cpu;
 mod memory_use;
@@ -36,7 +37,8 @@ mod sharded;
 mod stderr_filter;
 mod tiling;
 
-/// The XLA protos tpuc writes (compile options) and reads (shardings), from proto/xla.
+/// The XLA protos tpuc writes (compile options) and reads (shardings, optimized programs), from
+/// proto/xla.
 mod proto {
     include!(concat!(env!("OUT_DIR"), "/tpuc.xla.rs"));
 }

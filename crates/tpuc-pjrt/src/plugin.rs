@@ -309,7 +309,7 @@ pub(crate) unsafe fn string_from(ptr: *const std::ffi::c_char, len: usize) -> St
 #[allow(non_upper_case_globals)]
 /// # Safety
 /// `value` must be a named value the plugin filled in, its pointers valid.
-unsafe fn named_value(value: &PJRT_NamedValue) -> (String, AttributeValue) {
+pub(crate) unsafe fn named_value(value: &PJRT_NamedValue) -> (String, AttributeValue) {
     unsafe {
         let name = string_from(value.name, value.name_size);
         let v = match value.type_ {

@@ -1,0 +1,190 @@
+"""`tpuc doctor` examines a program without running it. Each figure it gives is checked against
+what running the same program does: the collectives XLA's optimized program holds (dumped by
+XLA while `tpuc run` runs it), the weights each device holds when it runs, and the products'
+FLOPs in tpuc's IR against those in XLA's optimized program. Bad programs: an op that does not
+lower, a size tensor values decide, an archive that does not parse, a device too small."""
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from models import zoo
+from torch.utils._pytree import tree_leaves
+
+TPUC = os.path.join(os.path.dirname(sys.executable), "tpuc")
+MODELS = {name: (model, inputs) for name, model, inputs in zoo()}
+KINDS = ["all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute"]
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def export(name, tmp_path):
+    model, inputs = MODELS[name]
+    archive = tmp_path / f"{name}.pt2"
+    torch.export.save(torch.export.export(model, inputs), str(archive))
+    np.savez(tmp_path / "inputs.npz", *[t.numpy() for t in tree_leaves(inputs)])
+    return archive
+
+
+def doctor(archive, *flags, cwd=None):
+    """Exit status, the JSON report (None when there is none) and standard error."""
+    run = subprocess.run([TPUC, "doctor", str(archive), "--json", *flags], capture_output=True, text=True,
+                         timeout=120, cwd=cwd, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    report = json.loads(run.stdout) if run.stdout.strip().startswith("{") else None
+    return run.returncode, report, run.stderr
+
+
+def collectives_when_run(archive, flags, tmp_path):
+    """Run the program with XLA dumping its optimized programs: the collectives of each kind
+    they hold, and what `tpuc run` says each device holds of the weights (bytes)."""
+    dump = tmp_path / "dump"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text")
+    run = subprocess.run([TPUC, "run", str(archive), "-i", str(tmp_path / "inputs.npz"), "--out",
+                          str(tmp_path / "out"), "--cache-dir", "off", "--no-hoist", *flags],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    (module,) = [p for p in glob.glob(str(dump / "*after_optimizations.txt")) if "main" in os.path.basename(p)]
+    lines = [line for line in open(module).read().splitlines() if " = " in line]
+    counts = {k: sum(f" {k}(" in line or f" {k}-start(" in line for line in lines) for k in KINDS}
+    amount, unit = re.search(r"\(([\d.]+) (B|KiB|MiB|GiB) per device", run.stderr).groups()
+    return {k: n for k, n in counts.items() if n}, float(amount) * UNITS[unit]
+
+
+CASES = [
+    ("llama", None, None),
+    ("llama", "dp=2", "dp"),
+    ("llama", "fsdp=2", "fsdp"),
+    ("qwen", "tp=2", "tp"),
+    ("mingpt", "fsdp=2,tp=2", "fsdp,tp"),
+    ("resnet18", "dp=2", "dp"),
+    ("dlrm", None, None),
+    ("unet", None, None),
+]
+
+
+@pytest.mark.parametrize("name,mesh,plan", CASES, ids=[f"{n}-{m or 'one'}" for n, m, _ in CASES])
+def test_the_report_matches_what_running_the_program_does(name, mesh, plan, tmp_path):
+    archive = export(name, tmp_path)
+    flags = ["--mesh", mesh, "--plan", plan] if mesh else []
+    status, report, stderr = doctor(archive, *flags)
+    assert status == 0 and report["problems"] == [], stderr
+    devices = report["devices"]
+    assert devices == (int(np.prod([int(a.split("=")[1]) for a in mesh.split(",")])) if mesh else 1)
+    assert report["coverage"]["failures"] == [] and report["weights"]["count"] > 0
+    compiled = report["compiled"]
+    # The products' FLOPs: all of them on one device; under a plan, each device's share. XLA
+    # rewrites a convolution over a tiny image to skip the taps on its zero padding, which the
+    # IR counts (as FLOP counts conventionally do): there XLA's count is lower.
+    cost = compiled["cost"]
+    share = cost["xla_product_flops"] / cost["product_flops"]
+    assert share <= 1.0 + 1e-9
+    if name != "resnet18":
+        assert share == 1.0 if devices == 1 else share >= 1 / devices - 1e-9
+    assert cost["flops"] >= cost["product_flops"] > 0 and cost["bytes"] > 0
+    # The collectives: those XLA's program holds when it runs.
+    counted, weights_per_device = collectives_when_run(archive, flags, tmp_path)
+    assert {c["kind"]: c["count"] for c in compiled["collectives"]} == counted
+    # Each device's arguments: the weights it holds when running (as `tpuc run` counts its
+    # buffers, to its printed precision), and its part of the inputs.
+    memory = compiled["memory"]
+    inputs = sum(a.nbytes for a in np.load(tmp_path / "inputs.npz").values())
+    assert weights_per_device * 0.99 <= memory["arguments"] <= weights_per_device * 1.01 + inputs + 16
+    assert memory["total"] == memory["arguments"] + memory["outputs"] + memory["temporaries"] - memory["aliased"]
+
+
+def test_sharded_weights_are_named_as_the_collectives_that_gather_them(tmp_path):
+    archive = export("llama", tmp_path)
+    status, report, stderr = doctor(archive, "--mesh", "fsdp=2", "--plan", "fsdp")
+    assert status == 0, stderr
+    (gather,) = [c for c in report["compiled"]["collectives"] if c["kind"] == "all-gather"]
+    named = {site["op"] for site in gather["sites"]}
+    assert any(n.startswith("weight ") and n.endswith(".weight") for n in named), named
+    # Those computed for an op carry the user's source line.
+    sites = [s for c in report["compiled"]["collectives"] for s in c["sites"] if s["op"].startswith("aten.")]
+    assert all(s["source"] and "models.py:" in s["source"] for s in sites), sites
+
+
+def test_the_text_report_names_each_section_and_its_verdict(tmp_path):
+    archive = export("llama", tmp_path)
+    run = subprocess.run([TPUC, "doctor", str(archive), "--mesh", "tp=2", "--plan", "tp"], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    for section in ("program", "coverage", "memory per device", "collectives per step", "cost per step",
+                    "verdict: ready to run"):
+        assert section in run.stdout, run.stdout
+    assert "every op lowers" in run.stdout and "all-reduce" in run.stdout
+
+
+def test_a_device_too_small_fails_and_says_by_how_much(tmp_path):
+    archive = export("llama", tmp_path)
+    status, report, _ = doctor(archive, "--device-memory", "64KiB")
+    assert status == 1
+    (problem,) = report["problems"]
+    assert "each device needs" in problem and "64.0 KiB" in problem
+    status, _, _ = doctor(archive, "--device-memory", "1GiB")
+    assert status == 0
+    status, _, stderr = doctor(archive, "--device-memory", "lots")
+    assert status == 2 and "expected a size such as 16GiB" in stderr
+
+
+def test_a_dynamic_export_lists_its_sizes_and_the_executables_they_cost(tmp_path):
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.linear(x).relu()
+
+    batch = torch.export.Dim("batch", min=2, max=100)
+    program = torch.export.export(Layer(), (torch.randn(8, 16),), dynamic_shapes={"x": {0: batch}})
+    torch.export.save(program, tmp_path / "layer.pt2")
+    status, report, stderr = doctor(tmp_path / "layer.pt2")
+    assert status == 0, stderr
+    (symbol,) = report["symbols"]
+    assert (symbol["min"], symbol["max"], symbol["example"]) == (2, 100, 8)
+    assert symbol["buckets"] == [16, 32, 64, 100]
+    assert report["inputs"][0]["shape"] == [symbol["name"], "16"]
+    _, listed, _ = doctor(tmp_path / "layer.pt2", "--buckets", "32,100")
+    assert listed["symbols"][0]["buckets"] == [32, 100]
+    _, every, _ = doctor(tmp_path / "layer.pt2", "--buckets", "off")
+    assert every["symbols"][0]["buckets"] == list(range(2, 101))
+
+
+def test_ops_that_do_not_lower_are_named_with_their_source_and_fail(tmp_path):
+    @torch.library.custom_op("doctortest::twice", mutates_args=())
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @twice.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            kept = torch.ops.aten.nonzero.default(x.relu())
+            return twice(x).sum() + kept.float().sum()
+
+    torch.export.save(torch.export.export(Model(), (torch.randn(4, 4),)), tmp_path / "model.pt2")
+    status, report, _ = doctor(tmp_path / "model.pt2")
+    assert status == 1 and report["compiled"] is None
+    failures = report["coverage"]["failures"]
+    assert failures and all(f["source"] and "test_doctor.py:" in f["source"] for f in failures), failures
+    named = {f["op"] for f in failures}
+    assert named & {"doctortest.twice.default", "aten.nonzero.default"}, failures
+
+
+def test_an_archive_that_does_not_parse_is_a_clear_error(tmp_path):
+    broken = tmp_path / "broken.pt2"
+    broken.write_bytes(b"PK\x03\x04 not really an archive")
+    run = subprocess.run([TPUC, "doctor", str(broken)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert run.returncode == 2 and run.stdout == ""
+    assert "cannot examine" in run.stderr and "broken.pt2" in run.stderr and "panicked" not in run.stderr
+    missing = subprocess.run([TPUC, "doctor", str(tmp_path / "nowhere.pt2")], capture_output=True, text=True,
+                             timeout=60)
+    assert missing.returncode == 2 and "nowhere.pt2" in missing.stderr
