@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tpuc needs on Debian bookworm (run as root): the LLVM 22 / MLIR development
-# packages for melior; a Python venv in .venv with torch, torchvision (model zoo tests) and the
+# packages for melior, and a headless Chromium (the tests render `tpuc doctor --html` pages in
+# it); a Python venv in .venv with torch, torchvision (model zoo tests) and the
 # XLA CPU PJRT plugin; and tpuc's own Python package (the torch.compile backend), built from
 # crates/tpuc-python with maturin and installed into .venv in editable mode.
 # Idempotent: each step is skipped when its result is already there.
@@ -9,7 +10,8 @@ cd "$(dirname "$0")/.."
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
-apt_packages=(libmlir-22-dev mlir-22-tools llvm-22-dev libpolly-22-dev libzstd-dev libclang-dev)
+apt_packages=(libmlir-22-dev mlir-22-tools llvm-22-dev libpolly-22-dev libzstd-dev libclang-dev
+  chromium-headless-shell)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

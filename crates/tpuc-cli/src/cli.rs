@@ -184,6 +184,10 @@ enum Command {
         /// The report as JSON (docs/doctor.md) on standard output instead of text.
         #[arg(long)]
         json: bool,
+        /// Also write the report as one self-contained HTML page (memory as a stacked bar, the
+        /// collectives along the program, the op histogram), viewable without a server.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
         /// Also fail (exit status 1) when a program with symbolic sizes compiles per size
         /// instead of per bucket.
         #[arg(long)]
@@ -481,15 +485,13 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
             execution,
             device_memory,
             json,
+            html,
             strict,
         } => {
             let run = execution.run_options(search_paths)?;
-            let options = tpuc_driver::doctor::DoctorOptions {
-                run,
-                device_memory,
-                unbounded_limit: None,
-            };
-            return crate::doctor::doctor(&model, &options, json, strict);
+            let options = tpuc_driver::doctor::DoctorOptions { run, device_memory };
+            let output = crate::doctor::Output { json, html, strict };
+            return crate::doctor::doctor(&model, &options, &output);
         }
         Command::Cache {
             cache_dir,

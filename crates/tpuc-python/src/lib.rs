@@ -105,6 +105,12 @@ pub(crate) fn driver_error(e: tpuc_driver::Error) -> PyErr {
     err
 }
 
+/// Bytes in binary units as tpuc's reports print them (`1.5 GiB`).
+#[pyfunction]
+fn human_bytes(bytes: u64) -> String {
+    tpuc_driver::doctor::human_bytes(bytes)
+}
+
 /// The ATen overloads tpuc lowers, as `aten.add.Tensor`.
 #[pyfunction]
 fn supported_ops() -> Vec<&'static str> {
@@ -233,6 +239,7 @@ fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_plans_dir, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(human_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(is_supported, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(source_line, m)?)?;

@@ -208,40 +208,17 @@ impl Runtime {
         open_results: bool,
         background: bool,
     ) -> PyResult<Option<CompiledGraph>> {
-        let shardings = |specs: Option<Vec<Option<Spec>>>| -> Vec<Option<Sharding>> {
-            specs
-                .unwrap_or_default()
-                .into_iter()
-                .map(|s| s.map(|dims| Sharding { dims }))
-                .collect()
-        };
-        let mesh = self.mesh.clone().map(|mesh| {
-            let plan = Plan {
-                inputs: shardings(specs),
-                results: shardings(result_specs),
-                open_results,
-                ..Plan::default()
-            };
-            (mesh, plan)
-        });
-        let options = Options {
-            lower: LowerOptions {
-                weights: WeightsMode::Args,
-                precision: options.precision,
-                process_groups,
-                fusion: options.fusion,
-                ..LowerOptions::default()
-            },
-            hoist: stable.map_or(Hoist::Off, Hoist::Inputs),
-            cache_dir: options.cache_dir.clone(),
-            mesh,
-            // A program with symbolic sizes, compiled for inputs of these shapes.
-            sizes: input_dims.as_ref().map(|_| BTreeMap::new()),
+        let options = self.graph_options(
+            &options,
+            stable,
+            specs,
+            process_groups,
+            result_specs,
             input_dims,
-            buckets: options.buckets.clone().filter(|_| bucketed),
-            donate: donate.unwrap_or_default(),
-            ..Options::default()
-        };
+            bucketed,
+            donate,
+            open_results,
+        );
         let source = Source::Json {
             name,
             bytes: program_json,
@@ -263,6 +240,51 @@ impl Runtime {
             let loaded = Loaded::new(self.target.clone(), compiled).map_err(driver_error)?;
             Ok(Some(CompiledGraph::new(loaded, reused)))
         })
+    }
+
+    /// `tpuc doctor`'s report of a graph as `compile` would compile it (the same arguments),
+    /// compiled without running it and without the cache, each device holding `device_memory`
+    /// bytes where given: its JSON (docs/doctor.md) and its text.
+    #[pyo3(signature = (program_json, name, options, *, stable=None, specs=None, process_groups=None, result_specs=None, input_dims=None, bucketed=false, donate=None, open_results=false, device_memory=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn examine(
+        &self,
+        py: Python<'_>,
+        program_json: &[u8],
+        name: &str,
+        options: PyRef<'_, CompileOptions>,
+        stable: Option<Vec<bool>>,
+        specs: Option<Vec<Option<Spec>>>,
+        process_groups: Option<tpuc_hlo::ProcessGroups>,
+        result_specs: Option<Vec<Option<Spec>>>,
+        input_dims: Option<Vec<Vec<i64>>>,
+        bucketed: bool,
+        donate: Option<Vec<(usize, usize)>>,
+        open_results: bool,
+        device_memory: Option<u64>,
+    ) -> PyResult<(String, String)> {
+        let options = self.graph_options(
+            &options,
+            stable,
+            specs,
+            process_groups,
+            result_specs,
+            input_dims,
+            bucketed,
+            donate,
+            open_results,
+        );
+        let source = Source::Json {
+            name,
+            bytes: program_json,
+        };
+        let report = py
+            .detach(|| {
+                tpuc_driver::doctor::examine_source(&self.target, source, options, device_memory)
+            })
+            .map_err(driver_error)?;
+        let json = serde_json::to_string(&report).map_err(error)?;
+        Ok((json, tpuc_driver::doctor::text(&report)))
     }
 
     /// A contiguous CPU tensor's memory (`address`/`nbytes`, kept alive by `owner`) on the
@@ -450,6 +472,59 @@ impl HostInput {
             elem: self.elem,
             dims: self.dims.clone(),
             bytes: self.memory.clone(),
+        }
+    }
+}
+
+impl Runtime {
+    /// The pipeline's options for a graph the backend hands over (`Runtime.compile`'s
+    /// arguments, which `Runtime.examine` takes too).
+    #[allow(clippy::too_many_arguments)]
+    fn graph_options(
+        &self,
+        options: &CompileOptions,
+        stable: Option<Vec<bool>>,
+        specs: Option<Vec<Option<Spec>>>,
+        process_groups: Option<tpuc_hlo::ProcessGroups>,
+        result_specs: Option<Vec<Option<Spec>>>,
+        input_dims: Option<Vec<Vec<i64>>>,
+        bucketed: bool,
+        donate: Option<Vec<(usize, usize)>>,
+        open_results: bool,
+    ) -> Options {
+        let shardings = |specs: Option<Vec<Option<Spec>>>| -> Vec<Option<Sharding>> {
+            specs
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| s.map(|dims| Sharding { dims }))
+                .collect()
+        };
+        let mesh = self.mesh.clone().map(|mesh| {
+            let plan = Plan {
+                inputs: shardings(specs),
+                results: shardings(result_specs),
+                open_results,
+                ..Plan::default()
+            };
+            (mesh, plan)
+        });
+        Options {
+            lower: LowerOptions {
+                weights: WeightsMode::Args,
+                precision: options.precision,
+                process_groups,
+                fusion: options.fusion,
+                ..LowerOptions::default()
+            },
+            hoist: stable.map_or(Hoist::Off, Hoist::Inputs),
+            cache_dir: options.cache_dir.clone(),
+            mesh,
+            // A program with symbolic sizes, compiled for inputs of these shapes.
+            sizes: input_dims.as_ref().map(|_| BTreeMap::new()),
+            input_dims,
+            buckets: options.buckets.clone().filter(|_| bucketed),
+            donate: donate.unwrap_or_default(),
+            ..Options::default()
         }
     }
 }

@@ -188,3 +188,109 @@ def test_an_archive_that_does_not_parse_is_a_clear_error(tmp_path):
     missing = subprocess.run([TPUC, "doctor", str(tmp_path / "nowhere.pt2")], capture_output=True, text=True,
                              timeout=60)
     assert missing.returncode == 2 and "nowhere.pt2" in missing.stderr
+
+
+class _Broken(torch.nn.Module):
+    """Two graphs: Dynamo breaks where the model calls Python it does not trace."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(8, 8)
+        self.second = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.first(x).relu()
+        torch._dynamo.graph_break()
+        return self.second(y)
+
+
+def test_python_doctor_names_graph_breaks_and_examines_each_graph():
+    import tpuc
+
+    report = tpuc.doctor(_Broken(), torch.randn(2, 8))
+    assert len(report.graphs) == 2 and report.healthy and not report.strict_healthy
+    (only,) = report.graph_breaks
+    assert only["source"] and "test_doctor.py:" in only["source"]
+    assert sum(report.break_reasons.values()) == 1
+    for graph in report.graphs:
+        assert graph["compiled"] is not None and graph["compiled"]["cost"]["product_flops"] > 0
+    text = str(report)
+    assert "1 graph break(s)" in text and "verdict: ready to run" in text
+
+
+def test_python_doctor_examines_training_with_its_optimizer_state():
+    """The forward and the backward aot_autograd makes, each compiled without running on a
+    device; the parameters' gradients and AdamW's state counted per device (halved where fsdp
+    splits a weight over two); the model's own gradients left as they were."""
+    import tpuc
+
+    model, (tokens,) = MODELS["llama"]
+    model = model.train()
+    whole = sum(p.numel() * p.element_size() for p in model.parameters())
+    before = [p.grad for p in model.parameters()]
+    try:
+        report = tpuc.doctor(model, tokens, training=True)
+        kinds = sorted(g["program"].split("_")[0] for g in report.graphs)
+        assert kinds == ["backward", "forward"] and report.healthy, report.problems
+        assert report.training == {"optimizer": "adamw", "parameters": whole, "gradients": whole,
+                                   "optimizer_state": 2 * whole}
+        assert [p.grad for p in model.parameters()] == before
+        sharded = tpuc.doctor(model, tokens, training=True, optimizer="sgd", mesh="fsdp=2", plan="fsdp")
+        assert sharded.healthy, sharded.problems
+        per_device = sharded.training["parameters"]
+        assert whole / 2 <= per_device < whole and sharded.training["optimizer_state"] == per_device
+        gathers = [c for g in sharded.graphs for c in g["compiled"]["collectives"] if c["kind"] == "all-gather"]
+        assert gathers, sharded.graphs
+    finally:
+        model.eval()
+
+
+def test_python_doctor_names_ops_without_a_lowering():
+    import tpuc
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.linalg.matrix_exp(x.relu()).sum(0) + 1
+
+    report = tpuc.doctor(Model(), torch.randn(3, 3))
+    assert not report.healthy
+    (missing,) = report.unlowered
+    assert missing["op"] == "aten.linalg_matrix_exp.default" and "test_doctor.py:" in missing["source"]
+    assert "no lowering: aten.linalg_matrix_exp.default" in str(report)
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        tpuc.doctor(Model(), torch.randn(3, 3), training=True, optimizer="lion")
+
+
+def test_the_html_page_renders_in_a_browser_with_the_json_numbers(tmp_path):
+    """`--html`: one self-contained page; rendered by headless Chromium (tools/setup.sh installs
+    it), its numbers are the JSON report's: memory per device, each kind of collective, the op
+    histogram, the products' FLOPs."""
+    import shutil
+
+    browser = shutil.which("chromium-headless-shell")
+    assert browser, "chromium-headless-shell is missing: run tools/setup.sh"
+    archive = export("llama", tmp_path)
+    page = tmp_path / "report.html"
+    status, report, stderr = doctor(archive, "--mesh", "fsdp=2", "--plan", "fsdp", "--device-memory", "16KiB",
+                                    "--html", str(page))
+    assert status == 1 and report["problems"], stderr
+    assert "http" not in re.sub(r'http://www\.w3\.org/2000/svg', "", page.read_text())  # nothing fetched
+    rendered = subprocess.run([browser, "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+                              capture_output=True, text=True, timeout=60)
+    dom = rendered.stdout
+    assert rendered.returncode == 0 and 'data-rendered="yes"' in dom, rendered.stderr[-2000:]
+    compiled = report["compiled"]
+    memory = compiled["memory"]
+    for part in ("total", "arguments", "temporaries"):
+        assert f'id="memory-{part}" data-bytes="{memory[part]}"' in dom
+    assert dom.count('data-part="') == 4
+    for kind in compiled["collectives"]:
+        assert f'data-kind="{kind["kind"]}">{kind["count"]}<' in dom
+        assert f'data-kind="{kind["kind"]}" data-bytes="{kind["bytes"]}"' in dom
+    assert dom.count("<rect") >= len(compiled["sequence"]) + len(compiled["ops"]) + 4
+    drawn = sorted(compiled["ops"].items(), key=lambda item: -item[1])[:30]
+    for op, count in drawn:
+        assert f'data-op="{op}" data-count="{count}"' in dom
+    flops = compiled["cost"]["product_flops"]
+    assert f'id="product-flops" data-value="{int(flops) if flops == int(flops) else flops}"' in dom
+    assert "each device needs" in dom and report["program"] in dom

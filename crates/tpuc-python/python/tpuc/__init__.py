@@ -58,6 +58,7 @@ _WHERE = {
     "Mesh": "._tpuc", "Plan": "._tpuc", "mark_sharding": ".sharding", "shard": ".sharding",
     "sharding_constraint": ".sharding",
     "compile_exported": ".exported", "load": ".exported", "CompiledProgram": ".exported",
+    "doctor": ".diagnosis", "DoctorReport": ".diagnosis",
     "jax_op": ".kernels", "save_kernels": ".kernels",
 }
 

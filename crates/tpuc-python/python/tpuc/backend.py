@@ -27,7 +27,12 @@ __all__ = ["Options", "tpuc_backend"]
 
 def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **_ignored):
     """torch.compile(model, backend="tpuc", options={...}); see tpuc.Options."""
-    opts = Options.parse(options)
+    return graphs_through(GraphCompiler, gm, example_inputs, Options.parse(options))
+
+
+def graphs_through(compiler_class: type, gm: torch.fx.GraphModule, example_inputs, opts: Options):
+    """The Dynamo graph `gm` taken through aot_autograd as the backend takes it, each graph it
+    hands over given to a `compiler_class` (a `GraphCompiler`; `tpuc.doctor` examines them)."""
     gm = flex_attention.as_math(prim_views_as_aten(gm))
     lowered = LoweredOps()
     if opts.decompositions != "none":
@@ -45,7 +50,7 @@ def tpuc_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None 
 
         def checked(gm, name, compiled):
             return compared(gm, name, compiled, *opts.compare)
-    compiler = GraphCompiler(opts, specs, batch, checked)
+    compiler = compiler_class(opts, specs, batch, checked)
     return aot_autograd(
         partition_fn=functools.partial(_partition, compiler),
         fw_compiler=compiler.forward,

@@ -6,6 +6,10 @@
 //! (FLOPs and bytes counted from tpuc's IR, beside XLA's own cost analysis). docs/doctor.md
 //! describes the report and its JSON schema.
 
+mod text;
+
+pub use text::text;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -15,7 +19,7 @@ use serde::Serialize;
 use tpuc_fx::InputKind;
 use tpuc_hlo::LowerError;
 
-use crate::compile::Hoist;
+use crate::compile::{Hoist, Options};
 use crate::error::{Error, Result};
 use crate::model::RunOptions;
 use crate::source::Source;
@@ -23,6 +27,9 @@ use crate::target::Target;
 
 /// The version of the report's JSON layout (docs/doctor.md).
 pub const SCHEMA: u32 = 1;
+
+/// The sizes a symbol's range without an end is counted up to.
+const UNBOUNDED_LIMIT: i64 = 4096;
 
 /// How to examine a program.
 #[derive(Clone, Debug, Default)]
@@ -32,8 +39,6 @@ pub struct DoctorOptions {
     pub run: RunOptions,
     /// Each device's memory, in bytes: a device needing more is a problem.
     pub device_memory: Option<u64>,
-    /// The most sizes of each symbol the bucket estimate covers when its range has no end.
-    pub unbounded_limit: Option<i64>,
 }
 
 /// What `tpuc doctor` found.
@@ -115,6 +120,11 @@ pub struct CompiledReport {
     pub memory: MemoryReport,
     pub cost: CostReport,
     pub collectives: Vec<CollectiveReport>,
+    /// The collectives in the order the program runs them (kind, bytes one device moves).
+    pub sequence: Vec<SequenceItem>,
+    /// How many of each op the module holds after tpuc's passes (its main function; a
+    /// composite by its pattern's name).
+    pub ops: BTreeMap<String, usize>,
     pub lower_seconds: f64,
     pub compile_seconds: f64,
 }
@@ -166,6 +176,12 @@ pub struct CollectiveReport {
 }
 
 #[derive(Clone, Debug, Serialize)]
+pub struct SequenceItem {
+    pub kind: String,
+    pub bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
 pub struct SiteReport {
     /// What it moves or serves: `weight NAME` / `input NAME` where it moves one of the
     /// program's arguments (a weight gathered under a plan that shards it), else the op it
@@ -187,8 +203,8 @@ impl Report {
 /// examination itself (an unreadable program, a plugin that does not start); what the program
 /// gets wrong is in the report.
 pub fn examine(model: &Path, options: &DoctorOptions) -> Result<Report> {
-    let program = tpuc_fx::read_program(model)?;
-    let graph = program.graph();
+    // Read first: a broken program is named before a plugin starts.
+    tpuc_fx::read_program(model)?;
     let devices = match &options.run.mesh {
         Some((mesh, _)) => mesh.devices() as usize,
         None => options.run.devices,
@@ -203,28 +219,52 @@ pub fn examine(model: &Path, options: &DoctorOptions) -> Result<Report> {
         devices,
         &options.run.search_paths,
     )?);
+    examine_source(
+        &target,
+        Source::File(model),
+        options.run.compile_options(),
+        options.device_memory,
+    )
+}
+
+/// Examines the program of `source` compiled for `target` as `compile_options` say (the cache
+/// and hoisting off, so that the compile is timed and the program is one executable), each
+/// device holding `device_memory` bytes where given. The torch.compile backend's graphs come
+/// here too (`Runtime.examine`).
+pub fn examine_source(
+    target: &Arc<Target>,
+    source: Source,
+    mut compile_options: Options,
+    device_memory: Option<u64>,
+) -> Result<Report> {
+    let program = source.read()?;
+    let graph = program.graph();
+    let symbols = symbols_of(&program, compile_options.buckets.as_ref())?;
     let mut report = Report {
         schema: SCHEMA,
-        program: model.display().to_string(),
+        program: source.name(),
         platform: target.platform()?,
-        devices,
-        mesh: options.run.mesh.as_ref().map(|(m, _)| m.to_string()),
-        plan: options.run.mesh.as_ref().map(|(_, p)| p.to_string()),
+        devices: target.devices().len(),
+        mesh: compile_options.mesh.as_ref().map(|(m, _)| m.to_string()),
+        plan: compile_options
+            .mesh
+            .as_ref()
+            .map(|(_, p)| p.to_string())
+            .filter(|p| !p.is_empty()),
         inputs: inputs_of(graph),
         weights: weights_of(&program),
-        symbols: symbols_of(&program, options)?,
+        symbols,
         coverage: CoverageReport::default(),
         compiled: None,
         problems: Vec::new(),
     };
-    let mut compile_options = options.run.compile_options();
     compile_options.hoist = Hoist::Off;
     compile_options.cache_dir = Some("off".into());
     if report.symbols.is_empty() {
         compile_options.buckets = None;
     }
     let start = Instant::now();
-    let compiled = match target.compile(Source::File(model), &compile_options) {
+    let compiled = match target.compile(source, &compile_options) {
         Ok((compiled, _)) => compiled,
         Err(Error::Lower { source, .. }) => {
             report.coverage.failures = match *source {
@@ -258,9 +298,9 @@ pub fn examine(model: &Path, options: &DoctorOptions) -> Result<Report> {
         code: bytes(memory.code),
         total: bytes(memory.arguments + memory.outputs + memory.temporaries)
             .saturating_sub(bytes(memory.aliased)),
-        capacity: options.device_memory,
+        capacity: device_memory,
     };
-    if let Some(capacity) = options.device_memory {
+    if let Some(capacity) = device_memory {
         if memory.total > capacity {
             report.problems.push(format!(
                 "each device needs {} but has {}",
@@ -285,15 +325,38 @@ pub fn examine(model: &Path, options: &DoctorOptions) -> Result<Report> {
             .collect(),
     };
     let collectives = collectives_of(&optimized.collectives, &compiled);
+    let sequence = optimized
+        .collectives
+        .iter()
+        .map(|c| SequenceItem {
+            kind: c.kind.to_string(),
+            bytes: c.bytes,
+        })
+        .collect();
     let t = &compiled.timings;
     report.compiled = Some(CompiledReport {
         memory,
         cost,
         collectives,
+        sequence,
+        ops: op_counts(&compiled.ir),
         lower_seconds: (t.read + t.lower + t.passes + t.emit).as_secs_f64(),
         compile_seconds: t.compile.as_secs_f64().min(total.as_secs_f64()),
     });
     Ok(report)
+}
+
+/// How many of each op `module`'s main function holds (a composite by its pattern's name).
+fn op_counts(module: &tpuc_hlo::ir::Module) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for op in module.main.ops() {
+        let name = match op.kind().composite() {
+            Some((pattern, _, _)) => pattern.to_string(),
+            None => op.kind().name().to_string(),
+        };
+        *counts.entry(name).or_default() += 1;
+    }
+    counts
 }
 
 fn inputs_of(graph: &tpuc_fx::Graph) -> Vec<TensorReport> {
@@ -347,8 +410,11 @@ fn weights_of(program: &tpuc_fx::Program) -> WeightsReport {
 /// Each symbol the inputs' sizes mention, with its range and the buckets the range compiles
 /// for under the run's policy (every size its own executable when buckets are off). Symbols
 /// tensor values decide are coverage failures instead ([`value_decided`]).
-fn symbols_of(program: &tpuc_fx::Program, options: &DoctorOptions) -> Result<Vec<SymbolReport>> {
-    let limit = options.unbounded_limit.unwrap_or(4096);
+fn symbols_of(
+    program: &tpuc_fx::Program,
+    policy: Option<&tpuc_fx::buckets::Buckets>,
+) -> Result<Vec<SymbolReport>> {
+    let limit = UNBOUNDED_LIMIT;
     let decided: Vec<String> = tpuc_fx::symbolic::value_decided(program)
         .map_err(Error::Invalid)?
         .into_iter()
@@ -364,7 +430,7 @@ fn symbols_of(program: &tpuc_fx::Program, options: &DoctorOptions) -> Result<Vec
             let mut buckets = Vec::new();
             let mut size = min.max(1);
             while size <= end && buckets.len() < 4096 {
-                let bucket = match &options.run.buckets {
+                let bucket = match policy {
                     Some(policy) => policy.bucket(size).min(max.unwrap_or(i64::MAX)),
                     None => size,
                 };
@@ -457,8 +523,12 @@ fn collectives_of(
             Some(tpuc_hlo::ArgRole::UserInput(name)) => return (format!("input {name}"), None),
             _ => {}
         }
-        // XLA names an op after its location: a node's name, or several joined by ':'.
-        let node = c.op_name.split(':').find_map(|part| nodes.get(part.trim()));
+        // XLA names an op after its location: a node's name, or several joined by ':' (in
+        // parentheses where fused).
+        let node = c
+            .op_name
+            .split(|ch: char| !(ch.is_alphanumeric() || ch == '_' || ch == '.'))
+            .find_map(|part| nodes.get(part));
         match node {
             Some(n) => (
                 format!("{} (node {})", n.target, n.name),
