@@ -16,7 +16,7 @@ LAYERS = [
     {"compiler"},
     {"accelerator", "autocast", "process_group", "op_tracing", "flex_attention", "default_compiler"},
     {"device", "planner", "plan_store", "fusion", "checks"},
-    {"backend", "compare", "ranks", "exported"},
+    {"backend", "diagnosis", "compare", "ranks", "exported"},
     {"__init__"},
 ]
 LAYER = {module: i for i, layer in enumerate(LAYERS) for module in layer}
