@@ -192,6 +192,13 @@ enum Command {
         /// instead of per bucket.
         #[arg(long)]
         strict: bool,
+        /// Project the program onto an accelerator it has not run on (v5e, v6e, v7x, h100x8):
+        /// each chip's memory, a roofline step time (compute, memory traffic, each
+        /// collective), its model FLOP utilisation, and dp and fsdp from one chip to 16384.
+        /// Estimates from public peak figures (docs/doctor.md); the examined program not
+        /// fitting a chip makes the exit status 1.
+        #[arg(long, value_name = "NAME", value_parser = parse_target)]
+        target: Option<&'static tpuc_driver::doctor::Accelerator>,
     },
     /// List the PJRT plugins found on this machine: path, API version, platform, StableHLO
     /// versions and devices.
@@ -252,6 +259,13 @@ enum Command {
         #[arg(long, default_value_t = 1e-5)]
         atol: f64,
     },
+}
+
+/// `--target`: an accelerator of `tpuc_driver::doctor::ACCELERATORS`, by name or alias.
+fn parse_target(
+    name: &str,
+) -> std::result::Result<&'static tpuc_driver::doctor::Accelerator, String> {
+    tpuc_driver::doctor::Accelerator::named(name).map_err(|e| e.to_string())
 }
 
 /// How a program runs, for `tpuc run` and `tpuc doctor` alike: on which plugin and devices,
@@ -487,9 +501,14 @@ fn run(args: Vec<OsString>, search_paths: &[PathBuf]) -> Result<()> {
             json,
             html,
             strict,
+            target,
         } => {
             let run = execution.run_options(search_paths)?;
-            let options = tpuc_driver::doctor::DoctorOptions { run, device_memory };
+            let options = tpuc_driver::doctor::DoctorOptions {
+                run,
+                device_memory,
+                target,
+            };
             let output = crate::doctor::Output { json, html, strict };
             return crate::doctor::doctor(&model, &options, &output);
         }

@@ -60,6 +60,8 @@ pub struct OptimizedProgram {
     /// The floating-point operations of its products (`dot` and `convolution`, inside fusions
     /// too; a multiply-add counts two), a loop's body once.
     pub product_flops: f64,
+    /// The bytes its ops read and write as XLA compiled them ([`bytes_accessed`]).
+    pub bytes_accessed: f64,
 }
 
 /// Reads an optimized program.
@@ -85,7 +87,86 @@ pub fn read(serialized: &Serialized) -> Result<OptimizedProgram> {
     Ok(OptimizedProgram {
         collectives: collectives(&module),
         product_flops: product_flops(&module),
+        bytes_accessed: bytes_accessed(&module),
     })
+}
+
+/// The bytes the program's ops read and write: each op of the entry computation (and of those
+/// loops, conditionals and calls run, a loop's body once, a conditional's costliest branch)
+/// reads its operands and writes its result. A fusion counts as one op at its boundary: what it
+/// keeps inside never reaches memory. Ops that only name or regroup buffers move nothing. XLA's
+/// own cost analysis counts the same way (it also sees which part of an operand a fusion reads,
+/// so it can be lower).
+fn bytes_accessed(module: &HloModuleProto) -> f64 {
+    let computations: HashMap<i64, &HloComputationProto> =
+        module.computations.iter().map(|c| (c.id, c)).collect();
+    computation_bytes(&computations, module.entry_computation_id, 0)
+}
+
+fn computation_bytes(
+    computations: &HashMap<i64, &HloComputationProto>,
+    id: i64,
+    depth: usize,
+) -> f64 {
+    const MOVES_NOTHING: [&str; 9] = [
+        "parameter",
+        "constant",
+        "tuple",
+        "get-tuple-element",
+        "bitcast",
+        "after-all",
+        "partition-id",
+        "replica-id",
+        "opt-barrier",
+    ];
+    let Some(computation) = computations.get(&id) else {
+        return 0.0;
+    };
+    if depth > 64 {
+        return 0.0;
+    }
+    let shapes = shapes_of(computation);
+    let mut bytes = 0.0;
+    for i in &computation.instructions {
+        let called = |id: &i64| computation_bytes(computations, *id, depth + 1);
+        match i.opcode.as_str() {
+            "while" | "call" => bytes += i.called_computation_ids.iter().map(called).sum::<f64>(),
+            "conditional" => {
+                bytes += i
+                    .called_computation_ids
+                    .iter()
+                    .map(called)
+                    .fold(0.0, f64::max)
+            }
+            op if MOVES_NOTHING.contains(&op) || op.ends_with("-done") => {}
+            _ => {
+                let operands: u64 = i
+                    .operand_ids
+                    .iter()
+                    .filter_map(|id| all_bytes(shapes.get(id)?))
+                    .sum();
+                let result = i.shape.as_ref().and_then(all_bytes).unwrap_or(0);
+                bytes += (operands + result) as f64;
+            }
+        }
+    }
+    bytes
+}
+
+/// The bytes of every array in a shape (a tuple's elements summed).
+fn all_bytes(shape: &ShapeProto) -> Option<u64> {
+    if !shape.tuple_shapes.is_empty() {
+        return Some(
+            shape
+                .tuple_shapes
+                .iter()
+                .map(|s| all_bytes(s).unwrap_or(0))
+                .sum(),
+        );
+    }
+    let elem = dtype_of(shape.element_type)?;
+    let count: i64 = shape.dimensions.iter().product();
+    Some(count.max(0) as u64 * elem.byte_size() as u64)
 }
 
 fn product_flops(module: &HloModuleProto) -> f64 {
@@ -289,13 +370,27 @@ mod tests {
         }
     }
 
+    fn computation(
+        name: &str,
+        id: i64,
+        is_fusion_computation: bool,
+        instructions: Vec<HloInstructionProto>,
+    ) -> HloComputationProto {
+        HloComputationProto {
+            name: name.into(),
+            id,
+            is_fusion_computation,
+            instructions,
+        }
+    }
+
     #[test]
     fn collectives_are_found_with_their_bytes_and_source() {
-        let entry = HloComputationProto {
-            name: "main".into(),
-            id: 1,
-            is_fusion_computation: false,
-            instructions: vec![
+        let entry = computation(
+            "main",
+            1,
+            false,
+            vec![
                 instruction(1, "parameter", array(11, &[4, 8]), &[]),
                 instruction(2, "all-gather", array(11, &[8, 8]), &[1]),
                 instruction(3, "reduce-scatter", array(11, &[2, 8]), &[1]),
@@ -303,13 +398,13 @@ mod tests {
                 instruction(5, "all-reduce-done", array(16, &[4, 8]), &[4]),
                 instruction(6, "add", array(11, &[4, 8]), &[1, 1]),
             ],
-        };
-        let body = HloComputationProto {
-            name: "body".into(),
-            id: 2,
-            is_fusion_computation: false,
-            instructions: vec![instruction(7, "collective-permute", array(5, &[3]), &[])],
-        };
+        );
+        let body = computation(
+            "body",
+            2,
+            false,
+            vec![instruction(7, "collective-permute", array(5, &[3]), &[])],
+        );
         let module = HloModuleProto {
             name: "m".into(),
             computations: vec![body, entry],
@@ -344,6 +439,57 @@ mod tests {
         let moved: Vec<Option<i64>> = found.iter().map(|c| c.parameter).collect();
         assert_eq!(moved, [None, Some(3), Some(3), Some(3)]);
         assert_eq!(found[1].op_name, "op2");
+    }
+
+    #[test]
+    fn bytes_accessed_count_each_op_at_its_boundary_and_a_loop_body_once() {
+        let call = |mut i: HloInstructionProto, called: &[i64]| {
+            i.called_computation_ids = called.to_vec();
+            i
+        };
+        let entry = computation(
+            "main",
+            1,
+            false,
+            vec![
+                // 128 bytes of f32[4, 8].
+                instruction(1, "parameter", array(11, &[4, 8]), &[]),
+                // Reads 128, writes 128; its body (computation 2) is not memory traffic.
+                call(instruction(2, "fusion", array(11, &[4, 8]), &[1]), &[2]),
+                instruction(3, "bitcast", array(11, &[32]), &[2]),
+                call(instruction(4, "while", array(11, &[4, 8]), &[2]), &[3]),
+            ],
+        );
+        let fused = computation(
+            "fused",
+            2,
+            true,
+            vec![
+                instruction(5, "parameter", array(11, &[4, 8]), &[]),
+                instruction(6, "exponential", array(11, &[4, 8]), &[5]),
+            ],
+        );
+        let body = computation(
+            "body",
+            3,
+            false,
+            vec![
+                instruction(7, "parameter", array(11, &[4, 8]), &[]),
+                // Reads 2 x 128, writes 128.
+                instruction(8, "add", array(11, &[4, 8]), &[7, 7]),
+            ],
+        );
+        let module = HloModuleProto {
+            name: "m".into(),
+            computations: vec![entry, fused, body],
+            entry_computation_id: 1,
+        };
+        let program = read(&Serialized {
+            format: "hlo".into(),
+            bytes: module.encode_to_vec(),
+        })
+        .unwrap();
+        assert_eq!(program.bytes_accessed, 256.0 + 384.0);
     }
 
     #[test]

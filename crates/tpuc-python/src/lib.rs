@@ -111,6 +111,26 @@ fn human_bytes(bytes: u64) -> String {
     tpuc_driver::doctor::human_bytes(bytes)
 }
 
+/// A workload (the JSON of `tpuc doctor`'s `workload`, a model's graphs summed) projected onto
+/// the accelerator `target` names: the projection's JSON and its text (docs/doctor.md).
+#[pyfunction]
+fn project(workload_json: &str, target: &str) -> PyResult<(String, String)> {
+    use tpuc_driver::doctor;
+    let workload: doctor::Workload = serde_json::from_str(workload_json).map_err(error)?;
+    let chip = doctor::Accelerator::named(target).map_err(driver_error)?;
+    let projection = doctor::project(&workload, chip).map_err(driver_error)?;
+    let json = serde_json::to_string(&projection).map_err(error)?;
+    Ok((json, doctor::projection_text(&projection)))
+}
+
+/// The name of the accelerator `target` names (an alias resolved), or an error listing those
+/// tpuc knows.
+#[pyfunction]
+fn target_name(target: &str) -> PyResult<&'static str> {
+    let chip = tpuc_driver::doctor::Accelerator::named(target).map_err(driver_error)?;
+    Ok(chip.name)
+}
+
 /// The ATen overloads tpuc lowers, as `aten.add.Tensor`.
 #[pyfunction]
 fn supported_ops() -> Vec<&'static str> {
@@ -240,6 +260,8 @@ fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(human_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(project, m)?)?;
+    m.add_function(wrap_pyfunction!(target_name, m)?)?;
     m.add_function(wrap_pyfunction!(is_supported, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(source_line, m)?)?;

@@ -31,10 +31,13 @@ def export(name, tmp_path):
     return archive
 
 
-def doctor(archive, *flags, cwd=None):
+def doctor(archive, *flags, cwd=None, xla_flags=None):
     """Exit status, the JSON report (None when there is none) and standard error."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    if xla_flags:
+        env["XLA_FLAGS"] = xla_flags
     run = subprocess.run([TPUC, "doctor", str(archive), "--json", *flags], capture_output=True, text=True,
-                         timeout=120, cwd=cwd, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                         timeout=120, cwd=cwd, env=env)
     report = json.loads(run.stdout) if run.stdout.strip().startswith("{") else None
     return run.returncode, report, run.stderr
 
@@ -95,6 +98,88 @@ def test_the_report_matches_what_running_the_program_does(name, mesh, plan, tmp_
     inputs = sum(a.nbytes for a in np.load(tmp_path / "inputs.npz").values())
     assert weights_per_device * 0.99 <= memory["arguments"] <= weights_per_device * 1.01 + inputs + 16
     assert memory["total"] == memory["arguments"] + memory["outputs"] + memory["temporaries"] - memory["aliased"]
+
+
+@pytest.mark.parametrize("name,mesh,plan", [("llama", None, None), ("resnet18", None, None),
+                                            ("mingpt", "fsdp=2", "fsdp")])
+def test_flops_and_bytes_agree_with_xla_cost_analysis_of_the_same_program(name, mesh, plan, tmp_path):
+    """XLA's own cost analysis (HloCostAnalysis, through jaxlib) of the optimized program the
+    plugin compiled for the report, dumped by XLA: the bytes the report reads off that program
+    and the FLOPs it counts in tpuc's IR (per device) agree with it."""
+    from jax._src.lib import xla_client
+    from jaxlib import _hlo
+
+    archive = export(name, tmp_path)
+    dump = tmp_path / "dump"
+    flags = ["--mesh", mesh, "--plan", plan] if mesh else []
+    status, report, stderr = doctor(archive, *flags, xla_flags=f"--xla_dump_to={dump} --xla_dump_hlo_as_proto")
+    assert status == 0, stderr
+    (proto,) = [p for p in glob.glob(str(dump / "*after_optimizations.hlo.pb")) if "main" in os.path.basename(p)]
+    module = _hlo.HloModule.from_serialized_hlo_module_proto(first_field(open(proto, "rb").read()))
+    xla = xla_client._xla.hlo_module_cost_analysis(jax_cpu_client(), module)
+    cost = report["compiled"]["cost"]
+    assert 0.8 <= cost["xla_bytes"] / xla["bytes accessed"] <= 1.25, (cost["xla_bytes"], xla)
+    per_device = cost["flops"] / report["devices"]
+    if name == "resnet18":
+        # XLA's cost analysis leaves out the taps of a small image's convolutions that fall on
+        # the padding, which tpuc counts (as FLOP counts conventionally do): its count is lower.
+        assert per_device >= cost["xla_product_flops"] > xla["flops"] > 0.5 * per_device, xla
+    else:
+        assert 0.8 <= per_device / xla["flops"] <= 1.25, (per_device, xla)
+
+
+def first_field(message: bytes) -> bytes:
+    """Field 1 of a protobuf message that starts with it, length-delimited: the HloModuleProto
+    of the HloProto XLA dumps."""
+    assert message[0] == 0x0A, "the dump does not start with its module"
+    length, shift, at = 0, 0, 1
+    while True:
+        byte = message[at]
+        length |= (byte & 0x7F) << shift
+        shift, at = shift + 7, at + 1
+        if byte < 0x80:
+            return message[at:at + length]
+
+
+def jax_cpu_client():
+    import jax
+
+    return jax.devices("cpu")[0].client
+
+
+def test_target_projects_the_program_onto_an_accelerator(tmp_path):
+    """`--target`: the roofline of the examined program on the chip, from the report's own
+    counts and the chip's published figures; dp and fsdp from one chip to 16384."""
+    archive = export("llama", tmp_path)
+    status, report, stderr = doctor(archive, "--mesh", "fsdp=2", "--plan", "fsdp", "--target", "TPU-v6e")
+    assert status == 0 and report["problems"] == [], stderr
+    p = report["projection"]
+    assert p["target"]["name"] == "v6e" and p["dtype"] == "float32" and p["precision"] == "highest"
+    assert p["peak_flops"] == pytest.approx(918e12 / 6)
+    w, e = report["workload"], p["as_examined"]
+    assert w["devices"] == 2 and w["product_flops"] == report["compiled"]["cost"]["product_flops"] / 2
+    assert e["chips"] == 2 and e["memory"] == report["compiled"]["memory"]["total"] and e["fits"]
+    assert e["compute_seconds"] == pytest.approx(w["product_flops"] / p["peak_flops"])
+    assert e["memory_seconds"] == pytest.approx(report["compiled"]["cost"]["xla_bytes"] / 1640e9)
+    # Each collective kind the program runs, at the link's bandwidth.
+    assert {c["kind"] for c in e["collectives"]} == {c["kind"] for c in report["compiled"]["collectives"]}
+    assert e["step_seconds"] == pytest.approx(max(e["compute_seconds"], e["memory_seconds"])
+                                              + sum(c["seconds"] for c in e["collectives"]))
+    chips = [r["chips"] for r in p["scaling"] if r["plan"] == "dp"]
+    assert chips[0] == 1 and chips[-1] == 16384 and len(p["scaling"]) == 2 * len(chips)
+    # Inference: data parallel needs no collective; fsdp gathers the weights, less per chip.
+    dp = [r for r in p["scaling"] if r["plan"] == "dp"]
+    fsdp = [r for r in p["scaling"] if r["plan"] == "fsdp"]
+    assert all(r["collectives"] == [] and r["efficiency"] == 1.0 for r in dp)
+    assert fsdp[4]["memory"] < dp[4]["memory"] and fsdp[4]["collectives"][0]["kind"] == "all-gather"
+    # An unknown chip is named with those tpuc knows.
+    status, _, stderr = doctor(archive, "--target", "v9z")
+    assert status == 2 and "unknown target \"v9z\"" in stderr and "h100x8" in stderr
+    run = subprocess.run([TPUC, "doctor", str(archive), "--target", "h100x8"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    for line in ("on h100x8: NVIDIA H100", "not measurements", "as examined, 1 chip", "scaling", "fsdp"):
+        assert line in run.stdout, run.stdout
 
 
 def test_sharded_weights_are_named_as_the_collectives_that_gather_them(tmp_path):
@@ -245,6 +330,35 @@ def test_python_doctor_examines_training_with_its_optimizer_state():
         model.eval()
 
 
+def test_python_doctor_projects_training_onto_an_accelerator():
+    """`target`: the model's forward and backward together on the chip; data parallel
+    all-reduces the gradients, fsdp gathers the parameters twice and reduce-scatters them."""
+    import tpuc
+
+    model, (tokens,) = MODELS["mingpt"]
+    model = model.train()
+    whole = sum(p.numel() * p.element_size() for p in model.parameters())
+    try:
+        report = tpuc.doctor(model, tokens, training=True, target="v5e")
+    finally:
+        model.eval()
+    assert report.healthy, report.problems
+    p = report.projection
+    assert p["target"]["name"] == "v5e"
+    products = sum(g["compiled"]["cost"]["product_flops"] for g in report.graphs)
+    assert p["as_examined"]["compute_seconds"] == pytest.approx(products / (197e12 / 6))
+    dp8 = next(r for r in p["scaling"] if r["plan"] == "dp" and r["chips"] == 8)
+    (reduce,) = dp8["collectives"]
+    assert reduce["kind"] == "all-reduce" and reduce["bytes"] == whole
+    fsdp8 = next(r for r in p["scaling"] if r["plan"] == "fsdp" and r["chips"] == 8)
+    assert {c["kind"]: c["bytes"] for c in fsdp8["collectives"]} == {"all-gather": 2 * whole, "reduce-scatter": whole}
+    assert fsdp8["memory"] < dp8["memory"]
+    assert "the model's step, its graphs together, on v5e" in str(report)
+    assert json.loads(report.json())["projection"]["target"]["name"] == "v5e"
+    with pytest.raises(tpuc.TpucError, match="unknown target"):
+        tpuc.doctor(model, tokens, target="a100")
+
+
 def test_python_doctor_names_ops_without_a_lowering():
     import tpuc
 
@@ -294,3 +408,14 @@ def test_the_html_page_renders_in_a_browser_with_the_json_numbers(tmp_path):
     flops = compiled["cost"]["product_flops"]
     assert f'id="product-flops" data-value="{int(flops) if flops == int(flops) else flops}"' in dom
     assert "each device needs" in dom and report["program"] in dom
+    # The projection onto an accelerator: its figures and its scaling table, as the JSON has them.
+    status, report, stderr = doctor(archive, "--target", "v7x", "--html", str(page))
+    assert status == 0, stderr
+    dom = subprocess.run([browser, "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=60).stdout
+    p = report["projection"]
+    assert f'id="projected-memory" data-bytes="{p["as_examined"]["memory"]}"' in dom
+    assert dom.count('class="n scaling-memory"') == len(p["scaling"])
+    for r in p["scaling"][::5]:
+        assert f'data-plan="{r["plan"]}" data-chips="{r["chips"]}" data-bytes="{r["memory"]}"' in dom
+    assert dom.count("<circle") == len(p["scaling"]) and "Cloud TPU7x" in dom

@@ -6,9 +6,13 @@
 //! (FLOPs and bytes counted from tpuc's IR, beside XLA's own cost analysis). docs/doctor.md
 //! describes the report and its JSON schema.
 
+mod projection;
+mod targets;
 mod text;
 
-pub use text::text;
+pub use projection::{project, CollectiveLoad, Projection, Workload};
+pub use targets::{Accelerator, ACCELERATORS};
+pub use text::{projection_text, text};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -39,6 +43,8 @@ pub struct DoctorOptions {
     pub run: RunOptions,
     /// Each device's memory, in bytes: a device needing more is a problem.
     pub device_memory: Option<u64>,
+    /// The accelerator to project the program onto (`--target`).
+    pub target: Option<&'static Accelerator>,
 }
 
 /// What `tpuc doctor` found.
@@ -57,6 +63,11 @@ pub struct Report {
     pub coverage: CoverageReport,
     /// What compiling found; None when the program did not lower.
     pub compiled: Option<CompiledReport>,
+    /// What one device's step computes, moves and holds, for projections (`--target`; the
+    /// Python report sums its graphs'); None when the program did not lower.
+    pub workload: Option<Workload>,
+    /// The program projected onto `--target`'s accelerator.
+    pub projection: Option<Projection>,
     /// Everything that makes the program fail here, in words (empty: it lowers and fits).
     pub problems: Vec<String>,
 }
@@ -157,6 +168,9 @@ pub struct CostReport {
     /// The FLOPs of the products in XLA's optimized program of one device (the check of
     /// `product_flops`: equal on one device, its share under a plan that splits them).
     pub xla_product_flops: f64,
+    /// The bytes the ops of XLA's optimized program of one device read and write, fusions at
+    /// their boundary.
+    pub xla_bytes: f64,
     /// XLA's cost analysis of one device's compiled program, by its names (`flops`, `bytes
     /// accessed`, ...); empty where the plugin does not implement it (XLA's CPU plugin).
     pub xla: BTreeMap<String, f64>,
@@ -219,12 +233,87 @@ pub fn examine(model: &Path, options: &DoctorOptions) -> Result<Report> {
         devices,
         &options.run.search_paths,
     )?);
-    examine_source(
+    let mut report = examine_source(
         &target,
         Source::File(model),
         options.run.compile_options(),
         options.device_memory,
-    )
+    )?;
+    if let (Some(chip), Some(workload)) = (options.target, &report.workload) {
+        let projection = project(workload, chip)?;
+        if !projection.as_examined.fits {
+            report.problems.push(format!(
+                "on {} each chip would need {} but has {}",
+                chip.name,
+                human_bytes(projection.as_examined.memory),
+                human_bytes(chip.memory)
+            ));
+        }
+        report.projection = Some(projection);
+    }
+    Ok(report)
+}
+
+/// What one device's step computes, moves and holds, read off the examination: the products'
+/// type is that of most of the weights' bytes (else of the first floating-point input); the
+/// activations are the device's memory less its weights.
+fn workload_of(
+    program: &tpuc_fx::Program,
+    report: &Report,
+    memory: &MemoryReport,
+    cost: &CostReport,
+    collectives: &[CollectiveReport],
+    precision: tpuc_hlo::ir::Precision,
+) -> Workload {
+    let devices = report.devices.max(1);
+    let mut by_dtype: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut largest_parameter = 0;
+    for input in &program.graph().inputs {
+        let Some(weight) = program.weight_for(input) else {
+            continue;
+        };
+        let bytes = weight_bytes(weight);
+        *by_dtype.entry(weight.dtype.name()).or_default() += bytes;
+        if matches!(input.kind, InputKind::Parameter { .. }) {
+            largest_parameter = largest_parameter.max(bytes);
+        }
+    }
+    let dtype = by_dtype
+        .iter()
+        .filter(|(name, _)| tpuc_hlo::DType::from_name(name).is_some_and(|d| d.is_float()))
+        .max_by_key(|(_, bytes)| **bytes)
+        .map(|(name, _)| name.to_string())
+        .or_else(|| {
+            report
+                .inputs
+                .iter()
+                .find(|i| tpuc_hlo::DType::from_name(&i.dtype).is_some_and(|d| d.is_float()))
+                .map(|i| i.dtype.clone())
+        })
+        .unwrap_or_else(|| "float32".into());
+    let weights = report.weights.bytes;
+    Workload {
+        product_flops: cost.product_flops / devices as f64,
+        flops: cost.flops / devices as f64,
+        bytes: cost.xla_bytes,
+        dtype,
+        precision: precision.name().into(),
+        parameters: report.weights.parameters,
+        gradients: 0,
+        optimizer_state: 0,
+        replicated: report.weights.buffers + report.weights.constants,
+        largest_parameter,
+        activations: memory.total.saturating_sub(memory.arguments.min(weights)),
+        devices,
+        device_memory: memory.total,
+        collectives: collectives
+            .iter()
+            .map(|c| CollectiveLoad {
+                kind: c.kind.clone(),
+                bytes: c.bytes,
+            })
+            .collect(),
+    }
 }
 
 /// Examines the program of `source` compiled for `target` as `compile_options` say (the cache
@@ -256,6 +345,8 @@ pub fn examine_source(
         symbols,
         coverage: CoverageReport::default(),
         compiled: None,
+        workload: None,
+        projection: None,
         problems: Vec::new(),
     };
     compile_options.hoist = Hoist::Off;
@@ -318,6 +409,7 @@ pub fn examine_source(
         loops: ir_cost.loops,
         product_flops: ir_cost.product_flops,
         xla_product_flops: optimized.product_flops,
+        xla_bytes: optimized.bytes_accessed,
         xla: executable
             .cost_analysis()?
             .unwrap_or_default()
@@ -333,6 +425,14 @@ pub fn examine_source(
             bytes: c.bytes,
         })
         .collect();
+    report.workload = Some(workload_of(
+        &program,
+        &report,
+        &memory,
+        &cost,
+        &collectives,
+        compile_options.lower.precision,
+    ));
     let t = &compiled.timings;
     report.compiled = Some(CompiledReport {
         memory,
@@ -394,8 +494,7 @@ fn weights_of(program: &tpuc_fx::Program) -> WeightsReport {
         let Some(weight) = program.weight_for(input) else {
             continue;
         };
-        let n: i64 = weight.sizes.iter().product();
-        let bytes = n.max(0) as u64 * weight.dtype.byte_size() as u64;
+        let bytes = weight_bytes(weight);
         report.count += 1;
         report.bytes += bytes;
         match input.kind {
@@ -405,6 +504,11 @@ fn weights_of(program: &tpuc_fx::Program) -> WeightsReport {
         }
     }
     report
+}
+
+fn weight_bytes(weight: &tpuc_fx::Weight) -> u64 {
+    let n: i64 = weight.sizes.iter().product();
+    n.max(0) as u64 * weight.dtype.byte_size() as u64
 }
 
 /// Each symbol the inputs' sizes mention, with its range and the buckets the range compiles

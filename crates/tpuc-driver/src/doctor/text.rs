@@ -1,6 +1,6 @@
 //! The report as people read it: `tpuc doctor`'s text, and `print(tpuc.doctor(...))`'s.
 
-use super::{human_bytes, Report};
+use super::{human_bytes, Projection, Report};
 
 /// The report as people read it.
 pub fn text(r: &Report) -> String {
@@ -141,6 +141,10 @@ pub fn text(r: &Report) -> String {
             si(cost.product_flops),
             si(cost.xla_product_flops)
         ));
+        out.push(format!(
+            "  XLA's optimized program (one device): {} read and written, fusions at their boundary",
+            human_bytes(cost.xla_bytes as u64)
+        ));
         let xla: Vec<String> = ["flops", "transcendentals", "bytes accessed"]
             .iter()
             .filter_map(|k| Some(format!("{k} {}", si(*cost.xla.get(*k)?))))
@@ -157,6 +161,9 @@ pub fn text(r: &Report) -> String {
             c.compile_seconds * 1e3
         ));
     }
+    if let Some(p) = &r.projection {
+        out.push(projection_text(p));
+    }
     if r.problems.is_empty() {
         out.push("verdict: ready to run".into());
     } else {
@@ -170,6 +177,103 @@ pub fn text(r: &Report) -> String {
         }
     }
     out.join("\n")
+}
+
+/// A projection onto an accelerator as people read it.
+pub fn projection_text(p: &Projection) -> String {
+    let t = &p.target;
+    let mut out = vec![
+        format!(
+            "on {}: {} (estimates from public peak figures, not measurements)",
+            t.name, t.description
+        ),
+        format!(
+            "  per chip: peak {}FLOP/s ({} products, {} precision), {} at {}B/s, {} {}B/s among {} chips, {} {}B/s beyond",
+            si(p.peak_flops),
+            p.dtype,
+            p.precision,
+            human_bytes(t.memory),
+            si(t.memory_bandwidth),
+            t.link,
+            si(t.link_bandwidth),
+            t.link_chips,
+            t.network,
+            si(t.network_bandwidth)
+        ),
+    ];
+    let e = &p.as_examined;
+    let collectives: Vec<String> = e
+        .collectives
+        .iter()
+        .map(|c| format!("{} {}", c.kind, seconds(c.seconds)))
+        .collect();
+    out.push(format!(
+        "  as examined, {} chip{}: memory {} ({}), compute {}, memory traffic {}, collectives {}; step {} ({}-bound), MFU {:.0}%",
+        e.chips,
+        if e.chips == 1 { "" } else { "s" },
+        human_bytes(e.memory),
+        if e.fits { "fits" } else { "does not fit" },
+        seconds(e.compute_seconds),
+        seconds(e.memory_seconds),
+        if collectives.is_empty() {
+            "none".to_string()
+        } else {
+            collectives.join(", ")
+        },
+        seconds(e.step_seconds),
+        e.bound,
+        e.mfu * 100.0
+    ));
+    out.push(
+        "  scaling (each chip runs the examined step; the state whole under dp, split under fsdp)"
+            .into(),
+    );
+    out.push(format!(
+        "    {:<5} {:>6}  {:>10} {:>5}  {:>10}  {:>10}  {:>6}  {:>5}  bound",
+        "plan", "chips", "memory", "fits", "step", "collect.", "effic.", "MFU"
+    ));
+    // Every size JSON has; here the small ones, every fourfold step, and either side of the
+    // edge of the interconnect's domain.
+    let within = 1usize << t.link_chips.ilog2();
+    let shown = |chips: usize| {
+        chips <= 8
+            || chips.trailing_zeros().is_multiple_of(2)
+            || chips == within
+            || chips == within * 2
+    };
+    for r in p.scaling.iter().filter(|r| shown(r.step.chips)) {
+        let s = &r.step;
+        let communication: f64 = s.collectives.iter().map(|c| c.seconds).sum();
+        out.push(format!(
+            "    {:<5} {:>6}  {:>10} {:>5}  {:>10}  {:>10}  {:>5.0}%  {:>4.0}%  {}",
+            r.plan,
+            s.chips,
+            human_bytes(s.memory),
+            if s.fits { "yes" } else { "no" },
+            seconds(s.step_seconds),
+            seconds(communication),
+            r.efficiency * 100.0,
+            s.mfu * 100.0,
+            s.bound
+        ));
+    }
+    for f in &p.findings {
+        out.push(format!("  - {f}"));
+    }
+    out.join("\n")
+}
+
+/// A duration with a unit fit for it.
+fn seconds(s: f64) -> String {
+    if s == 0.0 {
+        "0".into()
+    } else if s < 1e-3 {
+        format!("{:.1} us", s * 1e6)
+    } else if s < 1.0 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{s:.2} s")
+    }
 }
 
 /// A count with an SI prefix (`1.23 G`).

@@ -32,19 +32,26 @@ class DoctorReport:
     `tpuc doctor --json` prints, as dicts), ``unlowered`` (ops with no lowering: op, node,
     source), ``graph_breaks`` (each Dynamo break: reason, source) and their ``break_reasons``
     counted, ``training`` (each device's parameters, gradients and optimizer state, bytes),
-    ``problems`` and ``healthy``; ``str(report)`` reads as text, ``report.json()`` as JSON."""
+    ``projection`` (with ``target``: the model's step on that accelerator, from one chip to
+    thousands), ``problems`` and ``healthy``; ``str(report)`` reads as text, ``report.json()``
+    as JSON."""
 
-    def __init__(self, graphs, texts, unlowered, graph_breaks, training):
+    def __init__(self, graphs, texts, unlowered, graph_breaks, training, projection=None):
         self.graphs = graphs
         self._texts = texts
         self.unlowered = unlowered
         self.graph_breaks = graph_breaks
         self.break_reasons = Counter(b["reason"] for b in graph_breaks)
         self.training = training
+        self.projection, self._projection_text = projection or (None, None)
         self.problems = [p for g in graphs for p in g["problems"]]
         if unlowered:
             ops = sorted({u["op"] for u in unlowered})
             self.problems.append(f"{len(unlowered)} node(s) have no lowering: {', '.join(ops)}")
+        if self.projection is not None and not self.projection["as_examined"]["fits"]:
+            p = self.projection
+            self.problems.append(f"on {p['target']['name']} each chip would need "
+                                 f"{_bytes(p['as_examined']['memory'])} but has {_bytes(p['target']['memory'])}")
 
     @property
     def healthy(self) -> bool:
@@ -59,7 +66,7 @@ class DoctorReport:
     def json(self) -> str:
         return json.dumps({"schema": 1, "graphs": self.graphs, "unlowered": self.unlowered,
                            "graph_breaks": self.graph_breaks, "training": self.training,
-                           "problems": self.problems}, indent=2)
+                           "projection": self.projection, "problems": self.problems}, indent=2)
 
     def __str__(self) -> str:
         lines = [f"tpuc.doctor: {len(self.graphs)} graph(s), {len(self.graph_breaks)} graph break(s)"]
@@ -76,6 +83,9 @@ class DoctorReport:
         for text in self._texts:
             lines.append("")
             lines.append(text)
+        if self._projection_text:
+            lines.append("")
+            lines.append("the model's step, its graphs together, " + self._projection_text)
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -87,14 +97,18 @@ def _bytes(n: int) -> str:
 
 def doctor(model, *example_args, mesh=None, plan=None, training: bool = False, optimizer: str = "adamw",
            device_memory: int | None = None, plugin: str | None = None, fusion: str | None = None,
-           matmul_precision: str = "highest", **example_kwargs) -> DoctorReport:
+           matmul_precision: str = "highest", target: str | None = None, **example_kwargs) -> DoctorReport:
     """Examines `model` called on the example inputs as torch.compile(backend="tpuc") would run it
     (over `mesh` laid out by `plan`), compiling each graph without running it on a device; with
     `training`, the backward too (the outputs summed as the loss) and each device's parameters,
     gradients and `optimizer` state ("adamw", "adam", "sgd" with momentum, "sgd-no-momentum").
-    `device_memory`: each device's bytes; a graph needing more is a problem."""
+    `device_memory`: each device's bytes; a graph needing more is a problem. `target`: an
+    accelerator to project the model's step onto ("v5e", "v6e", "v7x", "h100x8"; docs/doctor.md),
+    its graphs summed."""
     if optimizer not in OPTIMIZER_STATE:
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_STATE)}, not {optimizer!r}")
+    if target is not None:
+        target = _tpuc.target_name(target)
     options = {"mesh": mesh, "plan": plan, "plugin": plugin, "matmul_precision": matmul_precision,
                "cache_dir": "off", "hoist_weights": False}
     if fusion is not None:
@@ -118,7 +132,50 @@ def doctor(model, *example_args, mesh=None, plan=None, training: bool = False, o
             p.grad = grad
     finally:
         torch._dynamo.reset()
-    return DoctorReport(found.graphs, found.texts, found.unlowered, breaks, found.training)
+    projection = None
+    if target is not None:
+        workload = _workload(found, model, training)
+        if workload is not None:
+            projected, text = _tpuc.project(json.dumps(workload), target)
+            projection = (json.loads(projected), text)
+    return DoctorReport(found.graphs, found.texts, found.unlowered, breaks, found.training, projection)
+
+
+def _workload(found: _Found, model, training: bool) -> dict | None:
+    """The model's step as one workload: its graphs' FLOPs, bytes and collectives summed, the
+    model's own parameters (their gradients and optimizer state when training) and buffers,
+    the largest memory a graph needs besides its arguments as the activations."""
+    graphs = [g for g in found.graphs if g.get("workload")]
+    if not graphs:
+        return None
+    loads = [g["workload"] for g in graphs]
+    parameters = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    buffers = list(model.buffers()) if isinstance(model, torch.nn.Module) else []
+    sizes = [p.numel() * p.element_size() for p in parameters]
+    trained = sum(n for n, p in zip(sizes, parameters) if p.requires_grad) if training else 0
+    by_dtype = Counter()
+    for n, p in zip(sizes, parameters):
+        by_dtype[str(p.dtype).removeprefix("torch.")] += n
+    memory = [g["compiled"]["memory"] for g in graphs]
+    per_device = 0
+    if found.training is not None:
+        per_device = found.training["gradients"] + found.training["optimizer_state"]
+    return {
+        "product_flops": sum(w["product_flops"] for w in loads),
+        "flops": sum(w["flops"] for w in loads),
+        "bytes": sum(w["bytes"] for w in loads),
+        "dtype": by_dtype.most_common(1)[0][0] if by_dtype else loads[0]["dtype"],
+        "precision": loads[0]["precision"],
+        "parameters": sum(sizes),
+        "gradients": trained,
+        "optimizer_state": trained * (found.state_per_element or 0),
+        "replicated": sum(b.numel() * b.element_size() for b in buffers),
+        "largest_parameter": max(sizes, default=0),
+        "activations": max(m["total"] - m["arguments"] for m in memory),
+        "devices": loads[0]["devices"],
+        "device_memory": max(m["total"] for m in memory) + per_device,
+        "collectives": [c for w in loads for c in w["collectives"]],
+    }
 
 
 def _frame(stack) -> str | None:
