@@ -228,6 +228,33 @@ pjrt_structs! {
         pub memory: *mut PJRT_Memory,
     }
 
+    /// A device's memory as its allocator sees it; each `_is_set` says whether the plugin
+    /// reports the field before it (`bytes_in_use` always).
+    pub struct PJRT_Device_MemoryStats_Args {
+        pub device: *mut PJRT_Device,
+        pub bytes_in_use: i64,
+        pub peak_bytes_in_use: i64,
+        pub peak_bytes_in_use_is_set: bool,
+        pub num_allocs: i64,
+        pub num_allocs_is_set: bool,
+        pub largest_alloc_size: i64,
+        pub largest_alloc_size_is_set: bool,
+        pub bytes_limit: i64,
+        pub bytes_limit_is_set: bool,
+        pub bytes_reserved: i64,
+        pub bytes_reserved_is_set: bool,
+        pub peak_bytes_reserved: i64,
+        pub peak_bytes_reserved_is_set: bool,
+        pub bytes_reservable_limit: i64,
+        pub bytes_reservable_limit_is_set: bool,
+        pub largest_free_block_bytes: i64,
+        pub largest_free_block_bytes_is_set: bool,
+        pub pool_bytes: i64,
+        pub pool_bytes_is_set: bool,
+        pub peak_pool_bytes: i64,
+        pub peak_pool_bytes_is_set: bool,
+    }
+
     pub struct PJRT_Memory_Id_Args {
         pub memory: *mut PJRT_Memory,
         pub id: c_int,

@@ -233,6 +233,7 @@ functions! {
     PJRT_Device_LocalHardwareId(PJRT_Device_LocalHardwareId_Args) -> *mut PJRT_Error;
     PJRT_Device_AddressableMemories(PJRT_Device_AddressableMemories_Args) -> *mut PJRT_Error;
     PJRT_Device_DefaultMemory(PJRT_Device_DefaultMemory_Args) -> *mut PJRT_Error;
+    PJRT_Device_MemoryStats(PJRT_Device_MemoryStats_Args) -> *mut PJRT_Error;
     PJRT_Memory_Id(PJRT_Memory_Id_Args) -> *mut PJRT_Error;
     PJRT_Memory_Kind(PJRT_Memory_Kind_Args) -> *mut PJRT_Error;
     PJRT_Memory_DebugString(PJRT_Memory_DebugString_Args) -> *mut PJRT_Error;

@@ -76,6 +76,7 @@ fn layouts_match_the_c_header() {
         PJRT_Executable_OptimizedProgram_Args,
         PJRT_Executable_GetCostAnalysis_Args,
         PJRT_Executable_GetCompiledMemoryStats_Args,
+        PJRT_Device_MemoryStats_Args,
         PJRT_Shardings_Extension,
         PJRT_Shardings_PJRT_Executable_OutputShardings_Args,
         PJRT_Executable_Serialize_Args,

@@ -109,6 +109,18 @@ impl Device {
             .collect())
     }
 
+    /// The most memory the plugin lets a program allocate on the device, in bytes, where its
+    /// allocator reports a limit (accelerators do; XLA's CPU plugin does not: None).
+    pub fn memory_limit(&self) -> Option<u64> {
+        let mut args = PJRT_Device_MemoryStats_Args::new();
+        args.device = self.raw;
+        pjrt_call!(self.client.plugin, PJRT_Device_MemoryStats, &mut args).ok()?;
+        if !args.bytes_limit_is_set {
+            return None;
+        }
+        u64::try_from(args.bytes_limit).ok().filter(|&b| b > 0)
+    }
+
     /// The memory buffers go to by default.
     pub fn default_memory(&self) -> Result<Memory> {
         let mut args = PJRT_Device_DefaultMemory_Args::new();

@@ -45,6 +45,8 @@ fn client_has_the_requested_devices_and_memories() {
         .unwrap()
         .is_empty());
     assert!(!client.addressable_memories().unwrap().is_empty());
+    // XLA's CPU plugin sets no limit on a device's memory: none is made up.
+    assert_eq!(devices[0].memory_limit(), None);
 }
 
 #[test]

@@ -58,23 +58,16 @@ def collectives_when_run(archive, flags, tmp_path):
     return {k: n for k, n in counts.items() if n}, float(amount) * UNITS[unit]
 
 
-CASES = [
-    ("llama", None, None),
-    ("llama", "dp=2", "dp"),
-    ("llama", "fsdp=2", "fsdp"),
-    ("qwen", "tp=2", "tp"),
-    ("mingpt", "fsdp=2,tp=2", "fsdp,tp"),
-    ("resnet18", "dp=2", "dp"),
-    ("dlrm", None, None),
-    ("unet", None, None),
-]
+# Every zoo model under every plan.
+LAYOUTS = [(None, None), ("dp=2", "dp"), ("fsdp=2", "fsdp"), ("tp=2", "tp"), ("fsdp=2,tp=2", "fsdp,tp")]
+CASES = [pytest.param(name, mesh, plan, id=f"{name}-{mesh or 'one'}") for name in MODELS for mesh, plan in LAYOUTS]
 
 
-@pytest.mark.parametrize("name,mesh,plan", CASES, ids=[f"{n}-{m or 'one'}" for n, m, _ in CASES])
+@pytest.mark.parametrize("name,mesh,plan", CASES)
 def test_the_report_matches_what_running_the_program_does(name, mesh, plan, tmp_path):
     archive = export(name, tmp_path)
     flags = ["--mesh", mesh, "--plan", plan] if mesh else []
-    status, report, stderr = doctor(archive, *flags)
+    status, report, stderr = doctor(archive, *flags, "--target", "v5e")
     assert status == 0 and report["problems"] == [], stderr
     devices = report["devices"]
     assert devices == (int(np.prod([int(a.split("=")[1]) for a in mesh.split(",")])) if mesh else 1)
@@ -98,6 +91,11 @@ def test_the_report_matches_what_running_the_program_does(name, mesh, plan, tmp_
     inputs = sum(a.nbytes for a in np.load(tmp_path / "inputs.npz").values())
     assert weights_per_device * 0.99 <= memory["arguments"] <= weights_per_device * 1.01 + inputs + 16
     assert memory["total"] == memory["arguments"] + memory["outputs"] + memory["temporaries"] - memory["aliased"]
+    # The projection takes the same program: its memory, its collectives, each device's share.
+    examined = report["projection"]["as_examined"]
+    assert examined["chips"] == devices and examined["memory"] == memory["total"]
+    assert [c["kind"] for c in examined["collectives"]] == [c["kind"] for c in compiled["collectives"]]
+    assert report["workload"]["product_flops"] == pytest.approx(cost["product_flops"] / devices)
 
 
 @pytest.mark.parametrize("name,mesh,plan", [("llama", None, None), ("resnet18", None, None),
@@ -241,6 +239,26 @@ def test_a_dynamic_export_lists_its_sizes_and_the_executables_they_cost(tmp_path
     assert every["symbols"][0]["buckets"] == list(range(2, 101))
 
 
+def test_an_op_padding_cannot_keep_exact_makes_every_size_an_executable(tmp_path):
+    """A sort along the dynamic size: padded rows would sort in among the real ones, so the
+    program compiles per size; the report names the node and its line, counts an executable per
+    size, and `--strict` fails on it."""
+    class Sorted(torch.nn.Module):
+        def forward(self, x):
+            return torch.sort(x, dim=0).values * 2
+
+    batch = torch.export.Dim("batch", min=2, max=40)
+    program = torch.export.export(Sorted(), (torch.randn(8, 4),), dynamic_shapes={"x": {0: batch}})
+    torch.export.save(program, tmp_path / "sorted.pt2")
+    status, report, stderr = doctor(tmp_path / "sorted.pt2")
+    assert status == 0, stderr
+    why = report["coverage"]["per_size"]
+    assert "aten.sort.default" in why and "test_doctor.py:" in why and "cannot be padded" in why
+    assert report["symbols"][0]["buckets"] == list(range(2, 41))
+    status, strict, _ = doctor(tmp_path / "sorted.pt2", "--strict")
+    assert status == 1 and strict["problems"] == [f"compiles per size, not per bucket (--strict): {why}"]
+
+
 def test_ops_that_do_not_lower_are_named_with_their_source_and_fail(tmp_path):
     @torch.library.custom_op("doctortest::twice", mutates_args=())
     def twice(x: torch.Tensor) -> torch.Tensor:
@@ -317,8 +335,18 @@ def test_python_doctor_examines_training_with_its_optimizer_state():
         report = tpuc.doctor(model, tokens, training=True)
         kinds = sorted(g["program"].split("_")[0] for g in report.graphs)
         assert kinds == ["backward", "forward"] and report.healthy, report.problems
-        assert report.training == {"optimizer": "adamw", "parameters": whole, "gradients": whole,
+        state = dict(report.training)
+        saved = state.pop("saved_activations")
+        assert state == {"optimizer": "adamw", "parameters": whole, "gradients": whole,
                                    "optimizer_state": 2 * whole}
+        # What the forward keeps for the backward, against what eager autograd saves (which
+        # counts the weights its products save too).
+        eager = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: eager.append(t.numel() * t.element_size()) or t,
+                                                      lambda t: t):
+            model(tokens).float().sum()
+        assert 0.5 * sum(eager) <= saved <= 1.25 * sum(eager), (saved, sum(eager))
+        assert "activations the forward keeps for the backward" in str(report)
         assert [p.grad for p in model.parameters()] == before
         sharded = tpuc.doctor(model, tokens, training=True, optimizer="sgd", mesh="fsdp=2", plan="fsdp")
         assert sharded.healthy, sharded.problems

@@ -151,7 +151,10 @@ pub struct MemoryReport {
     pub code: u64,
     /// arguments + outputs - aliased + temporaries.
     pub total: u64,
+    /// Each device's memory: `--device-memory`, else the plugin's limit where it reports one.
     pub capacity: Option<u64>,
+    /// Whether `capacity` is the plugin's figure.
+    pub capacity_from_plugin: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -378,8 +381,14 @@ pub fn examine_source(
     };
     let total = start.elapsed();
     report.coverage.per_size = compiled.not_padded.clone();
+    if report.coverage.per_size.is_some() {
+        // Buckets do not apply: every size in a symbol's range is an executable of its own.
+        report.symbols = symbols_of(&program, None)?;
+    }
     let executable = &compiled.executable;
     let memory = executable.compiled_memory()?;
+    // Without a given capacity, the plugin's own limit where its allocator reports one.
+    let plugin_limit = target.devices().first().and_then(|d| d.memory_limit());
     let bytes = |n: usize| n as u64;
     let memory = MemoryReport {
         arguments: bytes(memory.arguments),
@@ -389,14 +398,20 @@ pub fn examine_source(
         code: bytes(memory.code),
         total: bytes(memory.arguments + memory.outputs + memory.temporaries)
             .saturating_sub(bytes(memory.aliased)),
-        capacity: device_memory,
+        capacity: device_memory.or(plugin_limit),
+        capacity_from_plugin: device_memory.is_none() && plugin_limit.is_some(),
     };
-    if let Some(capacity) = device_memory {
+    if let Some(capacity) = memory.capacity {
         if memory.total > capacity {
             report.problems.push(format!(
-                "each device needs {} but has {}",
+                "each device needs {} but has {}{}",
                 human_bytes(memory.total),
-                human_bytes(capacity)
+                human_bytes(capacity),
+                if memory.capacity_from_plugin {
+                    " (the plugin's limit)"
+                } else {
+                    ""
+                }
             ));
         }
     }

@@ -82,9 +82,14 @@ pub fn text(r: &Report) -> String {
     if let Some(c) = &r.compiled {
         let m = &c.memory;
         out.push("memory per device (XLA's buffer assignment, compiled without running)".into());
-        let of = m
-            .capacity
-            .map_or_else(String::new, |cap| format!(" of {}", human_bytes(cap)));
+        let of = m.capacity.map_or_else(String::new, |cap| {
+            let whose = if m.capacity_from_plugin {
+                " (the plugin's limit)"
+            } else {
+                ""
+            };
+            format!(" of {}{whose}", human_bytes(cap))
+        });
         out.push(format!(
             "  total {}{of}: arguments {}, outputs {} ({} in place of arguments), temporaries {}, code {}",
             human_bytes(m.total),

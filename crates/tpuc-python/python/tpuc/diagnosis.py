@@ -79,7 +79,9 @@ class DoctorReport:
         if self.training is not None:
             t = self.training
             lines.append(f"training ({t['optimizer']}), each device: parameters {_bytes(t['parameters'])}, "
-                         f"gradients {_bytes(t['gradients'])}, optimizer state {_bytes(t['optimizer_state'])}")
+                         f"gradients {_bytes(t['gradients'])}, optimizer state {_bytes(t['optimizer_state'])}; "
+                         f"activations the forward keeps for the backward {_bytes(t['saved_activations'])} "
+                         "(the whole batch)")
         for text in self._texts:
             lines.append("")
             lines.append(text)
@@ -260,7 +262,8 @@ class _Examiner(GraphCompiler):
         sizes = dict(zip(self.opts.mesh.axis_names, self.opts.mesh.shape)) if self.opts.mesh is not None else {}
         # aot_autograd's inputs carry no requires_grad of their own; its metadata says which do.
         context = torch._guards.TracingContext.try_get()
-        info = getattr(getattr(context, "fw_metadata", None), "input_info", None) or []
+        metadata = getattr(context, "fw_metadata", None)
+        info = getattr(metadata, "input_info", None) or []
         needs_grad = [getattr(i, "requires_grad", False) for i in info]
         parameters = 0
         for i, (value, spec) in enumerate(zip(example_inputs, specs)):
@@ -268,7 +271,19 @@ class _Examiner(GraphCompiler):
             if isinstance(value, torch.Tensor) and wanted:
                 parameters += value.numel() * value.element_size() // _split(spec, sizes)
         return {"optimizer": self.found.optimizer, "parameters": parameters, "gradients": parameters,
-                "optimizer_state": parameters * self.found.state_per_element}
+                "optimizer_state": parameters * self.found.state_per_element,
+                "saved_activations": _saved_bytes(gm, getattr(metadata, "num_forward", None))}
+
+
+def _saved_bytes(gm, returned) -> int:
+    """The bytes of what the forward graph keeps for the backward: its outputs after the
+    `returned` ones the caller gets (aot_autograd's partition). The whole batch's, one graph's."""
+    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+    results = output.args[0]
+    if returned is None or not isinstance(results, (list, tuple)):
+        return 0
+    values = [n.meta.get("val") for n in results[returned:] if isinstance(n, torch.fx.Node)]
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def _split(spec, sizes: dict) -> int:
