@@ -68,8 +68,11 @@ pub fn doctor(model: &Path, options: &DoctorOptions, output: &Output) -> Result<
         }
     }
     if let Some(path) = &output.html {
-        std::fs::write(path, crate::doctor_page::page(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        let page = tpuc_driver::doctor::page(
+            &format!("tpuc doctor: {}", report.program),
+            &serde_json::to_string(&report)?,
+        );
+        std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
     }
     if output.json {
         say!("{}", serde_json::to_string_pretty(&report)?)?;

@@ -13,7 +13,6 @@ macro_rules! say {
 
 pub mod cli;
 pub mod doctor;
-mod doctor_page;
 /// `.npy` / `.npz` files (`tpuc-npy`).
 pub use tpuc_npy as npy;
 mod plugins;

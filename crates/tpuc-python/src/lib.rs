@@ -123,6 +123,12 @@ fn project(workload_json: &str, target: &str) -> PyResult<(String, String)> {
     Ok((json, doctor::projection_text(&projection)))
 }
 
+/// The self-contained HTML page of a doctor report's JSON (docs/doctor.md), titled `title`.
+#[pyfunction]
+fn doctor_page(title: &str, report_json: &str) -> String {
+    tpuc_driver::doctor::page(title, report_json)
+}
+
 /// The name of the accelerator `target` names (an alias resolved), or an error listing those
 /// tpuc knows.
 #[pyfunction]
@@ -262,6 +268,7 @@ fn _tpuc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(human_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(project, m)?)?;
     m.add_function(wrap_pyfunction!(target_name, m)?)?;
+    m.add_function(wrap_pyfunction!(doctor_page, m)?)?;
     m.add_function(wrap_pyfunction!(is_supported, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(source_line, m)?)?;

@@ -447,3 +447,35 @@ def test_the_html_page_renders_in_a_browser_with_the_json_numbers(tmp_path):
     for r in p["scaling"][::5]:
         assert f'data-plan="{r["plan"]}" data-chips="{r["chips"]}" data-bytes="{r["memory"]}"' in dom
     assert dom.count("<circle") == len(p["scaling"]) and "Cloud TPU7x" in dom
+
+
+def test_the_python_report_as_a_page_renders_each_graph_and_the_model(tmp_path):
+    """`DoctorReport.html`: the model's graph breaks, training state and projection, and each
+    graph's sections, every number the JSON's, rendered by headless Chromium."""
+    import shutil
+
+    import tpuc
+
+    browser = shutil.which("chromium-headless-shell")
+    assert browser, "chromium-headless-shell is missing: run tools/setup.sh"
+    model = _Broken().train()
+    report = tpuc.doctor(model, torch.randn(2, 8), training=True, target="v5e")
+    # Each graph's parameters count once: the model's state is theirs together.
+    assert report.training["parameters"] == sum(p.numel() * p.element_size() for p in model.parameters())
+    page = tmp_path / "model.html"
+    report.html(page)
+    rendered = subprocess.run([browser, "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+                              capture_output=True, text=True, timeout=60)
+    dom = rendered.stdout
+    assert rendered.returncode == 0 and 'data-rendered="yes"' in dom, rendered.stderr[-2000:]
+    assert dom.count('class="graph-break"') == len(report.graph_breaks) == 1
+    assert dom.count('class="graph"') == len(report.graphs) == 4  # two forwards, two backwards
+    for i, graph in enumerate(report.graphs, 1):
+        total = graph["compiled"]["memory"]["total"]
+        assert f'id="g{i}-memory-total" data-bytes="{total}"' in dom
+    for key in ("parameters", "gradients", "optimizer_state", "saved_activations"):
+        assert f'id="training-{key}" data-bytes="{report.training[key]}"' in dom
+    examined = report.projection["as_examined"]
+    assert f'id="projected-memory" data-bytes="{examined["memory"]}"' in dom
+    assert dom.count('class="n scaling-memory"') == len(report.projection["scaling"])
+    assert "Verdict: ready to run" in dom

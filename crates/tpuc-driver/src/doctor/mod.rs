@@ -6,10 +6,12 @@
 //! (FLOPs and bytes counted from tpuc's IR, beside XLA's own cost analysis). docs/doctor.md
 //! describes the report and its JSON schema.
 
+mod page;
 mod projection;
 mod targets;
 mod text;
 
+pub use page::page;
 pub use projection::{project, CollectiveLoad, Projection, Workload};
 pub use targets::{Accelerator, ACCELERATORS};
 pub use text::{projection_text, text};

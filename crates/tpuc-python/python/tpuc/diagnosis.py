@@ -68,6 +68,12 @@ class DoctorReport:
                            "graph_breaks": self.graph_breaks, "training": self.training,
                            "projection": self.projection, "problems": self.problems}, indent=2)
 
+    def html(self, path) -> None:
+        """Writes the report as one self-contained HTML page (`tpuc doctor --html`'s, with the
+        graph breaks, the training state and each graph's report)."""
+        with open(path, "w", encoding="utf-8") as page:
+            page.write(_tpuc.doctor_page("tpuc.doctor", self.json()))
+
     def __str__(self) -> str:
         lines = [f"tpuc.doctor: {len(self.graphs)} graph(s), {len(self.graph_breaks)} graph break(s)"]
         for reason, count in self.break_reasons.most_common():
@@ -223,7 +229,13 @@ class _Examiner(GraphCompiler):
 
     def forward(self, gm, example_inputs):
         if self.found.state_per_element is not None:
-            self.found.training = self._training_state(gm, example_inputs)
+            state = self._training_state(gm, example_inputs)
+            if self.found.training is None:
+                self.found.training = state
+            else:  # another graph's parameters (a graph break): the model's state is the sum
+                for key, value in state.items():
+                    if key != "optimizer":
+                        self.found.training[key] += value
         super().forward(gm, example_inputs)
         return make_boxed_func(gm.forward)
 
@@ -256,7 +268,7 @@ class _Examiner(GraphCompiler):
         return None
 
     def _training_state(self, gm, example_inputs) -> dict:
-        """Each device's parameters (the forward's inputs that need a gradient), their gradients
+        """Each device's parameters (the forward's static inputs that need a gradient), their gradients
         (laid out as they are) and the optimizer's state, in bytes."""
         specs = self.primal_specs(gm) or [None] * len(example_inputs)
         sizes = dict(zip(self.opts.mesh.axis_names, self.opts.mesh.shape)) if self.opts.mesh is not None else {}
@@ -265,10 +277,13 @@ class _Examiner(GraphCompiler):
         metadata = getattr(context, "fw_metadata", None)
         info = getattr(metadata, "input_info", None) or []
         needs_grad = [getattr(i, "requires_grad", False) for i in info]
+        # The model's parameters are static inputs (Dynamo marks them); an activation a graph
+        # break hands on needs a gradient too but is not one.
+        static = getattr(metadata, "static_input_indices", None)
         parameters = 0
         for i, (value, spec) in enumerate(zip(example_inputs, specs)):
             wanted = needs_grad[i] if i < len(needs_grad) else getattr(value, "requires_grad", False)
-            if isinstance(value, torch.Tensor) and wanted:
+            if isinstance(value, torch.Tensor) and wanted and (static is None or i in static):
                 parameters += value.numel() * value.element_size() // _split(spec, sizes)
         return {"optimizer": self.found.optimizer, "parameters": parameters, "gradients": parameters,
                 "optimizer_state": parameters * self.found.state_per_element,
