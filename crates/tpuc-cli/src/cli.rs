@@ -167,7 +167,8 @@ enum Command {
     /// Examine a program before running it: which ops do not lower (with their source lines),
     /// its symbolic sizes and the buckets they compile for, each device's memory (XLA's figures
     /// from compiling without running), the collectives a plan makes and where they come from,
-    /// and what it computes (FLOPs and bytes). Nothing runs on a device.
+    /// and what it computes (FLOPs and bytes); with --target, the same projected onto an
+    /// accelerator, from one chip to thousands. Nothing runs on a device.
     ///
     /// Exit status: 0 when the program lowers and fits, 1 when something does not (with
     /// --strict also when it compiles per size instead of per bucket), 2 when the program or
@@ -178,7 +179,8 @@ enum Command {
         #[command(flatten)]
         execution: ExecutionArgs,
         /// Each device's memory (e.g. 16GiB, 512MiB, or bytes): a device needing more makes
-        /// the exit status 1.
+        /// the exit status 1. Without it, the plugin's own limit where it reports one (GPU and
+        /// TPU plugins; not XLA's CPU plugin).
         #[arg(long, value_name = "SIZE", value_parser = parse_byte_size)]
         device_memory: Option<u64>,
         /// The report as JSON (docs/doctor.md) on standard output instead of text.
