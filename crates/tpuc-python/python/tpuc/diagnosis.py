@@ -151,8 +151,9 @@ def doctor(model, *example_args, mesh=None, plan=None, training: bool = False, o
 
 def _workload(found: _Found, model, training: bool) -> dict | None:
     """The model's step as one workload: its graphs' FLOPs, bytes and collectives summed, the
-    model's own parameters (their gradients and optimizer state when training) and buffers,
-    the largest memory a graph needs besides its arguments as the activations."""
+    model's own parameters (their gradients and optimizer state when training) and buffers.
+    The activations: the most a forward or inference graph needs besides its arguments, or the
+    saved activations and the temporaries of a backward (whose gradients are state)."""
     graphs = [g for g in found.graphs if g.get("workload")]
     if not graphs:
         return None
@@ -179,11 +180,19 @@ def _workload(found: _Found, model, training: bool) -> dict | None:
         "optimizer_state": trained * (found.state_per_element or 0),
         "replicated": sum(b.numel() * b.element_size() for b in buffers),
         "largest_parameter": max(sizes, default=0),
-        "activations": max(m["total"] - m["arguments"] for m in memory),
+        "activations": max(_activations(g, found.training) for g in graphs),
         "devices": loads[0]["devices"],
         "device_memory": max(m["total"] for m in memory) + per_device,
         "collectives": [c for w in loads for c in w["collectives"]],
     }
+
+
+def _activations(graph: dict, training: dict | None) -> int:
+    """What a graph holds at its peak besides the model's state (see `_workload`)."""
+    memory = graph["compiled"]["memory"]
+    if graph["program"].startswith("backward") and training is not None:
+        return training["saved_activations"] + memory["temporaries"]
+    return memory["total"] - memory["arguments"]
 
 
 def _frame(stack) -> str | None:
