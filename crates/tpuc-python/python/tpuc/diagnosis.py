@@ -301,13 +301,25 @@ class _Examiner(GraphCompiler):
 
 def _saved_bytes(gm, returned) -> int:
     """The bytes of what the forward graph keeps for the backward: its outputs after the
-    `returned` ones the caller gets (aot_autograd's partition). The whole batch's, one graph's."""
+    `returned` ones the caller gets (aot_autograd's partition), less those that are an input seen
+    through views (a weight kept transposed). The whole batch's, one graph's."""
     (output,) = [n for n in gm.graph.nodes if n.op == "output"]
     results = output.args[0]
     if returned is None or not isinstance(results, (list, tuple)):
         return 0
-    values = [n.meta.get("val") for n in results[returned:] if isinstance(n, torch.fx.Node)]
+    kept = [n for n in results[returned:] if isinstance(n, torch.fx.Node) and not _views_an_input(n)]
+    values = [n.meta.get("val") for n in kept]
     return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def _views_an_input(node: torch.fx.Node) -> bool:
+    """Whether a node is an input seen through views (a transposed weight): its memory is the
+    input's, not an activation's."""
+    while node.op == "call_function" and getattr(node.target, "is_view", False) and node.args:
+        if not isinstance(node.args[0], torch.fx.Node):
+            return False
+        node = node.args[0]
+    return node.op == "placeholder"
 
 
 def _split(spec, sizes: dict) -> int:
