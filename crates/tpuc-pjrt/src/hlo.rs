@@ -153,20 +153,19 @@ fn computation_bytes(
     bytes
 }
 
-/// The bytes of every array in a shape (a tuple's elements summed).
+/// The bytes of every array in a shape (a tuple's elements summed, those of no known size as
+/// none).
 fn all_bytes(shape: &ShapeProto) -> Option<u64> {
-    if !shape.tuple_shapes.is_empty() {
-        return Some(
-            shape
-                .tuple_shapes
-                .iter()
-                .map(|s| all_bytes(s).unwrap_or(0))
-                .sum(),
-        );
+    if shape.tuple_shapes.is_empty() {
+        return array_bytes(shape);
     }
-    let elem = dtype_of(shape.element_type)?;
-    let count: i64 = shape.dimensions.iter().product();
-    Some(count.max(0) as u64 * elem.byte_size() as u64)
+    Some(
+        shape
+            .tuple_shapes
+            .iter()
+            .map(|s| all_bytes(s).unwrap_or(0))
+            .sum(),
+    )
 }
 
 fn product_flops(module: &HloModuleProto) -> f64 {
@@ -303,6 +302,11 @@ fn shape_bytes(shape: &ShapeProto) -> Option<u64> {
             .map(shape_bytes)
             .try_fold(0, |m, b| Some(m.max(b?)));
     }
+    array_bytes(shape)
+}
+
+/// The bytes of an array shape; None for a type of no known size.
+fn array_bytes(shape: &ShapeProto) -> Option<u64> {
     let elem = dtype_of(shape.element_type)?;
     let count: i64 = shape.dimensions.iter().product();
     Some(count.max(0) as u64 * elem.byte_size() as u64)

@@ -91,6 +91,10 @@ pub struct WeightsReport {
     pub parameters: u64,
     pub buffers: u64,
     pub constants: u64,
+    /// The largest parameter's bytes (what fsdp holds gathered at a time).
+    pub largest_parameter: u64,
+    /// The floating-point type of most of their bytes; None without floating-point weights.
+    pub dtype: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -246,14 +250,7 @@ pub fn examine(model: &Path, options: &DoctorOptions) -> Result<Report> {
     )?;
     if let (Some(chip), Some(workload)) = (options.target, &report.workload) {
         let projection = project(workload, chip)?;
-        if !projection.as_examined.fits {
-            report.problems.push(format!(
-                "on {} each chip would need {} but has {}",
-                chip.name,
-                human_bytes(projection.as_examined.memory),
-                human_bytes(chip.memory)
-            ));
-        }
+        report.problems.extend(projection.problem.clone());
         report.projection = Some(projection);
     }
     Ok(report)
@@ -263,7 +260,6 @@ pub fn examine(model: &Path, options: &DoctorOptions) -> Result<Report> {
 /// type is that of most of the weights' bytes (else of the first floating-point input); the
 /// activations are the device's memory less its weights.
 fn workload_of(
-    program: &tpuc_fx::Program,
     report: &Report,
     memory: &MemoryReport,
     cost: &CostReport,
@@ -271,23 +267,10 @@ fn workload_of(
     precision: tpuc_hlo::ir::Precision,
 ) -> Workload {
     let devices = report.devices.max(1);
-    let mut by_dtype: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut largest_parameter = 0;
-    for input in &program.graph().inputs {
-        let Some(weight) = program.weight_for(input) else {
-            continue;
-        };
-        let bytes = weight_bytes(weight);
-        *by_dtype.entry(weight.dtype.name()).or_default() += bytes;
-        if matches!(input.kind, InputKind::Parameter { .. }) {
-            largest_parameter = largest_parameter.max(bytes);
-        }
-    }
-    let dtype = by_dtype
-        .iter()
-        .filter(|(name, _)| tpuc_hlo::DType::from_name(name).is_some_and(|d| d.is_float()))
-        .max_by_key(|(_, bytes)| **bytes)
-        .map(|(name, _)| name.to_string())
+    let dtype = report
+        .weights
+        .dtype
+        .clone()
         .or_else(|| {
             report
                 .inputs
@@ -307,7 +290,7 @@ fn workload_of(
         gradients: 0,
         optimizer_state: 0,
         replicated: report.weights.buffers + report.weights.constants,
-        largest_parameter,
+        largest_parameter: report.weights.largest_parameter,
         activations: memory.total.saturating_sub(memory.arguments.min(weights)),
         devices,
         device_memory: memory.total,
@@ -443,7 +426,6 @@ pub fn examine_source(
         })
         .collect();
     report.workload = Some(workload_of(
-        &program,
         &report,
         &memory,
         &cost,
@@ -506,26 +488,35 @@ fn weights_of(program: &tpuc_fx::Program) -> WeightsReport {
         parameters: 0,
         buffers: 0,
         constants: 0,
+        largest_parameter: 0,
+        dtype: None,
     };
+    let mut by_dtype: BTreeMap<&'static str, u64> = BTreeMap::new();
     for input in &program.graph().inputs {
         let Some(weight) = program.weight_for(input) else {
             continue;
         };
-        let bytes = weight_bytes(weight);
+        let n: i64 = weight.sizes.iter().product();
+        let bytes = n.max(0) as u64 * weight.dtype.byte_size() as u64;
         report.count += 1;
         report.bytes += bytes;
+        if weight.dtype.is_float() {
+            *by_dtype.entry(weight.dtype.name()).or_default() += bytes;
+        }
         match input.kind {
-            InputKind::Parameter { .. } => report.parameters += bytes,
+            InputKind::Parameter { .. } => {
+                report.parameters += bytes;
+                report.largest_parameter = report.largest_parameter.max(bytes);
+            }
             InputKind::Buffer { .. } => report.buffers += bytes,
             _ => report.constants += bytes,
         }
     }
+    report.dtype = by_dtype
+        .into_iter()
+        .max_by_key(|(_, bytes)| *bytes)
+        .map(|(name, _)| name.to_string());
     report
-}
-
-fn weight_bytes(weight: &tpuc_fx::Weight) -> u64 {
-    let n: i64 = weight.sizes.iter().product();
-    n.max(0) as u64 * weight.dtype.byte_size() as u64
 }
 
 /// Each symbol the inputs' sizes mention, with its range and the buckets the range compiles

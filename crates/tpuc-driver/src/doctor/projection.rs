@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tpuc_hlo::ir::Precision;
 use tpuc_hlo::DType;
 
-use super::targets::{Accelerator, Link};
+use super::targets::Accelerator;
 use crate::error::{Error, Result};
 
 /// What one chip's step computes, moves and holds, as the examination counted it.
@@ -64,6 +64,8 @@ pub struct Projection {
     pub scaling: Vec<ScalingRow>,
     /// Where a plan stops fitting or scaling, in words.
     pub findings: Vec<String>,
+    /// Why the program as examined does not fit the chip; None when it does.
+    pub problem: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -166,6 +168,14 @@ pub fn project(workload: &Workload, target: &Accelerator) -> Result<Projection> 
         }
     }
     let findings = findings(&scaling, target);
+    let problem = (!as_examined.fits).then(|| {
+        format!(
+            "on {} each chip would need {} but has {}",
+            target.name,
+            super::human_bytes(as_examined.memory),
+            super::human_bytes(target.memory)
+        )
+    });
     Ok(Projection {
         target: TargetReport {
             name: target.name.into(),
@@ -185,6 +195,7 @@ pub fn project(workload: &Workload, target: &Accelerator) -> Result<Projection> 
         as_examined,
         scaling,
         findings,
+        problem,
     })
 }
 
@@ -288,25 +299,23 @@ fn estimate(
 /// share among the k chips of its domain over the network as well.
 pub fn collective_seconds(kind: &str, bytes: f64, group: usize, target: &Accelerator) -> f64 {
     let passes = match kind {
+        // Point to point: the bytes once, over the network once the group leaves the domain.
+        "collective-permute" | "collective-broadcast" => {
+            let link = if group <= target.link.chips {
+                &target.link
+            } else {
+                &target.network
+            };
+            return bytes / link.bandwidth;
+        }
         "all-reduce" => 2.0,
         _ => 1.0,
     };
-    if kind == "collective-permute" || kind == "collective-broadcast" {
-        return bytes / link_for(group, target).bandwidth;
-    }
     let within = group.min(target.link.chips).max(1) as f64;
     let domains = group.div_ceil(target.link.chips).max(1) as f64;
     let ring = |n: f64| (n - 1.0) / n;
     passes * ring(within) * bytes / target.link.bandwidth
         + passes * ring(domains) * (bytes / within) / target.network.bandwidth
-}
-
-fn link_for(chips: usize, target: &Accelerator) -> &Link {
-    if chips <= target.link.chips {
-        &target.link
-    } else {
-        &target.network
-    }
 }
 
 /// Where each plan stops fitting or scaling.
@@ -411,6 +420,11 @@ mod tests {
             p.findings.iter().any(|f| f.starts_with("dp does not fit")),
             "{:?}",
             p.findings
+        );
+        // 36 GiB as examined on one 32 GiB chip.
+        assert_eq!(
+            p.problem.as_deref(),
+            Some("on v6e each chip would need 36.0 GiB but has 32.0 GiB")
         );
         // One chip: 2 TFLOP at 918 TFLOP/s against 4 GB at 1.64 TB/s.
         let one = &row("dp", 1).step;

@@ -48,10 +48,8 @@ class DoctorReport:
         if unlowered:
             ops = sorted({u["op"] for u in unlowered})
             self.problems.append(f"{len(unlowered)} node(s) have no lowering: {', '.join(ops)}")
-        if self.projection is not None and not self.projection["as_examined"]["fits"]:
-            p = self.projection
-            self.problems.append(f"on {p['target']['name']} each chip would need "
-                                 f"{_bytes(p['as_examined']['memory'])} but has {_bytes(p['target']['memory'])}")
+        if self.projection is not None and self.projection["problem"]:
+            self.problems.append(self.projection["problem"])
 
     @property
     def healthy(self) -> bool:
